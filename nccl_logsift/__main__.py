@@ -1,0 +1,3 @@
+from nccl_logsift.cli import main
+
+main()

@@ -1,0 +1,104 @@
+"""Find the grammar files (installed package data, or the source checkout) and load them once."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from nccl_logsift.errors import GrammarError
+from nccl_logsift.grammar.dialect import dialect_problems
+from nccl_logsift.grammar.schema import RESERVED_MESSAGE_COLUMNS, Grammar, Layer, read_grammar
+
+_PACKAGED = Path(__file__).resolve().parent.parent / "grammars"
+_CHECKOUT = Path(__file__).resolve().parents[2] / "grammars"
+
+
+def grammar_root() -> Path:
+    """The directory holding the grammar files: package data in a wheel, ``grammars/`` in a checkout."""
+    return _PACKAGED if _PACKAGED.is_dir() else _CHECKOUT
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarSet:
+    """All grammars, grouped the way the parser runs them."""
+
+    grammars: tuple[Grammar, ...]
+
+    def layer(self, layer: Layer) -> list[Grammar]:
+        return [g for g in self.grammars if g.layer is layer]
+
+    def messages(self, source: str) -> list[Grammar]:
+        """Message grammars reading ``source``, in dispatch order (priority, then family)."""
+        found = [g for g in self.layer(Layer.MESSAGE) if g.source == source]
+        return sorted(found, key=lambda g: (g.priority, g.family))
+
+    def family(self, name: str) -> Grammar:
+        for g in self.grammars:
+            if g.family == name:
+                return g
+        raise KeyError(name)
+
+    @property
+    def tables(self) -> dict[str, list[Grammar]]:
+        out: dict[str, list[Grammar]] = {}
+        for g in self.layer(Layer.MESSAGE):
+            out.setdefault(g.table, []).append(g)
+        return out
+
+
+def load_grammars(root: Path | None = None) -> GrammarSet:
+    """Load and structurally check every ``*.toml`` below ``root``; raise GrammarError on any problem."""
+    return _load(str(root or grammar_root()))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(root: str) -> GrammarSet:
+    base = Path(root)
+    grammars, diagnostics = [], []
+    for path in sorted(base.rglob("*.toml")):
+        grammar, problems = read_grammar(path)
+        if grammar is not None:
+            problems += structural_problems(grammar)
+            grammars.append(grammar)
+        diagnostics += [f"{path.relative_to(base.parent)}: {p}" for p in problems]
+    families = [g.family for g in grammars]
+    diagnostics += [f"family {f!r} is defined more than once" for f in sorted({f for f in families if families.count(f) > 1})]
+    if not grammars:
+        diagnostics.append(f"no grammar files found under {base}")
+    if diagnostics:
+        raise GrammarError(diagnostics)
+    return GrammarSet(tuple(grammars))
+
+
+def structural_problems(grammar: Grammar) -> list[str]:
+    """G2 (named groups are declared fields) and G3 (the regex dialect both engines accept)."""
+    import regex
+
+    problems = []
+    declared = set(grammar.field_kinds)
+    captured: set[str] = set()
+    for p in grammar.patterns:
+        problems += [f"pattern {p.name!r}: {msg}" for msg in dialect_problems(p.regex)]
+        try:
+            groups = set(regex.compile(p.regex).groupindex)
+        except regex.error:
+            continue
+        captured |= groups
+        undeclared = sorted(groups - declared - {"keep"})
+        if undeclared:
+            problems.append(f"pattern {p.name!r}: groups {undeclared} are not declared in [fields]")
+        if grammar.layer is Layer.MESSAGE and not (p.regex.startswith("^") and p.regex.endswith("$")):
+            problems.append(f"pattern {p.name!r}: a message pattern must match the whole message (^...$)")
+        if grammar.layer is not Layer.MESSAGE and not p.regex.startswith("^"):
+            problems.append(f"pattern {p.name!r}: a prefix pattern must be anchored with ^")
+    if grammar.layer is Layer.MESSAGE:
+        clash = sorted((declared | grammar.constant_columns) & RESERVED_MESSAGE_COLUMNS)
+        if clash:
+            problems.append(f"fields {clash} clash with the key columns every table carries; rename them")
+    unused = sorted(declared - captured - grammar.constant_columns)
+    if unused:
+        problems.append(f"fields {unused} are declared but no pattern captures or sets them")
+    if not grammar.samples:
+        problems.append("a grammar needs at least one sample line (G4)")
+    return problems

@@ -1,0 +1,176 @@
+"""The grammar file format (schema ``nccl-logsift/grammar/v1``) as frozen dataclasses, read with tomllib.
+
+A grammar file describes one line family::
+
+    schema = "nccl-logsift/grammar/v1"
+    family = "coll"                 # defaults to the file name
+    layer = "message"               # launcher | envelope | message
+    source = "nccl"                 # message layer: which envelope's message it reads (nccl | torch | text)
+    table = "collectives"           # message layer: the table its rows go to
+    priority = 10                   # lower runs first (frequent families first keeps dispatch cheap)
+    title = "..."
+    reference = "nccl-log-grammar.md §5.1"
+
+    [fields]
+    op = { kind = "str", doc = "collective name as NCCL prints it" }
+
+    [[patterns]]
+    name = "coll"
+    anchor = " opCount "            # literal every matching message contains (cheap pre-filter)
+    versions = "2.4.2 - 2.30.7"
+    regex = '''^(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-f]+) ...$'''
+    set = { event = "start" }       # constant columns written when this pattern matches
+
+    [[samples]]
+    line = '''host:1:1 [0] NCCL INFO AllReduce: opCount 1a4 ...'''   # a full raw line
+    version = "2.21.5"
+    expect = { op = "AllReduce", opcount = 420 }
+
+    [[near_misses]]
+    line = '''...'''                # a full raw line this family must not claim
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+SCHEMA_ID = "nccl-logsift/grammar/v1"
+
+# Columns every message table carries from the line's location and envelope; a message field may not
+# reuse these names, or it would overwrite them.
+MESSAGE_KEYS = ("host", "pid", "tid", "dev", "level", "severity", "ts", "torch_rank", "task", "local_rank", "mpi_rank")
+LOCATION_COLUMNS = ("source_id", "line_no", "part")
+RESERVED_MESSAGE_COLUMNS = frozenset((*LOCATION_COLUMNS, *MESSAGE_KEYS, "family", "pattern", "row"))
+
+
+class Layer(StrEnum):
+    LAUNCHER = "launcher"  # outer prefixes added by launchers and log collectors, stripped repeatedly
+    ENVELOPE = "envelope"  # the producer's own prefix: NCCL host:pid:tid [dev] LEVEL, c10 glog, ...
+    MESSAGE = "message"  # what follows the envelope (or the whole line, for source = "text")
+
+
+class FieldKind(StrEnum):
+    INT = "int"  # decimal integer
+    HEX = "hex"  # hexadecimal integer, with or without 0x
+    PTR = "ptr"  # C pointer as printed by %p: 0x... or (nil); stored as an unsigned integer
+    FLOAT = "float"
+    STR = "str"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    kind: FieldKind
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    name: str
+    regex: str
+    anchor: str
+    versions: str = ""
+    set: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    line: str
+    expect: dict[str, Any]
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    path: Path
+    family: str
+    layer: Layer
+    source: str
+    table: str
+    priority: int
+    title: str
+    reference: str
+    fields: tuple[Field, ...]
+    patterns: tuple[Pattern, ...]
+    samples: tuple[Sample, ...]
+    near_misses: tuple[str, ...]
+
+    @property
+    def field_kinds(self) -> dict[str, FieldKind]:
+        return {f.name: f.kind for f in self.fields}
+
+    @property
+    def constant_columns(self) -> set[str]:
+        return {key for p in self.patterns for key in p.set}
+
+
+_TOP_KEYS = {
+    "schema", "family", "layer", "source", "table", "priority", "title", "reference",
+    "fields", "patterns", "samples", "near_misses",
+}
+_PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set"}
+_SAMPLE_KEYS = {"line", "expect", "version"}
+_SOURCES = {"nccl", "torch", "text"}
+
+
+def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
+    """Parse one grammar file; return it with the problems found (G1: schema id and keys)."""
+    problems: list[str] = []
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return None, [f"not valid TOML: {exc}"]
+    if doc.get("schema") != SCHEMA_ID:
+        problems.append(f'schema must be "{SCHEMA_ID}", found {doc.get("schema")!r}')
+    problems += [f"unknown key {k!r}" for k in sorted(set(doc) - _TOP_KEYS)]
+    try:
+        layer = Layer(doc.get("layer", ""))
+    except ValueError:
+        return None, problems + [f"layer must be one of {', '.join(Layer)}, found {doc.get('layer')!r}"]
+    source = doc.get("source", "text" if layer is not Layer.MESSAGE else "")
+    if layer is Layer.MESSAGE and source not in _SOURCES:
+        problems.append(f"source must be one of {sorted(_SOURCES)}, found {source!r}")
+    if layer is Layer.MESSAGE and not doc.get("table"):
+        problems.append("a message grammar must name its table")
+    fields = []
+    for name, spec in doc.get("fields", {}).items():
+        try:
+            fields.append(Field(name, FieldKind(spec.get("kind", "str")), spec.get("doc", "")))
+        except ValueError:
+            problems.append(f"field {name!r}: kind must be one of {', '.join(FieldKind)}")
+    patterns = []
+    for i, spec in enumerate(doc.get("patterns", [])):
+        problems += [f"patterns[{i}]: unknown key {k!r}" for k in sorted(set(spec) - _PATTERN_KEYS)]
+        if not spec.get("regex") or not spec.get("anchor"):
+            problems.append(f"patterns[{i}] ({spec.get('name', '?')}): needs both regex and anchor")
+            continue
+        patterns.append(
+            Pattern(spec.get("name", f"p{i}"), spec["regex"], spec["anchor"], spec.get("versions", ""), spec.get("set", {}))
+        )
+    samples = []
+    for i, spec in enumerate(doc.get("samples", [])):
+        problems += [f"samples[{i}]: unknown key {k!r}" for k in sorted(set(spec) - _SAMPLE_KEYS)]
+        if "line" not in spec:
+            problems.append(f"samples[{i}]: needs a line")
+            continue
+        samples.append(Sample(spec["line"], spec.get("expect", {}), str(spec.get("version", ""))))
+    near = tuple(m["line"] if isinstance(m, dict) else m for m in doc.get("near_misses", []))
+    grammar = Grammar(
+        path=path,
+        family=doc.get("family", path.stem),
+        layer=layer,
+        source=source,
+        table=doc.get("table", ""),
+        priority=int(doc.get("priority", 50)),
+        title=doc.get("title", ""),
+        reference=doc.get("reference", ""),
+        fields=tuple(fields),
+        patterns=tuple(patterns),
+        samples=tuple(samples),
+        near_misses=near,
+    )
+    return grammar, problems

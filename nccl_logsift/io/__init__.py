@@ -1,0 +1,1 @@
+"""Reading inputs: paths into sources, sources into bounded chunks of lines."""

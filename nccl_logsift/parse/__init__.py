@@ -1,0 +1,1 @@
+"""Parsing: launcher prefixes, producer envelopes and message families into Arrow tables."""

@@ -1,0 +1,40 @@
+"""Field kinds of the grammar files as polars dtypes and the expressions that cast captured text to them."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nccl_logsift.grammar.schema import FieldKind
+
+DTYPES: dict[FieldKind, pl.DataType] = {
+    FieldKind.INT: pl.Int64(),
+    FieldKind.HEX: pl.Int64(),
+    FieldKind.PTR: pl.UInt64(),
+    FieldKind.FLOAT: pl.Float64(),
+    FieldKind.STR: pl.String(),
+}
+
+
+def cast_field(expr: pl.Expr, kind: FieldKind) -> pl.Expr:
+    """Captured text → typed value; text that does not convert becomes null, never an error."""
+    if kind is FieldKind.INT:
+        return expr.str.to_integer(strict=False).cast(pl.Int64)
+    if kind is FieldKind.HEX:
+        return expr.str.strip_prefix("0x").str.to_integer(base=16, strict=False).cast(pl.Int64)
+    if kind is FieldKind.PTR:
+        # %p prints 0x... or "(nil)" (grammar §0); nil is null here.
+        return expr.str.strip_prefix("0x").str.to_integer(base=16, dtype=pl.UInt64, strict=False)
+    if kind is FieldKind.FLOAT:
+        return expr.cast(pl.Float64, strict=False)
+    return expr
+
+
+def typed_value(value: object, kind: FieldKind) -> object:
+    """A sample's expected value in the same representation ``cast_field`` produces."""
+    if value == "<null>":
+        return None
+    if kind is FieldKind.PTR and isinstance(value, str):
+        return None if value == "(nil)" else int(value.removeprefix("0x"), 16)
+    if kind is FieldKind.HEX and isinstance(value, str):
+        return int(value.removeprefix("0x"), 16)
+    return value

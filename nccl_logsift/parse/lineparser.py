@@ -1,0 +1,316 @@
+"""Parse chunks of lines into tables: launcher prefixes → producer envelope → message family.
+
+Every step is a polars expression over the whole chunk; Python touches individual lines only for the
+rare glued lines (two envelopes in one physical line) that ``_split_glued`` cuts apart.
+
+Dispatch of message families shrinks a pool: each pattern first tests its literal anchor and its regex
+(no captures, so the DFA runs), claims the rows that match, extracts fields from those rows only, and
+removes them from the pool. Frequent families run first (grammar ``priority``), so the expensive
+extraction runs once per line and the pool is small by the time the rare families look at it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import polars as pl
+import regex
+
+from nccl_logsift.grammar.registry import GrammarSet
+from nccl_logsift.grammar.schema import Grammar, Layer, Pattern
+from nccl_logsift.io.lines import LineChunk
+from nccl_logsift.parse.kinds import cast_field
+from nccl_logsift.grammar.schema import MESSAGE_KEYS
+from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
+
+log = logging.getLogger(__name__)
+
+_ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
+_MATCH = "__all"
+_LAUNCHER_ROUNDS = 3
+TORCH_PRODUCERS = ("torch_cpp", "torch_py")
+# An NCCL envelope head anywhere in a line: used to find where a second process's line was glued in.
+_GLUED_HEAD = regex.compile(
+    r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*):\d+:\d+ "
+    r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
+)
+
+
+@dataclass(slots=True)
+class ParseState:
+    """What the parser carries from one chunk to the next."""
+
+    known_hosts: set[str] = field(default_factory=set)
+    family_counts: Counter = field(default_factory=Counter)
+    unparsed_shapes: Counter = field(default_factory=Counter)
+    lines: int = 0
+    envelope_lines: int = 0
+    unparsed_envelope_lines: int = 0
+    torn_fragments: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    """One launcher or envelope pattern, ready to run."""
+
+    grammar: Grammar
+    pattern: Pattern
+    wrapped: str  # the regex with the whole match captured as __all
+    fields: tuple[str, ...]
+    has_keep: bool
+
+
+class LineParser:
+    """Turns :class:`LineChunk` s into per-table DataFrames with stable schemas."""
+
+    def __init__(self, grammars: GrammarSet, keep_text: bool = True):
+        self.grammars = grammars
+        self.keep_text = keep_text
+        self.schemas = TableSchemas.from_grammars(grammars, keep_text)
+        self.state = ParseState()
+        self._launchers = [self._prefix(g, p) for g in grammars.layer(Layer.LAUNCHER) for p in g.patterns]
+        self._envelopes = [self._prefix(g, p) for g in grammars.layer(Layer.ENVELOPE) for p in g.patterns]
+        self._glued_ok = True
+
+    @staticmethod
+    def _prefix(grammar: Grammar, pattern: Pattern) -> _Prefix:
+        body = pattern.regex[1:] if pattern.regex.startswith("^") else pattern.regex
+        groups = regex.compile(pattern.regex).groupindex
+        fields = tuple(name for name in grammar.field_kinds if name in groups)
+        return _Prefix(grammar, pattern, f"^(?P<{_MATCH}>{body})", fields, "keep" in groups)
+
+    # ------------------------------------------------------------------ the pipeline of one chunk
+    def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
+        frame = pl.DataFrame(
+            {
+                "row": pl.int_range(len(chunk), dtype=pl.UInt32, eager=True),
+                "line_no": chunk.line_no,
+                "byte_offset": chunk.byte_offset,
+                "text": chunk.text,
+            }
+        ).with_columns(
+            source_id=pl.lit(chunk.source_id, dtype=pl.UInt16),
+            part=pl.lit(0, dtype=pl.UInt8),
+            torn=pl.lit(False),
+        )
+        frame = frame.with_columns(
+            rest=pl.when(pl.col("text").str.contains("\x1b", literal=True))
+            .then(pl.col("text").str.replace_all(_ANSI, ""))
+            .otherwise(pl.col("text"))
+        )
+        frame = self._strip_launchers(frame)
+        frame = self._match_envelopes(frame)
+        frame = self._split_glued(frame)
+        self.last_frame = frame  # kept for grammar checks, which compare the message text too
+        tables, assigned = self._dispatch_messages(frame)
+        lines = self._lines_table(frame, assigned)
+        self._account(frame, lines)
+        return {"lines": lines, **tables}
+
+    # ------------------------------------------------------------------ prefixes
+    def _apply_prefix(self, frame: pl.DataFrame, spec: _Prefix, only: pl.Expr | None, strip: bool) -> pl.DataFrame:
+        kinds = spec.grammar.field_kinds
+        groups = pl.col("rest").str.extract_groups(spec.wrapped)
+        frame = frame.with_columns(groups.alias("__g"))
+        hit = pl.col("__g").struct.field(_MATCH).is_not_null()
+        if only is not None:
+            hit = hit & only
+        frame = frame.with_columns(__hit=hit)
+        updates = [
+            pl.when(pl.col("__hit"))
+            .then(cast_field(pl.col("__g").struct.field(name), kinds[name]))
+            .otherwise(pl.col(name))
+            .alias(name)
+            for name in spec.fields
+        ]
+        updates += [
+            pl.when(pl.col("__hit")).then(pl.lit(value)).otherwise(pl.col(key)).alias(key)
+            for key, value in spec.pattern.set.items()
+        ]
+        consumed = pl.col("__g").struct.field(_MATCH).str.len_chars()
+        if spec.has_keep:
+            consumed = consumed - pl.col("__g").struct.field("keep").str.len_chars().fill_null(0)
+        new_rest = pl.col("rest").str.slice(consumed)
+        if strip:
+            updates.append(pl.when(pl.col("__hit")).then(new_rest).otherwise(pl.col("rest")).alias("rest"))
+        else:
+            updates.append(pl.when(pl.col("__hit")).then(new_rest).otherwise(pl.col("msg")).alias("msg"))
+        return frame.with_columns(updates).drop("__g")
+
+    def _with_prefix_columns(self, frame: pl.DataFrame) -> pl.DataFrame:
+        missing = {k: v for k, v in self.schemas.prefix_columns.items() if k not in frame.columns}
+        missing["producer"] = pl.String()
+        return frame.with_columns(
+            [pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing.items() if name not in frame.columns]
+        )
+
+    def _strip_launchers(self, frame: pl.DataFrame) -> pl.DataFrame:
+        frame = self._with_prefix_columns(frame)
+        # Prefixes stack (k8s timestamp + torchrun tag + [rankN]:), in any order: strip in rounds.
+        for _ in range(_LAUNCHER_ROUNDS):
+            before = frame["rest"]
+            for spec in self._launchers:
+                frame = self._apply_prefix(frame, spec, None, strip=True)
+            if frame["rest"].equals(before):
+                break
+        return frame.drop("__hit", strict=False)
+
+    def _match_envelopes(self, frame: pl.DataFrame) -> pl.DataFrame:
+        frame = self._with_prefix_columns(frame).with_columns(msg=pl.lit(None, dtype=pl.String))
+        for spec in self._envelopes:
+            frame = self._apply_prefix(frame, spec, pl.col("producer").is_null(), strip=False)
+        return frame.drop("__hit", strict=False)
+
+    # ------------------------------------------------------------------ torn and glued lines
+    def _split_glued(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Cut lines where another process's NCCL line starts mid-line (grammar §9.2) into parts."""
+        self.state.known_hosts.update(
+            frame.filter(pl.col("producer") == "nccl")["host"].unique().drop_nulls().to_list()
+        )
+        suspect = (
+            (pl.col("producer") == "nccl") & pl.col("msg").str.contains(" NCCL ", literal=True)
+        ) | (pl.col("producer").is_null() & pl.col("rest").str.contains(" NCCL ", literal=True))
+        candidates = frame.filter(suspect)
+        if candidates.is_empty():
+            return frame
+        pieces = []
+        for row in candidates.iter_rows(named=True):  # rare rows only
+            cuts = self._cut_points(row["rest"])
+            if not cuts:
+                continue
+            bounds = [0, *cuts, len(row["rest"])]
+            lead = len(row["text"].encode()) - len(row["rest"].encode())
+            for part, (start, end) in enumerate(zip(bounds, bounds[1:])):
+                piece = dict(row)
+                piece["rest"] = row["rest"][start:end]
+                piece["part"] = part
+                piece["torn"] = True
+                piece["byte_offset"] = row["byte_offset"] + lead + len(row["rest"][:start].encode())
+                pieces.append(piece)
+        if not pieces:
+            return frame
+        split_rows = {p["row"] for p in pieces}
+        fresh = pl.DataFrame(pieces, schema=frame.schema)
+        # Every piece gets its envelope matched again from scratch.
+        reset = [c for c in self.schemas.prefix_columns if c in fresh.columns and c not in self._launcher_fields()]
+        fresh = fresh.with_columns([pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in reset + ["producer"]])
+        fresh = self._match_envelopes(fresh.drop("msg")).select(frame.columns)
+        kept = frame.filter(~pl.col("row").is_in(list(split_rows)))
+        return pl.concat([kept, fresh]).sort("line_no", "part")
+
+    def _launcher_fields(self) -> set[str]:
+        return {f for spec in self._launchers for f in spec.fields}
+
+    def _cut_points(self, text: str) -> list[int]:
+        cuts = []
+        for m in _GLUED_HEAD.finditer(text):
+            start = m.start()
+            host = m.group("host")
+            if host not in self.state.known_hosts:
+                # The torn tail of the previous line is glued to the host name ("...CUMEM/rex3006c0s1b1n0:...").
+                shift = next((k for k in range(1, len(host)) if host[k:] in self.state.known_hosts), None)
+                if shift is None:
+                    if start and not text[start - 1].isspace():
+                        continue
+                else:
+                    start += shift
+            if start > 0:
+                cuts.append(start)
+        return cuts
+
+    # ------------------------------------------------------------------ message families
+    def _dispatch_messages(self, frame: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+        keys = [c for c in (*LOCATION, *MESSAGE_KEYS) if c in frame.columns]
+        selectors = {
+            "nccl": pl.col("producer") == "nccl",
+            "torch": pl.col("producer").is_in(TORCH_PRODUCERS),
+            "text": pl.col("producer").is_null() & (pl.col("rest").str.strip_chars() != ""),
+        }
+        parts: dict[str, list[pl.DataFrame]] = {}
+        assigned: list[pl.DataFrame] = []
+        for source, selector in selectors.items():
+            body = pl.col("rest") if source == "text" else pl.col("msg")
+            pool = frame.filter(selector).select("row", body.alias("msg"))
+            for grammar in self.grammars.messages(source):
+                for pattern in grammar.patterns:
+                    if pool.is_empty():
+                        break
+                    pool = pool.with_columns(
+                        __hit=pl.col("msg").str.contains(pattern.anchor, literal=True)
+                        & pl.col("msg").str.contains(pattern.regex)
+                    )
+                    hit = pool.filter(pl.col("__hit"))
+                    if hit.is_empty():
+                        continue
+                    pool = pool.filter(~pl.col("__hit"))
+                    extracted = self._extract(hit, grammar, pattern)
+                    assigned.append(extracted.select("row", "family", "pattern"))
+                    parts.setdefault(grammar.table, []).append(extracted)
+        tables = {}
+        located = frame.select("row", *keys)
+        for name, columns in self.schemas.tables.items():
+            found = parts.get(name)
+            if found:
+                merged = pl.concat(found, how="diagonal_relaxed").join(located, on="row", how="left")
+                tables[name] = conform(merged.sort("row"), columns)
+            else:
+                tables[name] = conform(pl.DataFrame(schema={"row": pl.UInt32}), columns)
+        assignments = pl.concat(assigned) if assigned else pl.DataFrame(
+            schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String}
+        )
+        return tables, assignments
+
+    @staticmethod
+    def _extract(hit: pl.DataFrame, grammar: Grammar, pattern: Pattern) -> pl.DataFrame:
+        kinds = grammar.field_kinds
+        groups = list(regex.compile(pattern.regex).groupindex)
+        out = hit.select("row", pl.col("msg").str.extract_groups(pattern.regex).alias("__g"))
+        columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
+        columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
+        columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
+        return out.with_columns(columns).drop("__g")
+
+    # ------------------------------------------------------------------ the lines table and counts
+    def _lines_table(self, frame: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:
+        blank = pl.col("rest").str.strip_chars() == ""
+        lines = frame.drop("family", "pattern", strict=False).join(assigned, on="row", how="left")
+        lines = lines.with_columns(
+            family=pl.when(pl.col("family").is_not_null())
+            .then(pl.col("family"))
+            .when(blank & ~pl.col("torn"))
+            .then(pl.lit("blank"))
+            .when(pl.col("producer").is_null() & ~pl.col("torn"))
+            .then(pl.lit("text"))
+            .otherwise(pl.col("family"))
+        )
+        return conform(lines.sort("row", "part"), self.schemas.lines)
+
+    def _account(self, frame: pl.DataFrame, lines: pl.DataFrame) -> None:
+        state = self.state
+        state.lines += lines.height
+        state.family_counts.update(dict(lines.group_by("family").len().iter_rows()))
+        enveloped = lines.filter(pl.col("producer").is_not_null())
+        state.envelope_lines += enveloped.height
+        missing = lines.filter(pl.col("producer").is_not_null() & pl.col("family").is_null())
+        state.unparsed_envelope_lines += missing.height
+        state.torn_fragments += lines.filter(pl.col("torn") & pl.col("family").is_null()).height
+        if missing.height:
+            shapes = (
+                frame.filter(pl.col("producer").is_not_null())
+                .join(missing.select("line_no", "part"), on=["line_no", "part"], how="semi")
+                .select(shape_of(pl.col("msg")).alias("shape"))
+                .group_by("shape")
+                .len()
+            )
+            state.unparsed_shapes.update(dict(shapes.iter_rows()))
+
+
+def shape_of(msg: pl.Expr) -> pl.Expr:
+    """A message with its values masked, so lines of one format count as one shape."""
+    return (
+        msg.str.replace_all(r"0x[0-9a-fA-F]+", "<ptr>")
+        .str.replace_all(r"\b[0-9a-f]*\d[0-9a-f]*\b", "<n>")
+        .str.slice(0, 160)
+    )

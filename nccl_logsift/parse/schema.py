@@ -1,0 +1,90 @@
+"""The table schemas, derived from the grammar files: key columns first, then each family's fields.
+
+Every message table starts with the same key columns (``source_id, line_no, part`` locate the line;
+``host, pid`` identify the process), so tables join on identical names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from nccl_logsift.grammar.registry import GrammarSet
+from nccl_logsift.grammar.schema import MESSAGE_KEYS, Grammar, Layer
+from nccl_logsift.parse.kinds import DTYPES
+
+SCHEMA_VERSION = "nccl-logsift/tables/v1"
+
+LOCATION = {"source_id": pl.UInt16(), "line_no": pl.UInt32(), "part": pl.UInt8()}
+LINE_EXTRA = {
+    "byte_offset": pl.UInt64(),
+    "producer": pl.String(),
+    "family": pl.String(),
+    "pattern": pl.String(),
+    "torn": pl.Boolean(),
+}
+
+
+def _constant_dtype(value: object) -> pl.DataType:
+    if isinstance(value, bool):
+        return pl.Boolean()
+    if isinstance(value, int):
+        return pl.Int64()
+    if isinstance(value, float):
+        return pl.Float64()
+    return pl.String()
+
+
+def grammar_columns(grammars: list[Grammar]) -> dict[str, pl.DataType]:
+    """Fields (captured and constant) of these grammars, in declaration order."""
+    columns: dict[str, pl.DataType] = {}
+    for g in grammars:
+        for f in g.fields:
+            columns.setdefault(f.name, DTYPES[f.kind])
+        for p in g.patterns:
+            for key, value in p.set.items():
+                columns.setdefault(key, _constant_dtype(value))
+    return columns
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchemas:
+    """Column names and dtypes of ``lines`` and of every message table."""
+
+    prefix_columns: dict[str, pl.DataType]  # launcher and envelope fields
+    lines: dict[str, pl.DataType]
+    tables: dict[str, dict[str, pl.DataType]]
+
+    @classmethod
+    def from_grammars(cls, grammars: GrammarSet, keep_text: bool) -> "TableSchemas":
+        prefix = grammar_columns(grammars.layer(Layer.LAUNCHER) + grammars.layer(Layer.ENVELOPE))
+        prefix.pop("producer", None)
+        lines = {**LOCATION, "byte_offset": LINE_EXTRA["byte_offset"], **prefix}
+        lines.update({k: v for k, v in LINE_EXTRA.items() if k != "byte_offset"})
+        if keep_text:
+            lines["text"] = pl.String()
+        keys = {**LOCATION, **{k: prefix[k] for k in MESSAGE_KEYS if k in prefix}}
+        tables = {}
+        for name, members in sorted(grammars.tables.items()):
+            fields = grammar_columns(members)
+            columns = {**keys, **{k: v for k, v in fields.items() if k not in keys}}
+            columns["family"] = pl.String()
+            columns["pattern"] = pl.String()
+            tables[name] = columns
+        return cls(prefix, lines, tables)
+
+
+def conform(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Select exactly ``columns`` in order, adding missing ones as nulls and casting to the schema."""
+    present = set(frame.columns)
+    return frame.select(
+        [
+            (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name)
+            for name, dtype in columns.items()
+        ]
+    )
+
+
+def empty(columns: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=columns)
