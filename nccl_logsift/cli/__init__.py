@@ -1,0 +1,64 @@
+"""The ``logsift`` command: a click group whose subcommands live one per module."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from nccl_logsift import __version__
+from nccl_logsift.errors import LogsiftError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="logsift")
+@click.option("-v", "--verbose", count=True, help="Log what the tool is doing to stderr (-vv for debug detail).")
+def cli(verbose: int) -> None:
+    """Find out why a distributed GPU training job hung or failed, from the logs it already wrote.
+
+    logsift reads NCCL debug output (NCCL_DEBUG=INFO/TRACE), PyTorch ProcessGroupNCCL messages and
+    launcher output (torchrun, srun, mpirun, Ray, pdsh, docker/kubectl), as one interleaved stream or one
+    file per rank, plain or compressed (.gz, .zst, .bz2).
+
+    \b
+    Start here:
+      logsift parse job.log -o tables/     turn the logs into Parquet tables you can query
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _register() -> None:
+    from nccl_logsift.cli.parse import parse
+
+    cli.add_command(parse)
+    try:
+        from nccl_logsift.cli.simulate import simulate
+    except ImportError:  # the simulator is an optional part of a source checkout in progress
+        pass
+    else:
+        cli.add_command(simulate)
+
+
+_register()
+
+
+def main() -> None:
+    """Entry point: run the CLI, turning LogsiftError into a one-line message and its exit code."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except LogsiftError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
