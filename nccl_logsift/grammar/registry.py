@@ -64,11 +64,28 @@ def _load(root: str) -> GrammarSet:
         diagnostics += [f"{path.relative_to(base.parent)}: {p}" for p in problems]
     families = [g.family for g in grammars]
     diagnostics += [f"family {f!r} is defined more than once" for f in sorted({f for f in families if families.count(f) > 1})]
+    diagnostics += _table_kind_conflicts(grammars)
     if not grammars:
         diagnostics.append(f"no grammar files found under {base}")
     if diagnostics:
         raise GrammarError(diagnostics)
     return GrammarSet(tuple(grammars))
+
+
+def _table_kind_conflicts(grammars: list[Grammar]) -> list[str]:
+    """Families writing to one table must agree on the kind of every column they share."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    problems = []
+    for g in grammars:
+        if g.layer is not Layer.MESSAGE:
+            continue
+        for f in g.fields:
+            first = seen.setdefault((g.table, f.name), (f.kind, g.family))
+            if first[0] != f.kind:
+                problems.append(
+                    f"table {g.table!r}: column {f.name!r} is {f.kind} in {g.family!r} but {first[0]} in {first[1]!r}"
+                )
+    return problems
 
 
 def structural_problems(grammar: Grammar) -> list[str]:

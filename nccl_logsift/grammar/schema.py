@@ -20,6 +20,7 @@ A grammar file describes one line family::
     versions = "2.4.2 - 2.30.7"
     regex = '''^(?P<op>[A-Za-z]+): opCount (?P<opcount>[0-9a-f]+) ...$'''
     set = { event = "start" }       # constant columns written when this pattern matches
+    level = "WARN"                  # optional: only try lines of this level
 
     [[samples]]
     line = '''host:1:1 [0] NCCL INFO AllReduce: opCount 1a4 ...'''   # a full raw line
@@ -75,6 +76,7 @@ class Pattern:
     anchor: str
     versions: str = ""
     set: dict[str, Any] = field(default_factory=dict)
+    level: str = ""  # message layer: only lines of this envelope level (e.g. WARN) are tried
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ _TOP_KEYS = {
     "schema", "family", "layer", "source", "table", "priority", "title", "reference",
     "fields", "patterns", "samples", "near_misses",
 }
-_PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set"}
+_PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set", "level"}
 _SAMPLE_KEYS = {"line", "expect", "version"}
 _SOURCES = {"nccl", "torch", "text"}
 
@@ -149,7 +151,10 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
             problems.append(f"patterns[{i}] ({spec.get('name', '?')}): needs both regex and anchor")
             continue
         patterns.append(
-            Pattern(spec.get("name", f"p{i}"), spec["regex"], spec["anchor"], spec.get("versions", ""), spec.get("set", {}))
+            Pattern(
+                spec.get("name", f"p{i}"), spec["regex"], spec["anchor"], spec.get("versions", ""),
+                spec.get("set", {}), spec.get("level", ""),
+            )
         )
     samples = []
     for i, spec in enumerate(doc.get("samples", [])):

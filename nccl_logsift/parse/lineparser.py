@@ -232,15 +232,15 @@ class LineParser:
         assigned: list[pl.DataFrame] = []
         for source, selector in selectors.items():
             body = pl.col("rest") if source == "text" else pl.col("msg")
-            pool = frame.filter(selector).select("row", body.alias("msg"))
+            pool = frame.filter(selector).select("row", body.alias("msg"), "level")
             for grammar in self.grammars.messages(source):
                 for pattern in grammar.patterns:
                     if pool.is_empty():
                         break
-                    pool = pool.with_columns(
-                        __hit=pl.col("msg").str.contains(pattern.anchor, literal=True)
-                        & pl.col("msg").str.contains(pattern.regex)
-                    )
+                    hit = pl.col("msg").str.contains(pattern.anchor, literal=True) & pl.col("msg").str.contains(pattern.regex)
+                    if pattern.level:
+                        hit = hit & (pl.col("level") == pattern.level)
+                    pool = pool.with_columns(__hit=hit)
                     hit = pool.filter(pl.col("__hit"))
                     if hit.is_empty():
                         continue
