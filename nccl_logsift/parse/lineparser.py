@@ -176,6 +176,7 @@ class LineParser:
         if candidates.is_empty():
             return frame
         pieces = []
+        next_row = frame.height
         for row in candidates.iter_rows(named=True):  # rare rows only
             cuts = self._cut_points(row["rest"])
             if not cuts:
@@ -185,9 +186,14 @@ class LineParser:
             for part, (start, end) in enumerate(zip(bounds, bounds[1:])):
                 piece = dict(row)
                 piece["rest"] = row["rest"][start:end]
+                # The first piece keeps the launcher prefix of the physical line; the others start at their envelope.
+                piece["text"] = row["text"][: len(row["text"]) - len(row["rest"]) + end] if part == 0 else piece["rest"]
                 piece["part"] = part
                 piece["torn"] = True
-                piece["byte_offset"] = row["byte_offset"] + lead + len(row["rest"][:start].encode())
+                piece["byte_offset"] = row["byte_offset"] + (0 if part == 0 else lead + len(row["rest"][:start].encode()))
+                if part:
+                    piece["row"] = next_row
+                    next_row += 1
                 pieces.append(piece)
         if not pieces:
             return frame
@@ -198,7 +204,7 @@ class LineParser:
         fresh = fresh.with_columns([pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in reset + ["producer"]])
         fresh = self._match_envelopes(fresh.drop("msg")).select(frame.columns)
         kept = frame.filter(~pl.col("row").is_in(list(split_rows)))
-        return pl.concat([kept, fresh]).sort("line_no", "part")
+        return pl.concat([kept, fresh]).sort("row")
 
     def _launcher_fields(self) -> set[str]:
         return {f for spec in self._launchers for f in spec.fields}
@@ -285,7 +291,7 @@ class LineParser:
             .then(pl.lit("text"))
             .otherwise(pl.col("family"))
         )
-        return conform(lines.sort("row", "part"), self.schemas.lines)
+        return conform(lines.sort("line_no", "part"), self.schemas.lines)
 
     def _account(self, frame: pl.DataFrame, lines: pl.DataFrame) -> None:
         state = self.state

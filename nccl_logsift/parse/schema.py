@@ -77,6 +77,8 @@ class TableSchemas:
 
 def conform(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.DataFrame:
     """Select exactly ``columns`` in order, adding missing ones as nulls and casting to the schema."""
+    if frame.is_empty():
+        return pl.DataFrame(schema=columns)
     present = set(frame.columns)
     return frame.select(
         [

@@ -1,0 +1,1 @@
+"""Resolution: processes, communicator instances, global ranks and per-rank progress from parsed tables."""

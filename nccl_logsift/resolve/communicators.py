@@ -1,0 +1,138 @@
+"""Communicator instances and the ranks of every process, from the Init/Destroy rows of the ``comms`` table.
+
+The rank is not in NCCL's line prefix (grammar §2.5). Inside a process a communicator is its pointer;
+the pointer is reused after ncclCommDestroy, so each Init opens a new *instance* (``generation``) of the
+(host, pid, comm) key. Across processes an instance belongs to a communicator ``comm_uid``:
+
+* ``commId`` when NCCL prints it (2.16.2+; split children until 2.22.3);
+* for split children without commId (2.23.4+): the parent's uid with the split's color and count;
+* otherwise (pre-2.16): ``n<nranks>#<k>``, the k-th communicator of that size the process created. SPMD
+  programs create communicators in the same order on every rank, so this matches across processes, but
+  two disjoint groups of the same size (two tensor-parallel groups) share a uid; ``uid_exact`` says so.
+
+A process's global rank is its rank in the first communicator of the largest size (the world).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SEQ = "seq"
+PROCESS = ["host", "pid"]
+INSTANCE = ["host", "pid", "comm", "generation"]
+
+
+def with_seq(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
+    """A total order over all lines of all sources: source, then line, then part of a glued line."""
+    return frame.with_columns(
+        (
+            pl.col("source_id").cast(pl.Int64) * (1 << 40)
+            + pl.col("line_no").cast(pl.Int64) * (1 << 8)
+            + pl.col("part").cast(pl.Int64)
+        ).alias(SEQ)
+    )
+
+
+def number_instances(comms: pl.DataFrame) -> pl.DataFrame:
+    """Give every Init/Destroy row the ``generation`` of its (host, pid, comm) instance."""
+    rows = with_seq(comms).sort(SEQ)
+    init = pl.col("what") == "Init"
+    prev_phase = pl.col("phase").shift(1).over(["host", "pid", "comm"], order_by=SEQ)
+    prev_init = init.shift(1).over(["host", "pid", "comm"], order_by=SEQ)
+    # A new instance starts at START, or at a COMPLETE not preceded by its own START (pre-2.18.3).
+    opens = init & ((pl.col("phase") == "START") | ~((prev_phase == "START") & prev_init.fill_null(False)))
+    return rows.with_columns(
+        generation=opens.fill_null(False).cast(pl.Int32).cum_sum().over(["host", "pid", "comm"], order_by=SEQ)
+    )
+
+
+def instances(comms: pl.DataFrame) -> pl.DataFrame:
+    """One row per communicator instance in a process, with its uid and the process's global rank."""
+    numbered = number_instances(comms).filter(pl.col("comm").is_not_null())
+    init = numbered.filter(pl.col("what") == "Init")
+    if init.is_empty():
+        return _empty_instances()
+    first = pl.col("phase") == "START"
+    done = pl.col("phase") == "COMPLETE"
+    table = (
+        init.group_by(INSTANCE)
+        .agg(
+            start_seq=pl.col(SEQ).min(),
+            complete_seq=pl.col(SEQ).filter(done).min(),
+            init_started=first.any(),
+            init_completed=done.any(),
+            rank=pl.col("rank").first(),
+            nranks=pl.col("nranks").first(),
+            cuda_dev=pl.col("cuda_dev").drop_nulls().first(),
+            nvml_dev=pl.col("nvml_dev").drop_nulls().first(),
+            bus_id=pl.col("bus_id").drop_nulls().first(),
+            comm_id=pl.col("comm_id").drop_nulls().first(),
+            func=pl.col("func").drop_nulls().first(),
+            parent=pl.col("parent").drop_nulls().first(),
+            color=pl.col("color").drop_nulls().first(),
+            split_count=pl.col("split_count").drop_nulls().first(),
+            source_id=pl.col("source_id").first(),
+            line_no=pl.col("line_no").first(),
+        )
+        .sort("start_seq")
+    )
+    ended = (
+        numbered.filter(pl.col("what").is_in(["Destroy", "Abort"]))
+        .group_by(INSTANCE)
+        .agg(ended=pl.col("what").first(), end_seq=pl.col(SEQ).min())
+    )
+    table = table.join(ended, on=INSTANCE, how="left")
+    return _assign_uids(table)
+
+
+def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
+    ordinal = pl.int_range(pl.len()).over([*PROCESS, "nranks"], order_by="start_seq")
+    table = table.with_columns(
+        fallback_uid=pl.format("n{}#{}", pl.col("nranks"), ordinal),
+    )
+    # Split children without commId: parent's uid (the parent pointer's latest instance before the child).
+    parents = table.select(
+        *PROCESS,
+        pl.col("comm").alias("parent"),
+        pl.col("start_seq").alias("parent_seq"),
+        pl.coalesce("comm_id", "fallback_uid").alias("parent_uid"),
+    ).sort("parent_seq")
+    table = table.sort("start_seq").join_asof(
+        parents, left_on="start_seq", right_on="parent_seq", by=[*PROCESS, "parent"], strategy="backward", check_sortedness=False
+    )
+    split_uid = pl.format("{}/color{}#{}", "parent_uid", pl.col("color"), pl.col("split_count").fill_null(0))
+    table = table.with_columns(
+        comm_uid=pl.when(pl.col("comm_id").is_not_null())
+        .then(pl.col("comm_id"))
+        .when(pl.col("parent_uid").is_not_null() & pl.col("color").is_not_null())
+        .then(split_uid)
+        .otherwise(pl.col("fallback_uid")),
+        uid_exact=pl.col("comm_id").is_not_null() | pl.col("parent_uid").str.starts_with("0x").fill_null(False),
+    ).drop("fallback_uid", "parent_seq", "parent_uid")
+    world = table["nranks"].max()
+    process_rank = (
+        table.filter(pl.col("nranks") == world)
+        .sort("start_seq")
+        .group_by(PROCESS, maintain_order=True)
+        .agg(global_rank=pl.col("rank").first())
+    )
+    return table.join(process_rank, on=PROCESS, how="left").with_columns(world_size=pl.lit(world, pl.Int64))
+
+
+def _empty_instances() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "host": pl.String, "pid": pl.Int64, "comm": pl.UInt64, "generation": pl.Int32,
+            "start_seq": pl.Int64, "complete_seq": pl.Int64, "init_started": pl.Boolean,
+            "init_completed": pl.Boolean, "rank": pl.Int64, "nranks": pl.Int64, "cuda_dev": pl.Int64,
+            "nvml_dev": pl.Int64, "bus_id": pl.String, "comm_id": pl.String, "func": pl.String,
+            "parent": pl.UInt64, "color": pl.Int64, "split_count": pl.Int64, "source_id": pl.UInt16,
+            "line_no": pl.UInt32, "ended": pl.String, "end_seq": pl.Int64, "comm_uid": pl.String,
+            "uid_exact": pl.Boolean, "global_rank": pl.Int64, "world_size": pl.Int64,
+        }
+    )
+
+
+def process_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
+    """(host, pid) → global rank and world size."""
+    return instance_table.select(*PROCESS, "global_rank", "world_size").unique(PROCESS, keep="first")
