@@ -122,34 +122,42 @@ class LineReader:
 
     def _split(self, data: bytes, first_line_no: int, first_offset: int) -> LineChunk:
         """Split at every newline with numpy (no Python loop per line) and decode to UTF-8."""
-        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-        ends = newlines + 1
-        if not data.endswith(b"\n"):  # last line of the stream without a terminator
-            ends = np.append(ends, len(data))
-        offsets = np.empty(len(ends) + 1, dtype=np.int64)
-        offsets[0] = 0
-        offsets[1:] = ends
-        binary = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-        )
-        text = pl.Series("text", binary).cast(pl.String, strict=False)
-        if text.null_count():
-            text = self._repair_utf8(binary, text)
-        text = text.str.strip_suffix("\n").str.strip_suffix("\r")
-        count = len(ends)
+        offsets = _line_offsets(data)
+        binary = _binary_lines(data, offsets)
+        text = binary.view(pa.large_string())
+        try:
+            text.validate(full=True)
+        except pa.ArrowInvalid:
+            # Invalid UTF-8 somewhere in the chunk: replace it (U+FFFD) and count the lines that changed.
+            repaired = data.decode("utf-8", errors="replace").encode("utf-8")
+            fixed = _binary_lines(repaired, _line_offsets(repaired))
+            self.stats.invalid_utf8_lines += int((pl.Series(binary) != pl.Series(fixed)).sum())
+            text = fixed.view(pa.large_string())
+        count = len(offsets) - 1
         return LineChunk(
             source_id=self.source.source_id,
             line_no=pl.int_range(first_line_no, first_line_no + count, dtype=pl.UInt32, eager=True),
             byte_offset=pl.Series("byte_offset", offsets[:-1] + first_offset, dtype=pl.UInt64),
-            text=text,
+            text=pl.Series("text", text).str.strip_suffix("\n").str.strip_suffix("\r"),
         )
 
-    def _repair_utf8(self, binary: pa.LargeBinaryArray, text: pl.Series) -> pl.Series:
-        # Only the rows that failed to decode are touched here; they are rare in real logs.
-        bad = text.is_null().arg_true().to_list()
-        self.stats.invalid_utf8_lines += len(bad)
-        fixed = [binary[i].as_py().decode("utf-8", errors="replace") for i in bad]
-        return text.scatter(bad, fixed)
+
+def _line_offsets(data: bytes) -> np.ndarray:
+    """Start of every line, plus the end of the data: one vectorised scan for newlines."""
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+    if not data.endswith(b"\n"):  # the last line of the stream has no terminator
+        ends = np.append(ends, len(data))
+    offsets = np.empty(len(ends) + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = ends
+    return offsets
+
+
+def _binary_lines(data: bytes, offsets: np.ndarray) -> pa.LargeBinaryArray:
+    """Zero-copy view of ``data`` as one binary value per line (terminators included)."""
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 def _looks_binary(sample: bytes) -> bool:

@@ -1,0 +1,28 @@
+"""Shared test helpers: paths to fixtures and to the real corpus, and a CLI runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+CORPUS = (ROOT / ".." / "shared" / "corpus" / "real").resolve()
+
+
+@pytest.fixture
+def run_cli():
+    from nccl_logsift.cli import cli
+
+    def run(*args: str, input: bytes | str | None = None):
+        return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+
+    return run
+
+
+def corpus_files() -> list[Path]:
+    if not CORPUS.is_dir():
+        return []
+    return sorted(p for p in CORPUS.iterdir() if p.is_file() and p.suffix != ".md")
