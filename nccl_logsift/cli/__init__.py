@@ -24,6 +24,7 @@ def cli(verbose: int) -> None:
     \b
     Start here:
       logsift parse job.log -o tables/     turn the logs into Parquet tables you can query
+      logsift tables                       what every table and column means
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -31,8 +32,10 @@ def cli(verbose: int) -> None:
 
 def _register() -> None:
     from nccl_logsift.cli.parse import parse
+    from nccl_logsift.cli.tables import tables
 
     cli.add_command(parse)
+    cli.add_command(tables)
     try:
         from nccl_logsift.cli.simulate import simulate
     except ImportError:  # the simulator is an optional part of a source checkout in progress

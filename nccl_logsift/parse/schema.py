@@ -90,3 +90,53 @@ def conform(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.DataFram
 
 def empty(columns: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=columns)
+
+
+# Columns the parser and the resolver add, documented here because no grammar declares them.
+COLUMN_DOCS = {
+    "source_id": "index of the input (order of the PATH arguments, directories walked in sorted order)",
+    "line_no": "1-based line number in the (decompressed) input",
+    "part": "0, or the piece number when a glued line was cut at a second envelope",
+    "byte_offset": "where the line (or piece) starts in the decompressed input",
+    "producer": "whose envelope the line carries: nccl, torch_cpp, torch_py, or null for plain text",
+    "family": "the grammar family that parsed the line; blank / text for lines with no envelope; null = unparsed",
+    "pattern": "the pattern of the family that matched",
+    "torn": "the line was cut apart because another process's output was glued into it",
+    "text": "the line as read (launcher prefixes included)",
+    "rank": "lines: the resolved global rank (process's world rank, else torch or MPI label); collectives: rank in the communicator",
+    "global_rank": "rank of the process in the world communicator",
+    "generation": "instance number of the communicator pointer in its process (pointers are reused after destroy)",
+    "comm_uid": "communicator identity across processes: commId, split parentage, or n<nranks>#<k>",
+    "ordinal": "0-based position of this call among the process's calls on this communicator instance",
+}
+RESOLVED_TABLES = {
+    "communicators": "one row per communicator instance per process, resolved from the comms table",
+    "processes": "one row per process that initialised a communicator: host, pid, global rank, world size",
+}
+
+
+def table_docs(grammars: GrammarSet) -> str:
+    """Markdown describing every table and column, generated from the grammar files."""
+    schemas = TableSchemas.from_grammars(grammars, keep_text=True)
+    docs = {name: doc for g in grammars.grammars for f in g.fields for name, doc in [(f.name, f.doc)] if doc}
+    docs.update(COLUMN_DOCS)
+    families = grammars.tables
+    out = [
+        "# Tables written by `logsift parse`",
+        "",
+        f"Schema version `{SCHEMA_VERSION}`. Generated from the grammar files by `logsift tables`; do not edit.",
+        "Every message table starts with the location and process columns of the line it came from.",
+        "",
+    ]
+    sections = [("lines", "every input line", {**schemas.lines, "rank": pl.Int64()})]
+    sections += [
+        (name, "families: " + ", ".join(f"`{g.family}`" for g in families[name]), columns)
+        for name, columns in schemas.tables.items()
+    ]
+    for name, what, columns in sections:
+        out += [f"## `{name}`", "", what, "", "| column | type | meaning |", "|---|---|---|"]
+        out += [f"| `{c}` | {t} | {docs.get(c, '')} |" for c, t in columns.items()]
+        out.append("")
+    for name, what in RESOLVED_TABLES.items():
+        out += [f"## `{name}`", "", what, ""]
+    return "\n".join(out)
