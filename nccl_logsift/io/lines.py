@@ -19,7 +19,7 @@ from nccl_logsift.io.sources import Source
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_CHUNK_BYTES = 4 << 20
 
 # Magic numbers of the compressed formats read transparently (files and stdin alike).
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"))
