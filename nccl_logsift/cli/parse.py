@@ -76,7 +76,7 @@ def _manifest(summary: ParseSummary, sink: ParquetSink) -> dict:
 
 def _print_summary(summary: ParseSummary, output: Path) -> None:
     console = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     for skipped in summary.skipped:
         err.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
     for item in summary.inputs:
