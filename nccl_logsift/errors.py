@@ -25,4 +25,4 @@ class GrammarError(LogsiftError):
 
     def __init__(self, diagnostics: list[str]):
         self.diagnostics = diagnostics
-        super().__init__("\n".join(diagnostics))
+        super().__init__(f"{len(diagnostics)} grammar problem(s):\n  " + "\n  ".join(diagnostics))

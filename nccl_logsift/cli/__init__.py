@@ -31,11 +31,13 @@ def cli(verbose: int) -> None:
 
 
 def _register() -> None:
+    from nccl_logsift.cli.grammar import grammar
     from nccl_logsift.cli.parse import parse
     from nccl_logsift.cli.tables import tables
 
     cli.add_command(parse)
     cli.add_command(tables)
+    cli.add_command(grammar)
     try:
         from nccl_logsift.cli.simulate import simulate
     except ImportError:  # the simulator is an optional part of a source checkout in progress
