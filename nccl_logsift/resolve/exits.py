@@ -177,7 +177,7 @@ def _slurm(rows: pl.DataFrame) -> pl.DataFrame:
         signal=_signal_of_reason(pl.col("exit_reason")),
         root_cause=pl.lit(False),
         origin=pl.lit("slurm"),
-        reason=pl.col("exit_reason"),
+        reason=_squeeze(pl.col("exit_reason")),
         script=pl.lit(None, dtype=pl.String),
     )
 
@@ -194,7 +194,7 @@ def _single(rows: pl.DataFrame, origin: str) -> pl.DataFrame:
         signal=pl.coalesce(by_number, _signal_of_reason(pl.col("exit_reason"))),
         root_cause=pl.lit(False),
         origin=pl.lit(origin),
-        reason=pl.coalesce(pl.col("exit_reason"), pl.col("detail")),
+        reason=_squeeze(pl.coalesce(pl.col("exit_reason"), pl.col("detail"))),
         script=pl.lit(None, dtype=pl.String),
     )
 
@@ -208,6 +208,11 @@ def _signal_of_exit_code(code: pl.Expr) -> pl.Expr:
 def _signal_of_reason(reason: pl.Expr) -> pl.Expr:
     plain = reason.str.replace(r"\s*\(core dumped\)\s*$", "").str.strip_chars()
     return plain.replace_strict(REASON_SIGNALS, default=None, return_dtype=pl.String)
+
+
+def _squeeze(text: pl.Expr) -> pl.Expr:
+    """Bash pads the job-control reason to a column ("Aborted                 (core dumped)")."""
+    return text.str.replace_all(r"\s+", " ").str.strip_chars()
 
 
 def _conform(exits: pl.DataFrame) -> pl.DataFrame:

@@ -140,6 +140,7 @@ def test_elastic_slurm_and_shell_reports(tmp_path):
 
     shell = got.filter(pl.col("origin") == "shell").row(0, named=True)
     assert (shell["rank"], shell["pid"], shell["signal"]) == (3, 918301, "SIGABRT")
+    assert shell["reason"] == "Aborted (core dumped)"
     pals = got.filter(pl.col("origin") == "pals").row(0, named=True)
     assert (pals["host"], pals["rank"], pals["signal"]) == ("gpu-c11.hsn.example.org", 6, "SIGABRT")
 
