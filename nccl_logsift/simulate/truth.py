@@ -1,0 +1,64 @@
+"""The ground-truth document (schema ``nccl-logsift/truth/v1``) of a simulated job.
+
+Keys the findings contract uses: ``scenario, seed, nccl_version, torch_version, world_size, nodes,
+hosts, communicators[{comm_id, nranks, ranks}], faults[{kind, primary, ranks, hosts, comm, seq, op}]``.
+Extra keys help tests and people: per communicator its ``name``, the NCCL function that created it
+and which ranks started / completed its init; ``processes`` maps ranks to host and pid; each fault has
+a one-line ``detail``. ``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
+lines of that communicator in one process), not NCCL's opCount.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nccl_logsift.simulate.engine import Timeline
+    from nccl_logsift.simulate.job import Job
+
+SCHEMA = "nccl-logsift/truth/v1"
+
+KINDS = (
+    "rank_behind", "collective_mismatch", "watchdog_timeout", "init_incomplete", "bootstrap_failure",
+    "interface_misconfig", "transport_fallback", "net_error", "cuda_error", "duplicate_gpu", "host_collision",
+    "process_exit", "latency_outlier", "nccl_error",
+)
+
+
+def truth_document(job: "Job", timeline: "Timeline") -> dict:
+    cluster = job.cluster
+    comms = []
+    for c in cluster.comms:
+        started = sorted({i.rank for run in timeline.runs for i in run.issues if i.comm == c.index and i.pos == 0})
+        if not started:
+            continue
+        completed = sorted({i.rank for run in timeline.runs for i in run.issues
+                            if i.comm == c.index and i.pos == 0 and i.done is not None and (run.end is None or i.done <= run.end)})
+        comms.append({
+            "comm_id": c.comm_id_text,
+            "nranks": c.nranks,
+            "ranks": list(c.ranks),
+            "name": c.kind,
+            "created_by": c.func,
+            "init_started": started,
+            "init_completed": completed,
+        })
+    faults = []
+    for f in job.truth:
+        assert f.kind in KINDS, f.kind
+        faults.append({"kind": f.kind, "primary": f.primary, "ranks": f.ranks, "hosts": f.hosts, "comm": f.comm,
+                       "seq": f.seq, "op": f.op, "detail": f.detail})
+    return {
+        "schema": SCHEMA,
+        "scenario": job.scenario.name,
+        "seed": job.options.seed,
+        "nccl_version": job.nccl.version,
+        "torch_version": job.torch.version,
+        "layout": job.options.layout,
+        "world_size": job.ranks,
+        "nodes": len(cluster.hosts),
+        "hosts": [h.name for h in cluster.hosts],
+        "processes": [{"rank": p.rank, "host": p.host.name, "pid": p.pid, "local_rank": p.local_rank} for p in cluster.procs],
+        "communicators": comms,
+        "faults": faults,
+    }
