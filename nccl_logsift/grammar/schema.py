@@ -43,7 +43,10 @@ SCHEMA_ID = "nccl-logsift/grammar/v1"
 
 # Columns every message table carries from the line's location and envelope; a message field may not
 # reuse these names, or it would overwrite them.
-MESSAGE_KEYS = ("host", "pid", "tid", "dev", "level", "severity", "ts", "torch_rank", "task", "local_rank", "mpi_rank")
+MESSAGE_KEYS = (
+    "host", "pid", "tid", "dev", "level", "severity", "ts", "src_file", "src_line", "logger",
+    "torch_rank", "task", "local_rank", "mpi_rank",
+)
 LOCATION_COLUMNS = ("source_id", "line_no", "part")
 RESERVED_MESSAGE_COLUMNS = frozenset((*LOCATION_COLUMNS, *MESSAGE_KEYS, "family", "pattern", "row"))
 

@@ -32,9 +32,11 @@ _MATCH = "__all"
 _LAUNCHER_ROUNDS = 3
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
 # An NCCL envelope head anywhere in a line: used to find where a second process's line was glued in.
+# A PyTorch C++ line ([rank4]:[E ProcessGroupNCCL.cpp:563] ...) glued into another line is cut there too.
 _GLUED_HEAD = regex.compile(
     r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*):\d+:\d+ "
     r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
+    r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ])"
 )
 
 
@@ -169,9 +171,10 @@ class LineParser:
         self.state.known_hosts.update(
             frame.filter(pl.col("producer") == "nccl")["host"].unique().drop_nulls().to_list()
         )
-        suspect = (
-            (pl.col("producer") == "nccl") & pl.col("msg").str.contains(" NCCL ", literal=True)
-        ) | (pl.col("producer").is_null() & pl.col("rest").str.contains(" NCCL ", literal=True))
+        def glued(col: str) -> pl.Expr:
+            return pl.col(col).str.contains(" NCCL ", literal=True) | pl.col(col).str.contains("]:[", literal=True)
+
+        suspect = (pl.col("producer").is_not_null() & glued("msg")) | (pl.col("producer").is_null() & glued("rest"))
         candidates = frame.filter(suspect)
         if candidates.is_empty():
             return frame
@@ -199,10 +202,18 @@ class LineParser:
             return frame
         split_rows = {p["row"] for p in pieces}
         fresh = pl.DataFrame(pieces, schema=frame.schema)
-        # Every piece gets its envelope matched again from scratch.
-        reset = [c for c in self.schemas.prefix_columns if c in fresh.columns and c not in self._launcher_fields()]
-        fresh = fresh.with_columns([pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in reset + ["producer"]])
-        fresh = self._match_envelopes(fresh.drop("msg")).select(frame.columns)
+        # The first piece keeps the launcher prefix of the physical line and gets its envelope matched again;
+        # the glued pieces belong to other processes, so their prefixes are stripped from scratch.
+        launcher = self._launcher_fields()
+        envelope = [c for c in self.schemas.prefix_columns if c not in launcher] + ["producer"]
+        head = fresh.filter(pl.col("part") == 0).with_columns([pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in envelope])
+        glued_in = fresh.filter(pl.col("part") > 0).with_columns(
+            [pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in [*launcher, *envelope]]
+        )
+        fresh = pl.concat([
+            self._match_envelopes(head.drop("msg")).select(frame.columns),
+            self._match_envelopes(self._strip_launchers(glued_in.drop("msg"))).select(frame.columns),
+        ])
         kept = frame.filter(~pl.col("row").is_in(list(split_rows)))
         return pl.concat([kept, fresh]).sort("row")
 
@@ -213,6 +224,10 @@ class LineParser:
         cuts = []
         for m in _GLUED_HEAD.finditer(text):
             start = m.start()
+            if m.group("torch"):
+                if start > 0:
+                    cuts.append(start)
+                continue
             host = m.group("host")
             if host not in self.state.known_hosts:
                 # The torn tail of the previous line is glued to the host name ("...CUMEM/rex3006c0s1b1n0:...").
@@ -280,12 +295,15 @@ class LineParser:
 
     # ------------------------------------------------------------------ the lines table and counts
     def _lines_table(self, frame: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:
-        blank = pl.col("rest").str.strip_chars() == ""
+        # A blank line, or an envelope with nothing after it (NCCL's empty WARN lines, "WARNING:torch...:").
+        blank = (pl.col("rest").str.strip_chars() == "") | (
+            pl.col("producer").is_not_null() & (pl.col("msg").str.strip_chars() == "")
+        )
         lines = frame.drop("family", "pattern", strict=False).join(assigned, on="row", how="left")
         lines = lines.with_columns(
             family=pl.when(pl.col("family").is_not_null())
             .then(pl.col("family"))
-            .when(blank & ~pl.col("torn"))
+            .when(blank)
             .then(pl.lit("blank"))
             .when(pl.col("producer").is_null() & ~pl.col("torn"))
             .then(pl.lit("text"))
@@ -299,9 +317,12 @@ class LineParser:
         state.family_counts.update(dict(lines.group_by("family").len().iter_rows()))
         enveloped = lines.filter(pl.col("producer").is_not_null())
         state.envelope_lines += enveloped.height
-        missing = lines.filter(pl.col("producer").is_not_null() & pl.col("family").is_null())
+        # A piece of a line that another process's output cut short is damage, not an unknown format: it is
+        # counted as a torn fragment, and only the other enveloped lines no family claimed count as unparsed.
+        unclaimed = pl.col("family").is_null()
+        missing = lines.filter(pl.col("producer").is_not_null() & unclaimed & ~pl.col("torn"))
         state.unparsed_envelope_lines += missing.height
-        state.torn_fragments += lines.filter(pl.col("torn") & pl.col("family").is_null()).height
+        state.torn_fragments += lines.filter(pl.col("torn") & unclaimed).height
         if missing.height:
             shapes = (
                 frame.filter(pl.col("producer").is_not_null())
