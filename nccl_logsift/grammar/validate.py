@@ -4,7 +4,8 @@ Checks (numbered as in grammars/README.md):
   G5  each sample lands in its own family, through exactly one pattern of it;
   G6  every pattern is exercised by at least one sample;
   G7  each expected field has the typed value the parser produces;
-  G8  no other family of the same source has a pattern matching the sample (no overlaps hidden by order);
+  G8  no other family of the same source has a pattern that would claim the sample (same level, anchor and
+      regex): overlaps must not be hidden by dispatch order;
   G9  near-miss lines are not claimed by the family.
 """
 
@@ -69,7 +70,7 @@ def check_samples(grammars: GrammarSet) -> list[SampleResult]:
                 used_patterns.setdefault(g.family, set()).add(row["pattern"])
                 table = tables[g.table].filter(pl.col("line_no") == line_no)
                 problems += _compare(expect, table.row(0, named=True), _kinds(grammars, g))
-            problems += _overlaps(grammars, g, msgs[line_no])
+            problems += _overlaps(grammars, g, msgs[line_no], row["level"])
         else:
             problems += _compare(expect, {**row, "msg": msgs[line_no]["msg"]}, _kinds(grammars, g))
             used_patterns.setdefault(g.family, set()).update(_prefix_patterns_matching(g, g.samples[i].line))
@@ -117,7 +118,7 @@ def _compare(expect: dict, row: dict, kinds: dict) -> list[str]:
     return problems
 
 
-def _overlaps(grammars: GrammarSet, g: Grammar, parsed: dict) -> list[str]:
+def _overlaps(grammars: GrammarSet, g: Grammar, parsed: dict, level: str | None) -> list[str]:
     message = parsed["msg"] if g.source != "text" else parsed["rest"]
     if message is None:
         return []
@@ -126,7 +127,7 @@ def _overlaps(grammars: GrammarSet, g: Grammar, parsed: dict) -> list[str]:
         for o in grammars.messages(g.source)
         if o is not g
         for p in o.patterns
-        if p.anchor in message and regex.search(p.regex, message)
+        if (not p.level or p.level == level) and p.anchor in message and regex.search(p.regex, message)
     ]
     return [f"also matched by {others} (G8)"] if others else []
 
