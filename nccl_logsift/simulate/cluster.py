@@ -89,13 +89,17 @@ class Communicator:
     stream: dict[int, int] = field(default_factory=dict)
     nodes: list[list[int]] = field(default_factory=list)  # comm ranks grouped per NCCL node
     nchannels: int = 2
+    cache: dict = field(default_factory=dict)  # rings, trees and the rank index, computed once
 
     @property
     def nranks(self) -> int:
         return len(self.ranks)
 
     def rank_of(self, global_rank: int) -> int:
-        return self.ranks.index(global_rank)
+        index = self.cache.get("index")
+        if index is None:
+            index = self.cache["index"] = {g: i for i, g in enumerate(self.ranks)}
+        return index[global_rank]
 
     @property
     def comm_id_text(self) -> str:
@@ -116,13 +120,20 @@ class Cluster:
     pgs: list[ProcessGroup]
     comms: list[Communicator]
     parallel: Parallel
+    _by_rank: dict = field(default_factory=dict)
 
     @property
     def world(self) -> Communicator:
         return self.comms[0]
 
     def comms_of(self, rank: int) -> list[Communicator]:
-        return [c for c in self.comms if rank in c.ptr]
+        if self._by_rank.get(-1) != len(self.comms):
+            self._by_rank.clear()
+            for c in self.comms:
+                for r in c.ranks:
+                    self._by_rank.setdefault(r, []).append(c)
+            self._by_rank[-1] = len(self.comms)
+        return self._by_rank.get(rank, [])
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -233,12 +244,24 @@ def nccl_nodes(ranks: list[int], procs: list[Process]) -> list[list[int]]:
 
 def ring(comm: Communicator, channel: int) -> list[int]:
     """Ring order (comm ranks) of one channel: nodes in order, GPUs of a node ascending or mirrored."""
+    key = ("ring", channel)
+    if key in comm.cache:
+        return comm.cache[key]
     order: list[int] = []
     for local in comm.nodes:
         if channel % 2 and len(local) > 2:
             local = [local[0], *reversed(local[1:])]
         order.extend(local)
+    comm.cache[key] = order
+    comm.cache[("ringpos", channel)] = {r: i for i, r in enumerate(order)}
     return order
+
+
+def ring_neighbours(comm: Communicator, channel: int, me: int) -> tuple[int, int]:
+    """(previous, next) of comm rank ``me`` in the channel's ring."""
+    order = ring(comm, channel)
+    i = comm.cache[("ringpos", channel)][me]
+    return order[i - 1], order[(i + 1) % len(order)]
 
 
 def tree(comm: Communicator, channel: int) -> dict[int, tuple[list[int], int]]:
@@ -247,6 +270,9 @@ def tree(comm: Communicator, channel: int) -> dict[int, tuple[list[int], int]]:
     Within a node the GPUs form a chain from the node's first rank; node heads form a binary tree,
     mirrored on odd channels (NCCL's double binary tree, §3.2).
     """
+    key = ("tree", channel % 2)
+    if key in comm.cache:
+        return comm.cache[key]
     out: dict[int, tuple[list[int], int]] = {}
     n = len(comm.nodes)
     order = list(range(n)) if channel % 2 == 0 else list(reversed(range(n)))
@@ -263,6 +289,7 @@ def tree(comm: Communicator, channel: int) -> dict[int, tuple[list[int], int]]:
                     if c < n:
                         children.append(comm.nodes[order[c]][0])
             out[r] = (children[:3], parent)
+    comm.cache[key] = out
     return out
 
 

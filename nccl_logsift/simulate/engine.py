@@ -125,6 +125,7 @@ class Engine:
         self.multi_node = {c.index: len(c.nodes) > 1 for c in cluster.comms}
         self.queue: deque[int] = deque()
         self.stack: list[tuple[int, int]] = []
+        self.members = {c.index: len(c.ranks) for c in cluster.comms}
 
     # ------------------------------------------------------------------------------------- issuing
     def run(self) -> Timeline:
@@ -248,12 +249,12 @@ class Engine:
 
     def _check(self, comm: int, pos: int) -> None:
         slot = self.slots.get((comm, pos))
-        members = self.cluster.comms[comm].ranks
-        if slot is None or len(slot) < len(members):
+        if slot is None or len(slot) < self.members[comm]:
+            return
+        if next(iter(slot.values())).done is not None:
             return
         issues = list(slot.values())
-        if issues[0].done is not None:
-            return
+        members = issues
         if any(i.prev is not None and i.prev.done is None for i in issues):
             return
         if (comm, pos) in self.faults.broken or (pos > 0 and comm in self.faults.dead_comms):
@@ -271,9 +272,9 @@ class Engine:
         done = t0 + dur
         for i in issues:
             i.done = done
+        following = {(i.nxt.comm, i.nxt.pos) for i in issues if i.nxt is not None}
+        self.stack.extend(sorted(following))
         for i in issues:
-            if i.nxt is not None:
-                self.stack.append((i.nxt.comm, i.nxt.pos))
             run = self.runs[i.rank]
             if run.state in ("sync", "init") and self.last[i.rank] is i:
                 run.state = "running"

@@ -68,7 +68,10 @@ def chunks(job: Job, timeline: Timeline, records: list[Record], *, buffered: boo
 
 
 def tear(chunks_: list[Chunk], rate: float, rng: random.Random) -> list[Chunk]:
-    """Cut a few lines in two and glue the next write of another process into the cut (§9.2)."""
+    """Cut a few NCCL lines in two and glue another process's next NCCL write into the cut (§9.2).
+
+    Only NCCL's block-buffered writes are torn: Python's line-buffered output arrives as whole lines.
+    """
     if rate <= 0:
         return chunks_
     out: list[Chunk] = []
@@ -77,8 +80,8 @@ def tear(chunks_: list[Chunk], rate: float, rng: random.Random) -> list[Chunk]:
     while i < len(queue):
         c = queue[i]
         lines = c.text.count("\n")
-        if c.proc >= 0 and c.chan != "bulk" and lines and rng.random() < min(0.5, rate * lines):
-            j = next((k for k in range(i + 1, min(i + 40, len(queue))) if queue[k].proc != c.proc and queue[k].chan != "bulk"), None)
+        if c.chan == "nccl" and lines and rng.random() < min(0.5, rate * lines):
+            j = next((k for k in range(i + 1, min(i + 40, len(queue))) if queue[k].proc != c.proc and queue[k].chan == "nccl"), None)
             starts = [0] + [k + 1 for k, ch in enumerate(c.text) if ch == "\n"][:-1]
             line_start = rng.choice(starts)
             line_end = c.text.index("\n", line_start)

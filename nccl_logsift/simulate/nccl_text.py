@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from nccl_logsift.simulate.cluster import Cluster, Communicator, Process, affinity_mask, ring, tree
+from nccl_logsift.simulate.cluster import Cluster, Communicator, Process, affinity_mask, ring, ring_neighbours, tree
 from nccl_logsift.simulate.program import Op
 from nccl_logsift.simulate.versions import NcclProfile
 
@@ -238,9 +238,7 @@ class NcclText:
         out: list[Msg] = []
         ring_edges: dict[tuple[str, int], list[int]] = {}
         for ch in range(comm.nchannels):
-            order = ring(comm, ch)
-            i = order.index(me)
-            nxt, prv = order[(i + 1) % len(order)], order[i - 1]
+            prv, nxt = ring_neighbours(comm, ch, me)
             if self._is_net(comm, prv, me):
                 ring_edges.setdefault(("receive", prv), []).append(ch)
             ring_edges.setdefault(("send", nxt), []).append(ch)
@@ -249,7 +247,7 @@ class NcclText:
                 a, b = (me, peer) if direction == "send" else (peer, me)
                 out.append(info(role, self._edge(comm, a, b, ch, 0, direction)))
         procs = self.cluster.procs
-        gdr = int(any(self._is_net(comm, me, o) for o in range(comm.nranks)) and procs[rank].host.gdr and procs[rank].host.has_ib)
+        gdr = int(len(comm.nodes) > 1 and procs[rank].host.gdr and procs[rank].host.has_ib)
         out.append(info(role, self.p.connected_rings.format(gdr=gdr)))
         tree_edges: dict[int, list[int]] = {}
         for ch in range(comm.nchannels):

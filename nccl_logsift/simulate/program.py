@@ -141,7 +141,7 @@ def build_programs(cluster: Cluster, steps: int, rng: random.Random, step_time: 
         spent = sum(i.gap for i in step_items)
         for it in step_items:
             if it.op and it.op.name == "AllReduce" and it.op.count > 1 and it.op.comm == dcomm.index:
-                it.gap += max(0.0, step_time - spent) / len(buckets)
+                it.gap += max(0.0, step_time - spent)
                 break
         else:
             step_items[0].gap += max(0.0, step_time - spent)

@@ -55,14 +55,14 @@ class Narrator:
         self.torch = TorchText(job.torch, job.nccl, self.rng, self.site)
         self.elastic = ElasticText(job.torch, self.site, self.rng)
         self.story = Story()
+        self._pg_index: dict[int, dict[int, int]] = {}
         self.per_rank = job.options.layout == "per-rank"
         self.pg_local: dict[tuple[int, int], int] = {}
-        for p in job.cluster.procs:
-            local = 0
-            for pg in job.cluster.pgs:
-                if p.rank in pg.ranks:
-                    self.pg_local[(p.rank, pg.index)] = local
-                    local += 1
+        count: dict[int, int] = {}
+        for pg in job.cluster.pgs:
+            for r in pg.ranks:
+                self.pg_local[(r, pg.index)] = count.get(r, 0)
+                count[r] = count.get(r, 0) + 1
 
     # ---------------------------------------------------------------------------------- helpers
     def when(self, t: float) -> datetime:
@@ -83,6 +83,12 @@ class Narrator:
             self.story.add(t, rank, "nccl", envelope(proc, tid, m, self.ts(t, m)))
             t += step
         return t
+
+    def pg_rank(self, pg, rank: int) -> int:
+        index = self._pg_index.get(pg.index)
+        if index is None:
+            index = self._pg_index[pg.index] = {r: i for i, r in enumerate(pg.ranks)}
+        return index[rank]
 
     def buffers_of(self, rank: int) -> dict[str, int]:
         return Buffers(rank)
@@ -228,7 +234,7 @@ class Narrator:
         pg = job.cluster.pgs[issue.pg]
         mine = [i for i in run.issues if i.pg == issue.pg and i.pos > 0]
         done = [i.seq for i in mine if i.done is not None]
-        block = self.torch.async_error_block(pg=pg, pg_local_id=self.pg_local[(rank, pg.index)], pg_rank=pg.ranks.index(rank),
+        block = self.torch.async_error_block(pg=pg, pg_local_id=self.pg_local[(rank, pg.index)], pg_rank=self.pg_rank(pg, rank),
                                              seq=issue.seq, last_enqueued=max(i.seq for i in mine), last_completed=max(done, default=0),
                                              code=job.nccl.remote_error if job.nccl.remote_error == 6 else 2, last_error=msgs[0].text)
         self.c10_block(rank, (run.end or t) - 0.3, block)
@@ -251,7 +257,7 @@ class Narrator:
         op = w.issue.op
         ran = int((w.t - w.issue.t) * 1000)
         block = self.torch.watchdog_block(
-            job.cluster.procs[rank], self.when(w.t), pg=pg, pg_local_id=self.pg_local[(rank, pg.index)], pg_rank=pg.ranks.index(rank),
+            job.cluster.procs[rank], self.when(w.t), pg=pg, pg_local_id=self.pg_local[(rank, pg.index)], pg_rank=self.pg_rank(pg, rank),
             seq=w.issue.seq, torch_op=op.torch_op, numel_in=op.numel_in, numel_out=op.numel_out, ran_ms=ran,
             last_enqueued=w.last_enqueued, last_completed=w.last_completed, first_pg=w is run.watchdogs[0])
         self.c10_block(rank, w.t, block)
@@ -261,9 +267,9 @@ class Narrator:
     def c10_block(self, rank: int, t: float, block: list[tuple[str, str]]) -> None:
         proc = self.job.cluster.procs[rank]
         lines = []
-        for kind, text in block:
+        for i, (kind, text) in enumerate(block):
             if kind.startswith("c10:"):
-                lines.append(self.torch.c10(proc, self.when(t), "E", kind[4:], text))
+                lines.append(self.torch.c10(proc, self.when(t + i * 2.3e-5), "E", kind[4:], text))
             else:
                 lines.append(text)
         self.story.add(t, rank, "err", "\n".join(lines))
@@ -343,7 +349,7 @@ class Narrator:
             killed = [r for r in mine if r.end_kind in ("killed", "cancelled")]
             if not failed and not killed:
                 continue
-            t = min((r.end for r in killed), default=(failed[0].end or 0.0) + 0.5) - 0.01
+            t = (min(r.end for r in killed) if killed else (failed[0].end or 0.0) + 0.5) - 0.01
             lines = []
             for r in killed:
                 lines += self.elastic.sigterm(self.when(t), job.cluster.procs[r.rank].pid, agent_pid)

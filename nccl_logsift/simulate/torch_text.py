@@ -19,7 +19,7 @@ CPP = "ProcessGroupNCCL.cpp"
 def glog_c10(when: datetime, severity: str, line: int, timed: bool) -> str:
     """c10's MessageLogger prefix: ``[E602 14:03:11.123456789 ProcessGroupNCCL.cpp:607] `` or ``[E ...:607] ``."""
     if timed:
-        ns = when.microsecond * 1000 + (line * 37) % 1000
+        ns = when.microsecond * 1000 + (when.microsecond * 7 + line) % 1000
         return f"[{severity}{when.month}{when.day:02d} {when:%H:%M:%S}.{ns:09d} {CPP}:{line}] "
     return f"[{severity} {CPP}:{line}] "
 

@@ -3,7 +3,8 @@
 Keys the findings contract uses: ``scenario, seed, nccl_version, torch_version, world_size, nodes,
 hosts, communicators[{comm_id, nranks, ranks}], faults[{kind, primary, ranks, hosts, comm, seq, op}]``.
 Extra keys help tests and people: per communicator its ``name``, the NCCL function that created it
-and which ranks started / completed its init; ``processes`` maps ranks to host and pid; each fault has
+and which ranks entered ncclCommInitRank/Split (``init_started``: they print Init START from 2.18.3)
+and completed it (``init_completed``); ``processes`` maps ranks to host and pid; each fault has
 a one-line ``detail``. ``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
 lines of that communicator in one process), not NCCL's opCount.
 """
@@ -27,13 +28,20 @@ KINDS = (
 
 def truth_document(job: "Job", timeline: "Timeline") -> dict:
     cluster = job.cluster
+    started_by: dict[int, list[int]] = {}
+    completed_by: dict[int, list[int]] = {}
+    for run in timeline.runs:
+        for i in run.issues:
+            if i.pos == 0 and job.faults.init_fail.get((run.rank, i.comm)) != "no_interface":
+                started_by.setdefault(i.comm, []).append(run.rank)
+                if i.done is not None and (run.end is None or i.done <= run.end):
+                    completed_by.setdefault(i.comm, []).append(run.rank)
     comms = []
     for c in cluster.comms:
-        started = sorted({i.rank for run in timeline.runs for i in run.issues if i.comm == c.index and i.pos == 0})
+        started = sorted(started_by.get(c.index, []))
         if not started:
             continue
-        completed = sorted({i.rank for run in timeline.runs for i in run.issues
-                            if i.comm == c.index and i.pos == 0 and i.done is not None and (run.end is None or i.done <= run.end)})
+        completed = sorted(completed_by.get(c.index, []))
         comms.append({
             "comm_id": c.comm_id_text,
             "nranks": c.nranks,
