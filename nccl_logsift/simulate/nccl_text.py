@@ -40,10 +40,32 @@ def envelope(proc: Process, tid: int, msg: Msg, ts: str | None) -> str:
     return f"{head}NCCL {msg.level} {msg.text}"
 
 
-def trace(role: str, profile: NcclProfile, site: str, code: int, thread: str = "") -> Msg:
-    """An error-propagation line (§1.9): ``file:line -> N`` with an optional ``[thread]`` tag."""
+def trace(role: str, profile: NcclProfile, site: str, code: int, thread: str = "", nth: int = 0) -> Msg:
+    """An error-propagation line (§1.9): ``file:line -> N`` with an optional ``[thread]`` tag.
+
+    ``nth`` > 0 moves to another call site of the same file (a chain passes through a file more than once).
+    """
     tag = f" {thread}" if thread else ""
-    return info(role, f"{profile.sites[site]} -> {code}{tag}")
+    return info(role, f"{shift(profile.sites[site], 37 * nth)} -> {code}{tag}")
+
+
+def shift(site: str, by: int) -> str:
+    path, line = site.rsplit(":", 1)
+    return f"{path}:{int(line) + by}"
+
+
+def chain(role: str, profile: NcclProfile, code: int, sites: list[str]) -> list[Msg]:
+    """Trace lines through ``sites`` (keys of ``profile.sites``), each repeated file at a new line."""
+    seen: dict[str, int] = {}
+    out = []
+    for key in sites:
+        thread = ""
+        if "|" in key:
+            key, thread = key.split("|", 1)
+        out.append(trace(role if not thread.startswith("main") else "main", profile, key, code,
+                         "" if thread in ("", "main") else thread, seen.get(key, 0)))
+        seen[key] = seen.get(key, 0) + 1
+    return out
 
 
 class NcclText:
@@ -303,27 +325,23 @@ class NcclText:
 
     # ------------------------------------------------------------------------------ failures §6
     def warn(self, role: str, site_key: str, text: str) -> Msg:
-        return Msg(role, "WARN", text, self.p.sites[site_key])
+        """A WARN at a call site a few lines above the first trace line of the same file."""
+        return Msg(role, "WARN", text, shift(self.p.sites[site_key], -19))
 
     def ib_completion_error(self, proc: Process, peer: Process, rng: random.Random) -> list[Msg]:
         p = self.p
         code = p.remote_error
         text = p.ib_completion.format(peer=f"{peer.host.ip}<{rng.randrange(32768, 60999)}>", status=12, opcode=0,
                                       len=0, vendor=129, req="Send", hca=proc.host.nics[proc.nic])
-        return [
-            Msg("progress", "WARN", text, p.ib_site),
-            trace("progress", p, "net_ib", code),
-            trace("progress", p, "net", code),
-            trace("progress", p, "proxy", code),
-            trace("progress", p, "proxy", code, p.progress_thread),
-        ]
+        return [Msg("progress", "WARN", text, p.ib_site)] + chain(
+            "progress", p, code, ["net_ib", "net", "proxy", f"proxy|{p.progress_thread}"])
 
-    def socket_closed(self, role: str, peer: Process, rng: random.Random, chain: tuple[str, ...]) -> list[Msg]:
+    def socket_closed(self, role: str, peer: Process, rng: random.Random, sites: tuple[str, ...]) -> list[Msg]:
         p = self.p
         port = rng.randrange(32768, 60999)
         text = p.socket_closed.format(peer=f"{peer.host.ip}<{port}>", peer_name=f"{peer.host.name}<{port}>")
         code = p.remote_error
-        return [self.warn(role, "socket", text), trace(role, p, "socket", code)] + [trace(role, p, s, code) for s in chain]
+        return [self.warn(role, "socket", text)] + chain(role, p, code, ["socket", *sites])
 
     def connect_failure(self, role: str, addr: str, err: str, *, timed_out: bool) -> list[Msg]:
         """Bootstrap connect to a peer that never answers (§6.2), with NCCL's retries."""
@@ -335,32 +353,21 @@ class NcclText:
             for attempt in (1, 2, 3):
                 out.append(info(role, p.connect_retry.format(err=err, addr=addr, attempt=attempt, retries=34, msec=100 * attempt)))
             out.append(self.warn(role, "socket", p.connect_refused.format(addr=addr, err=err, retries=34, attempts=35)))
-        out += [trace(role, p, "socket", 2), trace(role, p, "bootstrap", 2), trace(role, p, "bootstrap", 2),
-                trace(role, p, "init", 2)]
-        out += self._async_tail(role, 2)
-        return out
+        return out + chain(role, p, 2, ["socket", "bootstrap", "bootstrap", "init", *self.async_tail()])
 
-    def _async_tail(self, role: str, code: int) -> list[Msg]:
-        p = self.p
-        out = [trace(role, p, "init", code)]
-        if p.async_tag:
-            out.append(trace(role, p, "group", code, "[Async thread]"))
-        out.append(trace("main", p, "group", code))
-        return out
+    def async_tail(self) -> list[str]:
+        """How an init error reaches the caller: through the init job's thread (2.14+), then ncclGroupEnd."""
+        return ["init", *(["group|[Async thread]"] if self.p.async_tag else []), "group|main"]
 
     def no_interface(self) -> list[Msg]:
         p = self.p
-        return [self.warn("main", "bootstrap", p.no_interface), trace("main", p, "bootstrap", 3), trace("main", p, "init", 3)]
+        return [self.warn("main", "bootstrap", p.no_interface)] + chain("main", p, 3, ["bootstrap", "init"])
 
     def cuda_oom(self, role: str) -> list[Msg]:
         p = self.p
-        out = [self.warn(role, "alloc", p.cuda_oom)]
-        out += [trace(role, p, "alloc", 1), trace(role, p, "p2p", 1), trace(role, p, "transport", 1)]
-        out += self._async_tail(role, 1)
-        return out
+        return [self.warn(role, "alloc", p.cuda_oom)] + chain(role, p, 1, ["alloc", "p2p", "transport", "init", *self.async_tail()])
 
     def duplicate_gpu(self, role: str, rank: int, other: int, bus: str) -> list[Msg]:
         p = self.p
-        out = [self.warn(role, "init", p.duplicate_gpu.format(rank=rank, other=other, bus=bus)), trace(role, p, "init", 5)]
-        out += self._async_tail(role, 5)
-        return out
+        text = p.duplicate_gpu.format(rank=rank, other=other, bus=bus)
+        return [self.warn(role, "init", text)] + chain(role, p, 5, ["init", "init", *self.async_tail()])

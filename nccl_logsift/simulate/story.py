@@ -244,8 +244,7 @@ class Narrator:
         job, rank = self.job, run.rank
         peer = job.cluster.procs[data["peer"]]
         comm = job.cluster.comms[run.issues[-1].comm] if run.issues else job.cluster.world
-        msgs = self.nccl.socket_closed(f"init:{comm.index}", peer, self.rng, ("bootstrap", "bootstrap", "init"))
-        msgs += self.nccl._async_tail(f"init:{comm.index}", job.nccl.remote_error)
+        msgs = self.nccl.socket_closed(f"init:{comm.index}", peer, self.rng, ("bootstrap", "bootstrap", *self.nccl.async_tail()))
         t = self.emit(rank, t, msgs)
         code = job.nccl.remote_error if job.nccl.remote_error == 6 else 2
         where = "init_process_group" if comm.eager and comm.kind == "world" else "ddp"
