@@ -22,7 +22,7 @@ from nccl_logsift.simulate.engine import Engine, Timeline
 from nccl_logsift.simulate.job import LAYOUTS, Job, Options, OptionError, build_job
 from nccl_logsift.simulate.scenarios import SCENARIOS
 from nccl_logsift.simulate.story import Record, tell
-from nccl_logsift.simulate.truth import truth_document
+from nccl_logsift.simulate.truth import dumps, truth_document
 
 __all__ = ["LAYOUTS", "SCENARIOS", "OptionError", "Options", "Simulation", "simulate", "write"]
 
@@ -78,9 +78,7 @@ def write(options: Options, output: str, truth_path: str | None = None) -> Simul
             with open(output, "wb") as fh:
                 layout.write_stream(fh, pieces)
     if truth_path:
-        import json
-
-        Path(truth_path).write_text(json.dumps(sim.truth, indent=2) + "\n")
+        Path(truth_path).write_text(dumps(sim.truth))
     return sim
 
 

@@ -233,9 +233,11 @@ def _build_comms(job: Job) -> None:
     pgs, _member = build_groups(ranks, cluster.parallel)
     cluster.pgs = pgs
     split = torch.eager_init and version_key(nccl.version) >= (2, 18)
+    # PyTorch 2.x calls ncclCommInitRankConfig once NCCL has it (2.14+); 1.13 calls ncclCommInitRank.
+    init_api = "ncclCommInitRankConfig" if version_key(torch.version) >= (2, 0) and version_key(nccl.version) >= (2, 14) else "ncclCommInitRank"
     heap = {p.rank: 0x550000000000 + (rng.getrandbits(28) << 12) for p in cluster.procs}
 
-    def add(kind: str, name: str, members: list[int], pg: int, *, func: str = "ncclCommInitRank", parent: int | None = None,
+    def add(kind: str, name: str, members: list[int], pg: int, *, func: str = init_api, parent: int | None = None,
             color: int = 0, split_count: int = 0, eager: bool = False) -> Communicator:
         comm = Communicator(len(cluster.comms), kind, name, members, rng.getrandbits(64) | (1 << 56), pg, func, parent,
                             color, split_count, eager)
@@ -252,7 +254,7 @@ def _build_comms(job: Job) -> None:
     world = add("world", "world", list(range(ranks)), 0, eager=torch.eager_init)
     for pg in pgs[1:]:
         if pg.kind in ("tp", "dp"):
-            add(pg.kind, f"{pg.kind}{pg.index}", pg.ranks, pg.index, func="ncclCommSplit" if split else "ncclCommInitRank",
+            add(pg.kind, f"{pg.kind}{pg.index}", pg.ranks, pg.index, func="ncclCommSplit" if split else init_api,
                 parent=world.index if split else None, color=rng.getrandbits(30) if split else 0,
                 split_count=pg.guid if split else 0, eager=split)
         elif pg.kind == "pp":

@@ -123,7 +123,7 @@ class NcclText:
         proc = self.cluster.procs[rank]
         parent = self.cluster.comms[comm.parent] if comm.parent is not None else None
         return {
-            "func": self.p.init_func,
+            "func": self.p.init_func.format(api=comm.func),
             "comm": f"0x{comm.ptr[rank]:x}",
             "rank": comm.rank_of(rank),
             "nranks": comm.nranks,
@@ -201,7 +201,7 @@ class NcclText:
             parts = [rng.uniform(0.05, 0.3), rng.uniform(0.2, 1.5), rng.uniform(0.01, 0.2), rng.uniform(0.01, 0.3),
                      rng.uniform(0.1, 1.2), rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.05)]
             names = ("kernels", "alloc", "bootstrap", "allgathers", "topo", "graphs", "connections", "rest")
-            out.append(info(role, p.init_timings.format(func=comm.func if comm.func == "ncclCommSplit" else p.init_func, rank=me,
+            out.append(info(role, p.init_timings.format(func=comm.func if comm.func == "ncclCommSplit" else f["func"], rank=me,
                                                         nranks=comm.nranks, total=sum(parts), **dict(zip(names, parts)))))
         return out
 

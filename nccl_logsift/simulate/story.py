@@ -109,10 +109,11 @@ class Narrator:
         t0 = run.issues[0].t - 2.0 if run.issues else max(0.0, (run.end or 1.0) - 1.0)
         if job.options.noise:
             self.story.add(max(0.0, t0 - 1.5), rank, "err", "\n".join(noise.python_warnings(self.site, self.rng)))
-            if rank == 0:
+            first_op = next((i.t for i in run.issues if i.pos > 0), None)
+            if rank == 0 and first_op is not None:
                 par = job.cluster.parallel
                 total = job.steps + job.bulk_steps
-                self.story.add(max(0.0, t0 - 1.0), rank, "out", "\n".join(noise.config_lines(job.ranks, par.tp, par.pp, par.dp, total, self.rng)))
+                self.story.add(first_op - 0.5, rank, "out", "\n".join(noise.config_lines(job.ranks, par.tp, par.pp, par.dp, total, self.rng)))
         started = False
         banner = False
         failure = job.faults.init_fail

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from nccl_logsift.simulate.engine import Timeline
     from nccl_logsift.simulate.job import Job
 
+import json
+import re
+
 SCHEMA = "nccl-logsift/truth/v1"
 
 KINDS = (
@@ -70,3 +73,11 @@ def truth_document(job: "Job", timeline: "Timeline") -> dict:
         "communicators": comms,
         "faults": faults,
     }
+
+
+def dumps(doc: dict) -> str:
+    """Indented JSON whose flat lists and small objects stay on one line (readable at 4096 ranks)."""
+    text = json.dumps(doc, indent=2)
+    text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + re.sub(r",\s+", ", ", m.group(1)) + "]", text)
+    text = re.sub(r"\{\s+(\"rank\": [^{}\[\]]*?)\s+\}", lambda m: "{" + re.sub(r",\s+", ", ", m.group(1)) + "}", text)
+    return text + "\n"

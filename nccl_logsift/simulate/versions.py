@@ -39,7 +39,7 @@ class NcclProfile:
     split_start: str | None
     split_complete: str | None
     bootstrap_split: str | None  # 2.18.1-2.22.3
-    init_func: str  # funcName printed for non-split inits ("" when the template has none)
+    init_func: str  # funcName printed for non-split inits: "" (none), a literal (2.21-2.22), or "{api}" (2.23+)
     summary: str | None  # §2.2 nRanks/nNodes line (2.20.3+)
     bootstrap_timings: str | None  # 2.23.4+
     affinity: str | None  # "mask" (<= 2.26), "range" (2.27), None
@@ -305,7 +305,7 @@ _V2_26 = replace(
     split_start=_SPLIT_224_START,
     split_complete=_SPLIT_224_COMPLETE,
     bootstrap_split=None,
-    init_func="ncclCommInitRankConfig",
+    init_func="{api}",
     bootstrap_timings=_BOOT_TIMINGS,
     ring_dump="digits",
     p2p_path="P2P/CUMEM",

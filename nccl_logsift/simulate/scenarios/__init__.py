@@ -28,7 +28,7 @@ class Scenario:
     min_gpus: int = 1  # GPUs per node
     needs_pp: bool = False
     trains: bool = True  # the fault happens after training started (so --size can stream steps first)
-    min_steps: int = 4
+    min_steps: int = 3
     min_nccl: str | None = None
     min_nccl_why: str = ""
 
