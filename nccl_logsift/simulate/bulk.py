@@ -40,6 +40,7 @@ class Block:
         self.keys: dict[str, tuple[int, int]] = {}  # placeholder -> (value at step 0, increment per step)
         self.lines: dict[int, list[str]] = {}  # rank -> its lines of one step (templates)
         self.ts_ranks: list[int] = []
+        self.offsets: dict[tuple[int, int], float] = {}  # (rank, op) -> seconds into the step (timestamped logs)
         layout = job.options.layout
         label = _label(job)
         for run in tl.runs:
@@ -49,11 +50,15 @@ class Block:
             per_comm = Counter(it.op.comm for it in items)  # type: ignore[union-attr]
             seen: Counter = Counter()
             out = []
-            stamp = ""
+            offset = 0.0
             if job.info_timestamps:
-                stamp = f"[%(t{rank})s] "
                 self.ts_ranks.append(rank)
-            for it in items:
+            for j, it in enumerate(items):
+                offset += it.gap
+                stamp = ""
+                if job.info_timestamps:
+                    stamp = f"[%(t{rank}_{j})s] "
+                    self.offsets[(rank, j)] = offset
                 op = it.op
                 comm = job.cluster.comms[op.comm]  # type: ignore[union-attr]
                 base = run.bulk_opcount.get(comm.index, 0)
@@ -126,11 +131,12 @@ class Block:
         job = self.job
         if self.progress:
             vals["progress"] = noise.progress_line(b + 1, job.steps + self.steps, 1000 * self.period * self.rng.uniform(0.97, 1.03), self.rng)
-        if self.ts_ranks:
+        if self.offsets:
             when = job.time(self.start + b * self.period)
             fmt = (job.info_timestamps or "%Y-%m-%d %H:%M:%S").replace("%6f", "%f")
-            for r in self.ts_ranks:
-                vals[f"t{r}"] = (when + timedelta(milliseconds=5 * (r % 7) + (150 if r in job.notes.get("slow", ()) else 0))).strftime(fmt)
+            jitter = self.rng.random
+            for (r, j), offset in self.offsets.items():
+                vals[f"t{r}_{j}"] = (when + timedelta(seconds=offset + 0.002 * jitter())).strftime(fmt)
         return vals
 
     def interleaved(self) -> Iterator[str]:

@@ -333,7 +333,7 @@ class NcclText:
         code = p.remote_error
         text = p.ib_completion.format(peer=f"{peer.host.ip}<{rng.randrange(32768, 60999)}>", status=12, opcode=0,
                                       len=0, vendor=129, req="Send", hca=proc.host.nics[proc.nic])
-        return [Msg("progress", "WARN", text, p.ib_site)] + chain(
+        return [Msg("progress", "WARN", text, shift(p.ib_site, -19))] + chain(
             "progress", p, code, ["net_ib", "net", "proxy", f"proxy|{p.progress_thread}"])
 
     def socket_closed(self, role: str, peer: Process, rng: random.Random, sites: tuple[str, ...]) -> list[Msg]:

@@ -22,6 +22,9 @@ def inject(job) -> None:
         if it.kind == "op" and it.step >= 0 and it.step not in seen:
             seen.add(it.step)
             prog[i] = type(it)(**{**{f: getattr(it, f) for f in it.__slots__}, "gap": it.gap + lag})
+    shape = job.shape.items[rank]  # the steady-state step --size repeats
+    shape[0] = type(shape[0])(**{**{f: getattr(shape[0], f) for f in shape[0].__slots__}, "gap": shape[0].gap + lag})
+    job.shape.period += lag
     job.notes.update(slow={rank}, lag=lag, culprit=rank)
 
 
