@@ -3,6 +3,8 @@
 Keys the findings contract uses: ``scenario, seed, nccl_version, torch_version, world_size, nodes,
 hosts, communicators[{comm_id, nranks, ranks}], faults[{kind, primary, ranks, hosts, comm, seq, op}]``.
 Extra keys help tests and people: per communicator its ``name``, the NCCL function that created it
+(split children also name their ``parent`` comm_id, ``color`` and ``split_count``, which is how to find
+them in 2.23.4+ logs, where split children print no commId)
 and which ranks entered ncclCommInitRank/Split (``init_started``: they print Init START from 2.18.3)
 and completed it (``init_completed``); ``processes`` maps ranks to host and pid; each fault has
 a one-line ``detail``. ``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
@@ -51,6 +53,9 @@ def truth_document(job: "Job", timeline: "Timeline") -> dict:
             "ranks": list(c.ranks),
             "name": c.kind,
             "created_by": c.func,
+            "parent": cluster.comms[c.parent].comm_id_text if c.parent is not None else None,
+            "color": c.color if c.parent is not None else None,
+            "split_count": c.split_count if c.parent is not None else None,
             "init_started": started,
             "init_completed": completed,
         })

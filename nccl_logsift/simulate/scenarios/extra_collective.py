@@ -2,8 +2,8 @@
 
 ``extra``: rank 0 calls ``dist.barrier()`` inside an ``if rank == 0`` block (e.g. before saving a
 checkpoint): its AllReduce of 1 element meets the others' gradient AllReduce at the same position.
-``missing``: one rank skips the loss all-reduce its peers make, so from then on its calls are one
-position ahead. Either way the counts disagree and every member of the communicator hangs there.
+``missing``: one rank skips the all-reduce of one gradient bucket (its parameter group is frozen
+there), so its next call meets the others' call for the bucket it skipped. Either way the counts disagree and every member of the communicator hangs there.
 """
 
 from nccl_logsift.simulate.program import FLOAT32, Item, Op
@@ -23,12 +23,14 @@ def inject(job) -> None:
         detail = "rank 0 called dist.barrier() (AllReduce of 1 element) that no other rank called"
     else:
         rank = job.pick(list(range(1, job.ranks)))
-        comm = job.cluster.world
-        loss = [i for i in job.step_items(rank, step, comm.index) if job.programs[rank][i].op.slot == "loss"]
-        job.notes["skipped"] = job.programs[rank].pop(loss[0])
-        index = next(i for i in range(loss[0], len(job.programs[rank]))
-                     if job.programs[rank][i].kind == "op" and job.programs[rank][i].op.comm == comm.index)
-        detail = f"rank {rank} skipped the loss all-reduce of step {step}; its next call lands where the others still make it"
+        comm = job.data_comm(rank)
+        # Skip the middle bucket: the next call (the last bucket, another size) is issued right away
+        # and meets the others' middle bucket, so the mismatch is on record.
+        buckets = [i for i in job.step_items(rank, step, comm.index) if job.programs[rank][i].op.slot.startswith("b")]
+        job.notes["skipped"] = job.programs[rank].pop(buckets[1])
+        index = buckets[2] - 1
+        detail = (f"rank {rank} skipped the all-reduce of a gradient bucket in step {step} (a parameter group frozen on that rank); "
+                  "its next all-reduce meets the others' skipped one")
     job.notes.update(culprit=rank, index=index, variant=variant, detail=detail, comm=comm.index)
 
 
