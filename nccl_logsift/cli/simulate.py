@@ -103,12 +103,15 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
         elif target.is_dir():
             raise click.BadParameter(f"{output} is a directory; give a file name (or use --layout per-rank)",
                                      param_hint="'-o' / '--output'")
-        parent = target.parent if layout != "per-rank" else target.parent
-        if not parent.exists():
-            raise click.BadParameter(f"directory {parent} does not exist", param_hint="'-o' / '--output'")
+        if not target.parent.is_dir():
+            raise click.BadParameter(f"directory {target.parent} does not exist", param_hint="'-o' / '--output'")
+    if truth_path is not None and not Path(truth_path).parent.is_dir():
+        raise click.BadParameter(f"directory {Path(truth_path).parent} does not exist", param_hint="'--truth'")
     options = Options(scenario=name, ranks=ranks, nodes=nodes, ops=ops, nccl_version=nccl_version, torch_version=torch_version,
                       layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate)
     try:
         write(options, output, truth_path)
     except OptionError as exc:
         raise click.UsageError(str(exc)) from None
+    except OSError as exc:
+        raise click.UsageError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None

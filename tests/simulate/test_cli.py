@@ -103,6 +103,8 @@ def test_noise_brings_torn_and_glued_lines_that_the_parser_splits(tmp_path):
         (["-s", "init-hang", "--size", "1MB", "-o", "x.log"], "fails before training"),
         (["-s", "veth-interface", "--nodes", "1", "-o", "x.log"], "at least 2 nodes"),
         (["--layout", "per-rank", "-o", "-"], "per-rank"),
+        (["-o", "no/such/dir/x.log"], "does not exist"),
+        (["-o", "x.log", "--truth", "no/such/dir/t.json"], "does not exist"),
         ([], "Missing option '-o'"),
     ],
 )
