@@ -48,7 +48,9 @@ MESSAGE_KEYS = (
     "torch_rank", "task", "local_rank", "mpi_rank",
 )
 LOCATION_COLUMNS = ("source_id", "line_no", "part")
-RESERVED_MESSAGE_COLUMNS = frozenset((*LOCATION_COLUMNS, *MESSAGE_KEYS, "family", "pattern", "row"))
+# Columns the resolver adds to tables (the world rank of the line's process, the comm instance of a call).
+RESOLVED_COLUMNS = ("global_rank", "generation", "rank_in_comm", "comm_uid", "ordinal")
+RESERVED_MESSAGE_COLUMNS = frozenset((*LOCATION_COLUMNS, *MESSAGE_KEYS, *RESOLVED_COLUMNS, "family", "pattern", "row"))
 
 
 class Layer(StrEnum):
