@@ -15,6 +15,25 @@ from nccl_logsift.simulate.versions import NCCL_RESULTS, NcclProfile, TorchProfi
 
 CPP = "ProcessGroupNCCL.cpp"
 
+# The watchdog's messages (pytorch-and-peers.md §1.4; the number there in brackets). A profile lists the
+# ones its release prints (versions.TorchProfile.timeout_report and friends).
+MESSAGES = {
+    "caught": "{rank_tag} Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds before timing out.",  # [1]
+    "status": "{pgp} Timeout at NCCL work: {seq}, last enqueued NCCL work: {enq}, last completed NCCL work: {done}.",  # [3]
+    "exception_at": ("{pgp} Exception (either an error or timeout) detected by watchdog at work: {seq}, "
+                     "last enqueued NCCL work: {enq}, last completed NCCL work: {done}."),  # [4]
+    "failure": "{pgp}  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {enq}, last completed work: {done}",  # [5]
+    "stack": ("Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. "
+              "You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value."),  # [12]
+    "dump": ("{pgp} Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. "
+             "Last enqueued NCCL work: {enq}, last completed NCCL work: {done}.This is most likely caused by incorrect usages of collectives, "
+             "e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some "
+             "reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the "
+             "communications library (e.g. NCCL), etc. "),  # [11]
+    "first_pg": "{pgp} First PG on this rank to signal dumping.",  # [11]
+}
+MESSAGE_LINE = {"caught": "timeout", "first_pg": "dump"}  # message key -> key of TorchProfile.lines
+
 
 def glog_c10(when: datetime, severity: str, line: int, timed: bool) -> str:
     """c10's MessageLogger prefix: ``[E602 14:03:11.123456789 ProcessGroupNCCL.cpp:607] `` or ``[E ...:607] ``."""
@@ -79,36 +98,27 @@ class TorchText:
         return f"Exception raised from {where} at /opt/pytorch/pytorch/torch/csrc/distributed/c10d/{CPP}:{line} (most recent call first):"
 
     # ------------------------------------------------------------------------------- watchdog
+    def _report(self, keys: tuple[str, ...], fields: dict) -> list[tuple[str, str]]:
+        return [(f"c10:{MESSAGE_LINE.get(k, k)}", MESSAGES[k].format(**fields)) for k in keys]
+
     def watchdog_block(self, proc: Process, when: datetime, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int,
                        seq: int, torch_op: str, numel_in: int, numel_out: int, ran_ms: int,
                        last_enqueued: int, last_completed: int, first_pg: bool) -> list[tuple[str, str]]:
-        """A collective timeout as the watchdog reports it: ("c10"|"raw", text) pairs, in order."""
+        """A collective timeout as the watchdog reports it: ("c10:<line key>"|"raw", text) pairs, in order."""
         p = self.p
-        gen = p.generation
-        rank_tag = f"[Rank {pg_rank}]"
-        pgp = self.pg_prefix(pg, pg_local_id, pg_rank)
-        caught = f"{rank_tag} Watchdog caught collective operation timeout: {self.work(seq, torch_op, numel_in, numel_out)} ran for {ran_ms} milliseconds before timing out."
-        lines: list[tuple[str, str]] = [("c10:timeout", caught)]
-        if gen in ("2.4", "2.5"):
-            lines.append(("c10:exception_at", f"{pgp} Exception (either an error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {last_enqueued}, last completed NCCL work: {last_completed}."))
-        if gen in ("2.3", "2.4", "2.5"):
-            lines.append(("c10:status", f"{pgp} Timeout at NCCL work: {seq}, last enqueued NCCL work: {last_enqueued}, last completed NCCL work: {last_completed}."))
-        if gen == "2.6":
-            lines.append(("c10:failure", f"{pgp}  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {last_enqueued}, last completed work: {last_completed}"))
-            lines.append(("c10:stack", "Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value."))
-        if gen in ("2.5", "2.6") and first_pg:
-            lines.append(("c10:dump", f"{pgp} Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. "
-                                      f"Last enqueued NCCL work: {last_enqueued}, last completed NCCL work: {last_completed}.This is most likely caused by incorrect usages of collectives, "
-                                      "e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. "
-                                      "Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library (e.g. NCCL), etc. "))
-            lines.append(("c10:dump", f"{pgp} First PG on this rank to signal dumping."))
-        lines += self._take_down(rank_tag)
-        lines += self._terminate(caught, pgp, rank_tag, "timeout", "checkTimeout")
+        fields = {"rank_tag": f"[Rank {pg_rank}]", "pgp": self.pg_prefix(pg, pg_local_id, pg_rank), "seq": seq,
+                  "enq": last_enqueued, "done": last_completed, "ran": ran_ms,
+                  "work": self.work(seq, torch_op, numel_in, numel_out)}
+        lines = self._report(p.timeout_report, fields)
+        if first_pg:
+            lines += self._report(p.first_pg_report, fields)
+        lines += self._take_down(fields["rank_tag"])
+        lines += self._terminate(MESSAGES["caught"].format(**fields), fields["pgp"], fields["rank_tag"], "timeout", "checkTimeout")
         return lines
 
     def _take_down(self, rank_tag: str) -> list[tuple[str, str]]:
         p = self.p
-        tag = f"{rank_tag} " if p.generation not in ("1.13",) and p.rank_prefix else ""
+        tag = f"{rank_tag} " if p.rank_tag_take_down else ""
         some = "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."
         if not p.split_warning:
             return [("c10:some_ops", some + " To avoid this inconsistency, we are taking the entire process down.")]
@@ -116,13 +126,15 @@ class TorchText:
 
     def _terminate(self, reason: str, pgp: str, rank_tag: str, frames: str, raised_in: str) -> list[tuple[str, str]]:
         p = self.p
-        gen = p.generation
         out: list[tuple[str, str]] = []
-        if gen == "1.13":
+        if p.watchdog_exit == "what":
             out.append(("raw", f"terminate called after throwing an instance of '{p.cpp_exception}'"))
             out += [("raw", f"  what():  {line}" if i == 0 else line) for i, line in enumerate(reason.split("\n"))]
             return out
-        head = f"{rank_tag} NCCL watchdog thread terminated with exception: " if gen == "2.2" else f"{pgp} Process group watchdog thread terminated with exception: "
+        if p.watchdog_exit == "nccl_watchdog":
+            head = f"{rank_tag} NCCL watchdog thread terminated with exception: "
+        else:
+            head = f"{pgp} Process group watchdog thread terminated with exception: "
         message = head + reason
         raised = [self._raised(raised_in, p.lines["check"]), *self.frames(frames), ""]
         first, *rest = message.split("\n")
@@ -145,17 +157,12 @@ class TorchText:
     def async_error_block(self, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int, seq: int, last_enqueued: int,
                           last_completed: int, code: int, last_error: str) -> list[tuple[str, str]]:
         """An asynchronous NCCL error (e.g. an IB completion error) found by the watchdog."""
-        gen = self.p.generation
-        rank_tag = f"[Rank {pg_rank}]"
-        pgp = self.pg_prefix(pg, pg_local_id, pg_rank)
-        reason = self.nccl_error_text(code, last_error)
-        lines: list[tuple[str, str]] = []
-        if gen in ("2.4", "2.5"):
-            lines.append(("c10:exception_at", f"{pgp} Exception (either an error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {last_enqueued}, last completed NCCL work: {last_completed}."))
-        if gen == "2.6":
-            lines.append(("c10:failure", f"{pgp}  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {last_enqueued}, last completed work: {last_completed}"))
-        lines += self._take_down(rank_tag)
-        lines += self._terminate(reason, pgp, rank_tag, "error", "checkForNCCLErrorsInternal")
+        fields = {"rank_tag": f"[Rank {pg_rank}]", "pgp": self.pg_prefix(pg, pg_local_id, pg_rank), "seq": seq,
+                  "enq": last_enqueued, "done": last_completed}
+        lines = self._report(self.p.error_report, fields)
+        lines += self._take_down(fields["rank_tag"])
+        lines += self._terminate(self.nccl_error_text(code, last_error), fields["pgp"], fields["rank_tag"], "error",
+                                 "checkForNCCLErrorsInternal")
         return lines
 
     # ------------------------------------------------------------------------- Python exceptions

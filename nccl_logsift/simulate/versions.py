@@ -374,7 +374,7 @@ class TorchProfile:
 
     series: str
     version: str
-    generation: str  # watchdog generation: "1.13", "2.2", "2.3", "2.4", "2.5", "2.6"
+    generation: str  # watchdog generation: "1.13", "2.2", "2.3", "2.4", "2.5", "2.6" (for people; code reads the fields below)
     rank_prefix: bool  # c10 lines start with "[rankN]:" (2.3+)
     glog_time: bool  # "[E602 14:03:11.123456789 file:line]" (2.4+) instead of "[E file:line]"
     pg_prefix: str  # "rank" | "pg" | "pg_desc" | "pg_guid"  (pytorch-and-peers.md §1.4 PG prefix)
@@ -387,6 +387,12 @@ class TorchProfile:
     cpp_exception: str  # what std::terminate reports
     split_warning: bool  # 1.13: the two "Some NCCL operations..." sentences are one line
     python: str
+    # The watchdog's report, as keys of torch_text.MESSAGES in print order (pytorch-and-peers.md §1.4 #1-#12).
+    timeout_report: tuple[str, ...] = ("caught",)
+    error_report: tuple[str, ...] = ()  # what precedes the take-down lines for an asynchronous NCCL error
+    first_pg_report: tuple[str, ...] = ()  # extra lines of the first PG of a rank to time out (dump signal, 2.5+)
+    rank_tag_take_down: bool = False  # "[Rank R] " before "Some NCCL operations..." (2.3+)
+    watchdog_exit: str = "what"  # "what": terminate + what(); "nccl_watchdog" (2.2) / "pg_watchdog" (2.3+) exception line first
     lines: dict[str, int] = field(default_factory=dict)  # ProcessGroupNCCL.cpp line numbers by message
 
 
@@ -405,16 +411,20 @@ _T20 = replace(_T113, series="2.0", version="2.0.1", split_warning=True, python=
 _T21 = replace(_T20, series="2.1", version="2.1.2", store_barrier=False, exception_class="torch.distributed.DistBackendError",
                cpp_exception="c10::DistBackendError", lines={"timeout": 915, "some_ops": 489, "take_down": 495, "watchdog_exc": 0, "check": 915, "watchdog_loop": 0, "async": 509})
 _T22 = replace(_T21, series="2.2", version="2.2.2", generation="2.2", numel=True, timeout_ms=600000, elastic_log="bracketed",
+               watchdog_exit="nccl_watchdog",
                lines={"timeout": 525, "some_ops": 539, "take_down": 545, "watchdog_exc": 1182, "check": 527, "watchdog_loop": 1186, "async": 559})
 _T23 = replace(_T22, series="2.3", version="2.3.1", generation="2.3", rank_prefix=True, pg_prefix="pg", eager_init=True,
+               timeout_report=("caught", "status"), rank_tag_take_down=True, watchdog_exit="pg_watchdog",
                lines={"timeout": 563, "some_ops": 577, "take_down": 583, "watchdog_exc": 1414, "check": 565, "watchdog_loop": 1418, "status": 1537, "async": 597})
 _T24 = replace(_T23, series="2.4", version="2.4.1", generation="2.4", glog_time=True, pg_prefix="pg_desc", elastic_log="glog", python="3.11",
+               timeout_report=("caught", "exception_at", "status"), error_report=("exception_at",),
                lines={"timeout": 607, "some_ops": 621, "take_down": 627, "watchdog_exc": 1521, "check": 609, "watchdog_loop": 1525,
                       "status": 1664, "exception_at": 1592, "async": 641})
-_T25 = replace(_T24, series="2.5", version="2.5.1", generation="2.5", pg_prefix="pg_guid",
+_T25 = replace(_T24, series="2.5", version="2.5.1", generation="2.5", pg_prefix="pg_guid", first_pg_report=("dump", "first_pg"),
                lines={"timeout": 616, "some_ops": 630, "take_down": 636, "watchdog_exc": 1601, "check": 618, "watchdog_loop": 1605,
                       "status": 1748, "exception_at": 1670, "dump": 1724, "async": 650})
 _T26 = replace(_T25, series="2.6", version="2.6.0", generation="2.6",
+               timeout_report=("caught", "failure", "stack"), error_report=("failure",),
                lines={"timeout": 632, "some_ops": 658, "take_down": 664, "watchdog_exc": 1683, "check": 635, "watchdog_loop": 1689,
                       "failure": 1771, "stack": 1810, "dump": 1785, "async": 678})
 _T27 = replace(_T26, series="2.7", version="2.7.1",
