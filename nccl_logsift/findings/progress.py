@@ -1,0 +1,476 @@
+"""Rules about how far each rank got: ranks behind, mismatched collectives, watchdog timeouts (LS1xx).
+
+| code | name | kind | severity |
+|---|---|---|---|
+| LS101 | rank-behind | rank_behind | critical |
+| LS102 | collective-mismatch | collective_mismatch | critical |
+| LS103 | watchdog-timeout | watchdog_timeout | error |
+
+Positions are compared within one communicator (NCCL) or one process group (PyTorch) only: NCCL counts
+calls per communicator (``ordinal``, the parser's count of COLL lines, because opCount is unreliable,
+grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import polars as pl
+
+from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.context import Job
+from nccl_logsift.model import Finding, Kind, Severity
+
+# PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
+TIMEOUT_EVENTS = ("watchdog_timeout", "blocking_wait_timeout")
+WORK_STATE_EVENTS = ("timeout_at_work", "exception_at_work", "failure_at_work")
+# last_enqueued / last_completed beyond this are uninitialised memory, not counts (seen in real logs:
+# "last completed NCCL work: 3904955349522264369").
+PLAUSIBLE_SEQ = 1 << 40
+P2P_OPS = ("Send", "Recv")
+
+
+def world_pg(frame: pl.DataFrame) -> pl.Expr:
+    """Rows of the default process group: pg_id 0, or no PG prefix at all."""
+    return pl.col("pg_id").is_null() | (pl.col("pg_id") == 0) if "pg_id" in frame.columns else pl.lit(True)
+
+
+def pg_key() -> pl.Expr:
+    """A process-group key that is equal across ranks: its description (e.g. default_pg) or id."""
+    return pl.coalesce(pl.col("pg_desc"), pl.col("pg_id").cast(pl.String), pl.lit("default_pg"))
+
+
+def timeouts(job: Job) -> pl.DataFrame:
+    """Watchdog timeout rows with the rank that logged them, its PG key and a plausible last-completed."""
+    torch = job.table("torch")
+    if torch.is_empty() or "event" not in torch.columns:
+        return pl.DataFrame()
+    rows = torch.filter(pl.col("event").is_in(TIMEOUT_EVENTS))
+    if rows.is_empty():
+        return rows
+    rank = pl.coalesce(pl.col("torch_rank"), pl.col("work_rank"), pl.col("pg_rank"))
+    return rows.with_columns(job_rank=rank.cast(pl.Int64), pg=pg_key())
+
+
+def work_states(job: Job) -> pl.DataFrame:
+    """'Timeout at NCCL work' / 'failure detected by watchdog' rows: last enqueued / completed per rank and PG."""
+    torch = job.table("torch")
+    if torch.is_empty() or "event" not in torch.columns:
+        return pl.DataFrame()
+    rows = torch.filter(pl.col("event").is_in(WORK_STATE_EVENTS))
+    plausible = lambda c: pl.when(pl.col(c).is_between(-1, PLAUSIBLE_SEQ)).then(pl.col(c))  # noqa: E731
+    return rows.with_columns(
+        job_rank=pl.coalesce(pl.col("torch_rank"), pl.col("pg_rank")).cast(pl.Int64),
+        pg=pg_key(),
+        last_enqueued=plausible("last_enqueued"),
+        last_completed=plausible("last_completed"),
+        implausible=~pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ) | ~pl.col("last_enqueued").is_between(-1, PLAUSIBLE_SEQ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CommProgress:
+    """Per communicator uid: each member's last call (ordinal, op) as the COLL lines show it."""
+
+    uid: str
+    nranks: int
+    last: pl.DataFrame  # rank, global_rank, ordinal, op, source_id, line_no, part, host, pid, dev
+
+
+def comm_progress(job: Job) -> list[CommProgress]:
+    coll = job.table("collectives")
+    comms = job.table("communicators")
+    if coll.is_empty() or "comm_uid" not in coll.columns:
+        return []
+    coll = coll.filter(pl.col("comm_uid").is_not_null())
+    last = (
+        coll.sort("ordinal")
+        .group_by("comm_uid", "rank")
+        .agg(pl.all().last())
+        .select("comm_uid", "rank", "global_rank", "ordinal", "op", "source_id", "line_no", "part", "host", "pid", "dev", "nranks")
+    )
+    out = []
+    for uid, group in last.group_by("comm_uid"):
+        nranks = int(group["nranks"].max())
+        members = comms.filter(pl.col("comm_uid") == uid[0]) if not comms.is_empty() else comms
+        if members.height:
+            silent = members.join(group.select("rank"), on="rank", how="anti").select(
+                "rank", "global_rank", pl.lit(-1, pl.Int64).alias("ordinal"), pl.lit(None, pl.String).alias("op"),
+                "source_id", "line_no", pl.lit(0, pl.UInt8).alias("part"), "host", "pid",
+                pl.col("cuda_dev").alias("dev"), "nranks",
+            )
+            group = pl.concat([group, silent], how="diagonal_relaxed")
+        out.append(CommProgress(uid[0], nranks, group.sort("rank")))
+    return out
+
+
+def hang_evidence(job: Job) -> bool:
+    """Something says the job stopped abnormally: a watchdog fired, a comm aborted, a process died, a WARN."""
+    if not timeouts(job).is_empty():
+        return True
+    comms = job.table("comms")
+    if not comms.is_empty() and comms.filter(pl.col("what") == "Abort").height:
+        return True
+    lines = job.lines
+    if not lines.is_empty() and lines.filter((pl.col("producer") == "nccl") & (pl.col("level") == "WARN")).height:
+        return True
+    exits = job.table("exits")
+    return not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height > 0
+
+
+def describe_rank(job: Job, rank: int) -> str:
+    proc = job.process_of(rank)
+    if not proc:
+        return f"rank {rank}"
+    gpu = f", GPU {proc['cuda_dev']}" if proc.get("cuda_dev") is not None else ""
+    return f"rank {rank} ({proc['host']}, pid {proc['pid']}{gpu})"
+
+
+def stack_advice(job: Job, ranks: list[int]) -> str:
+    dumps = []
+    for rank in ranks[:4]:
+        proc = job.process_of(rank)
+        if proc:
+            dumps.append(f"`py-spy dump --pid {proc['pid']}` on {proc['host']}")
+    where = "; ".join(dumps) if dumps else "`py-spy dump --pid <pid>` on each lagging rank's host"
+    return (
+        f"While the job still hangs, dump the Python stack of the lagging rank(s): {where}. "
+        "A rank that never reaches the collective is usually in a data loader, checkpoint I/O, a rank-dependent "
+        "branch or an early exit; a rank that reached it but never finished points at its GPU or network."
+    )
+
+
+class RankBehind(Rule):
+    """Some ranks stopped before the collective their peers are waiting in.
+
+    What it means:
+        The listed ranks never reached (or never finished) the collective that the other members of the
+        same communicator or process group already entered. Their peers block there until a watchdog fires.
+
+    Why it matters:
+        A collective completes only when every member joins. One slow or stuck rank hangs the whole job, and
+        the errors appear on the healthy ranks (watchdog timeouts), not on the culprit.
+
+    How it is detected:
+        Per communicator, the last COLL line of every member is compared by position (the parser's per
+        communicator ordinal, not opCount); members whose last position is lower than the others' are behind.
+        From PyTorch lines: the ranks of a process group whose watchdog did not fire while most others timed
+        out at the same SeqNum, or whose "last enqueued" work is lower than their peers'. A minority only:
+        when most ranks are behind, the few ahead are not a hang's cause. Without any sign of a failure
+        (watchdog, abort, WARN, non-zero exit) a gap of one call at the end of a log is treated as the normal
+        tail of a run and not reported.
+
+    Example:
+        ``[rank0]:[E… ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout:
+        WorkNCCL(SeqNum=8, OpType=ALLREDUCE, …)`` on ranks 0, 2–7, while rank 1's last COLL line is
+        AllReduce #7.
+
+    What to do:
+        Dump the stack of the lagging rank while the job hangs (``py-spy dump --pid PID`` on its host) and
+        look for data loading, checkpointing or a rank-dependent branch. If the rank reached the collective
+        but never finished, check its GPU (``nvidia-smi``, dmesg Xid) and its network links.
+    """
+
+    code = "LS101"
+    name = "rank-behind"
+    kind = Kind.RANK_BEHIND
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        failing = hang_evidence(job)
+        reported: set[int] = set()
+        for progress in comm_progress(job):
+            finding = self._from_collectives(job, progress, failing)
+            if finding:
+                reported.update(finding.ranks)
+                yield finding
+        yield from self._from_torch(job, reported)
+
+    def _from_collectives(self, job: Job, progress: CommProgress, failing: bool) -> Finding | None:
+        last = progress.last
+        if last.height < 2:
+            return None
+        front = int(last["ordinal"].max())
+        behind = last.filter(pl.col("ordinal") < front)
+        gap = front - int(behind["ordinal"].max()) if behind.height else 0
+        if behind.is_empty() or behind.height * 2 >= last.height:
+            return None
+        if not failing and gap < 2:
+            return None
+        ranks = [int(r) for r in behind["global_rank"].fill_null(behind["rank"]).to_list()]
+        stuck_at = int(behind["ordinal"].min()) + 1
+        ahead = last.filter(pl.col("ordinal") == front)
+        names = ", ".join(describe_rank(job, r) for r in ranks[:4]) + (" …" if len(ranks) > 4 else "")
+        title = (
+            f"{names} stopped after call #{stuck_at} on communicator {progress.uid} "
+            f"({progress.nranks} ranks); {ahead.height} rank(s) went on to call #{front + 1}"
+        )
+        rows = pl.concat([behind.select("source_id", "line_no", "part"), ahead.head(2).select("source_id", "line_no", "part")])
+        return self.finding(
+            job, title, evidence_rows=rows.filter(pl.col("line_no").is_not_null()), ranks=ranks,
+            severity=Severity.CRITICAL if failing else Severity.ERROR, advice=stack_advice(job, ranks),
+            comm=progress.uid, seq=stuck_at, op=_next_op(job, progress.uid, stuck_at),
+        )
+
+    def _from_torch(self, job: Job, reported: set[int]) -> Iterator[Finding]:
+        timed_out = timeouts(job)
+        states = work_states(job)
+        world = job.world_size
+        if timed_out.is_empty() and states.is_empty():
+            return
+        for (pg,), group in _by_pg(timed_out, states):
+            t_rows, s_rows = group
+            reporters = set(t_rows["job_rank"].drop_nulls().to_list()) | set(s_rows["job_rank"].drop_nulls().to_list())
+            laggards: list[int] = []
+            evidence = t_rows.select("source_id", "line_no", "part").head(3)
+            seq = int(t_rows["seq"].mode().first()) if t_rows.height and t_rows["seq"].drop_nulls().len() else None
+            op = t_rows["op_type"].mode().first() if t_rows.height and t_rows["op_type"].drop_nulls().len() else None
+            enq = s_rows.filter(pl.col("last_enqueued").is_not_null()).group_by("job_rank").agg(pl.col("last_enqueued").max())
+            if enq.height >= 2 and enq["last_enqueued"].n_unique() > 1:
+                low = enq["last_enqueued"].min()
+                candidates = enq.filter(pl.col("last_enqueued") == low)
+                if candidates.height * 2 < enq.height:
+                    laggards = candidates["job_rank"].to_list()
+                    evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
+            if not laggards and pg == "default_pg" and world and len(reporters) * 2 > world:
+                laggards = sorted(set(range(world)) - reporters)
+            laggards = [r for r in laggards if r not in reported]
+            if not laggards:
+                continue
+            names = ", ".join(describe_rank(job, r) for r in laggards[:4]) + (" …" if len(laggards) > 4 else "")
+            where = f"{op} #{seq}" if op and seq else (f"work #{seq}" if seq else "the collective its peers wait in")
+            title = f"{names} never joined {where} of process group {pg}; {len(reporters)} rank(s) timed out waiting"
+            yield self.finding(
+                job, title, evidence_rows=evidence, ranks=laggards, advice=stack_advice(job, laggards),
+                pg=pg, seq=seq, op=op,
+            )
+
+
+def _next_op(job: Job, uid: str, position: int) -> str | None:
+    """The op the ranks that went ahead called at ``position`` (1-based) of communicator ``uid``."""
+    coll = job.table("collectives")
+    at = coll.filter((pl.col("comm_uid") == uid) & (pl.col("ordinal") == position))
+    return at["op"].mode().first() if at.height else None
+
+
+def _by_pg(timed_out: pl.DataFrame, states: pl.DataFrame):
+    keys = set()
+    for frame in (timed_out, states):
+        if not frame.is_empty():
+            keys |= set(frame["pg"].to_list())
+    for key in sorted(keys, key=str):
+        t = timed_out.filter(pl.col("pg") == key) if not timed_out.is_empty() else timed_out
+        s = states.filter(pl.col("pg") == key) if not states.is_empty() else states
+        if t.is_empty():
+            t = pl.DataFrame(schema={"job_rank": pl.Int64, "seq": pl.Int64, "op_type": pl.String, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+        if s.is_empty():
+            s = pl.DataFrame(schema={"job_rank": pl.Int64, "last_enqueued": pl.Int64, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+        yield (key,), (t, s)
+
+
+class CollectiveMismatch(Rule):
+    """Ranks called different collectives (or sizes) at the same position.
+
+    What it means:
+        At the same position of the same communicator or process group, some ranks called another
+        operation, element count, datatype, reduction or root than the others. NCCL then waits forever (or
+        corrupts data), because the calls cannot be matched.
+
+    Why it matters:
+        This is an application bug, not an infrastructure fault: a rank-dependent branch, an extra or
+        missing collective (a rank-0-only barrier, a parameter frozen on one rank), or different tensor
+        shapes. Restarting the job hits it again.
+
+    How it is detected:
+        COLL lines are aligned per communicator by position (ordinal); the first position where the members
+        disagree on (op, count, datatype, redop, root) is the divergence, and the minority signature names
+        the culprits. For point-to-point pairs, both sides sending (or both receiving) at the same position
+        is a deadlock. From PyTorch: watchdog timeouts of one process group at the same SeqNum with
+        different OpType or sizes.
+
+    Example:
+        Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
+        times out in ``WorkNCCL(SeqNum=12, OpType=_ALLGATHER_BASE, NumelIn=1638400 …)``.
+
+    What to do:
+        Look at the code path that issues the collective at that position on the culprit rank; run with
+        ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` to have PyTorch check collective fingerprints, and make every
+        rank issue the same sequence of collectives with the same shapes.
+    """
+
+    code = "LS102"
+    name = "collective-mismatch"
+    kind = Kind.COLLECTIVE_MISMATCH
+    severity = Severity.CRITICAL
+
+    SIGNATURE = ("op", "count", "datatype", "redop", "root")
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        seen_pgs = set()
+        yield from self._from_collectives(job)
+        for finding in self._from_torch(job):
+            seen_pgs.add(finding.pg)
+            yield finding
+
+    def _from_collectives(self, job: Job) -> Iterator[Finding]:
+        coll = job.table("collectives")
+        if coll.is_empty() or "comm_uid" not in coll.columns:
+            return
+        coll = coll.filter(pl.col("comm_uid").is_not_null())
+        signature = pl.concat_str([pl.col(c).cast(pl.String).fill_null("-") for c in self.SIGNATURE], separator="|")
+        coll = coll.with_columns(sig=signature, is_p2p=pl.col("op").is_in(P2P_OPS))
+        per_position = coll.group_by("comm_uid", "ordinal").agg(
+            n=pl.len(), kinds=pl.col("sig").n_unique(), p2p=pl.col("is_p2p").all(), nranks=pl.col("nranks").max(),
+            ops=pl.col("op").unique(),
+        )
+        collectives = per_position.filter(~pl.col("p2p") & (pl.col("kinds") > 1))
+        first = collectives.sort("ordinal").group_by("comm_uid").agg(pl.all().first())
+        for row in first.iter_rows(named=True):
+            at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
+            counts = at.group_by("sig").agg(pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first())
+            majority = counts.sort("len", descending=True).row(0, named=True)
+            minority = at.filter(pl.col("sig") != majority["sig"])
+            if minority.height * 2 > at.height:
+                continue
+            ranks = [int(r) for r in minority["global_rank"].drop_nulls().to_list()]
+            odd = minority.row(0, named=True)
+            title = (
+                f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) {_ranks_text(ranks)} called "
+                f"{odd['op']}(count {odd['count']}, datatype {odd['datatype']}) while {at.height - minority.height} "
+                f"rank(s) called {majority['op']}(count {majority['count']})"
+            )
+            before = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"] - 1))
+            rows = pl.concat([minority.head(2), at.filter(pl.col("sig") == majority["sig"]).head(2), before.head(1)])
+            yield self.finding(
+                job, title, evidence_rows=rows.select("source_id", "line_no", "part"), ranks=ranks,
+                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=odd["op"], advice=self._advice(),
+            )
+        pairs = per_position.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
+        for row in pairs.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).iter_rows(named=True):
+            at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
+            ranks = [int(r) for r in at["global_rank"].drop_nulls().to_list()]
+            op = at["op"].first()
+            title = f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call #{row['ordinal'] + 1} (ranks {_ranks_text(ranks)}): a send/recv deadlock"
+            yield self.finding(
+                job, title, evidence_rows=at.select("source_id", "line_no", "part"), ranks=ranks,
+                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=op, advice=self._advice(),
+            )
+
+    def _from_torch(self, job: Job) -> Iterator[Finding]:
+        rows = timeouts(job)
+        if rows.is_empty():
+            return
+        rows = rows.with_columns(
+            sig=pl.concat_str([pl.col("op_type").fill_null("-"), pl.col("numel_in").cast(pl.String).fill_null("-")], separator="|")
+        )
+        for (pg, seq), group in rows.group_by("pg", "seq"):
+            per_rank = group.unique("job_rank")
+            if per_rank["sig"].n_unique() < 2:
+                if per_rank.height == 2 and per_rank["op_type"].n_unique() == 1 and per_rank["op_type"].first() in ("SEND", "RECV"):
+                    ranks = sorted(per_rank["job_rank"].drop_nulls().to_list())
+                    op = per_rank["op_type"].first()
+                    title = f"Both ranks {_ranks_text(ranks)} of process group {pg} wait in {op} #{seq}: a send/recv deadlock"
+                    yield self.finding(
+                        job, title, evidence_rows=per_rank.select("source_id", "line_no", "part"), ranks=ranks,
+                        pg=pg, seq=seq, op=op, advice=self._advice(),
+                    )
+                continue
+            counts = per_rank.group_by("sig").agg(pl.len()).sort("len", descending=True)
+            majority = counts["sig"].first()
+            minority = per_rank.filter(pl.col("sig") != majority)
+            if minority.height * 2 >= per_rank.height:
+                continue
+            ranks = sorted(minority["job_rank"].drop_nulls().to_list())
+            odd = minority.row(0, named=True)
+            usual = per_rank.filter(pl.col("sig") == majority).row(0, named=True)
+            title = (
+                f"In process group {pg}, rank(s) {_ranks_text(ranks)} timed out in {odd['op_type']} #{seq} "
+                f"(numel {odd['numel_in']}) while {per_rank.height - minority.height} rank(s) wait in "
+                f"{usual['op_type']} #{seq} (numel {usual['numel_in']})"
+            )
+            rows_ev = pl.concat([minority.head(2), per_rank.filter(pl.col("sig") == majority).head(2)])
+            yield self.finding(
+                job, title, evidence_rows=rows_ev.select("source_id", "line_no", "part"), ranks=ranks,
+                pg=pg, seq=seq, op=odd["op_type"], advice=self._advice(),
+            )
+
+    @staticmethod
+    def _advice() -> str:
+        return (
+            "Find the code path that issues this collective on the culprit rank(s): a rank-dependent branch, a "
+            "collective skipped or added on one rank, or different tensor shapes. Re-run with "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch compare collective fingerprints across ranks."
+        )
+
+
+class WatchdogTimeout(Rule):
+    """PyTorch's NCCL watchdog aborted collectives that did not finish in time.
+
+    What it means:
+        ProcessGroupNCCL's watchdog found a collective that had been running longer than the process
+        group's timeout, aborted the communicator and (by default) took the process down.
+
+    Why it matters:
+        The timeout is where a hang becomes visible, but it is usually a consequence: the ranks that time out
+        are the ones that were waiting. The cause is a rank that never arrived, a mismatch, a network or GPU
+        failure; look at the other findings first. "last completed" values that are not plausible counts
+        (uninitialised memory in some PyTorch versions) are reported as unknown.
+
+    How it is detected:
+        ``Watchdog caught collective operation timeout: WorkNCCL(SeqNum=…, OpType=…, …, Timeout(ms)=…)``
+        and the blocking-wait variant, grouped by process group and SeqNum, with the "last enqueued / last
+        completed" work of the same ranks when PyTorch printed them.
+
+    Example:
+        ``[rank3]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective
+        operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, NumelIn=6553600, NumelOut=6553600,
+        Timeout(ms)=600000) ran for 600064 milliseconds before timing out.``
+
+    What to do:
+        Find the rank that did not time out or is behind (rank-behind, collective-mismatch findings). Raising
+        the timeout only helps when a rank is legitimately slow (a long checkpoint, a first compilation).
+        Enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) for the next run.
+    """
+
+    code = "LS103"
+    name = "watchdog-timeout"
+    kind = Kind.WATCHDOG_TIMEOUT
+    severity = Severity.ERROR
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = timeouts(job)
+        if rows.is_empty():
+            return
+        states = work_states(job)
+        for (pg,), group in rows.group_by("pg"):
+            ranks = sorted(group["job_rank"].drop_nulls().unique().to_list())
+            seqs = sorted(group["seq"].drop_nulls().unique().to_list())
+            ops = sorted(group["op_type"].drop_nulls().unique().to_list())
+            timeout = group["timeout_ms"].drop_nulls()
+            seq_text = f"#{seqs[0]}" if len(seqs) == 1 else f"#{seqs[0]}–#{seqs[-1]}" if seqs else ""
+            title = (
+                f"{len(ranks)} rank(s) of process group {pg} hit the watchdog timeout"
+                f"{f' of {timeout.max() / 1000:g} s' if timeout.len() else ''} in {'/'.join(ops) or 'a collective'} {seq_text}"
+            ).rstrip()
+            notes = ""
+            if not states.is_empty():
+                mine = states.filter(pl.col("pg") == pg)
+                if mine.height and mine["implausible"].any():
+                    notes = " Some 'last completed' values PyTorch printed are uninitialised memory: treated as unknown."
+            yield self.finding(
+                job, title + "." + notes if notes else title, evidence_rows=group.select("source_id", "line_no", "part"),
+                ranks=ranks, pg=pg, seq=seqs[0] if len(seqs) == 1 else None, op=ops[0] if len(ops) == 1 else None,
+                advice=(
+                    "These ranks were waiting; the cause is elsewhere (see the primary finding). If a rank was "
+                    "legitimately slow, raise the timeout of init_process_group; for the next run set "
+                    "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 to get a flight-recorder dump."
+                ),
+            )
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks) if ranks else "?"
+
+
+RULES = (RankBehind, CollectiveMismatch, WatchdogTimeout)
