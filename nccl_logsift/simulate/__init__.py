@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_logsift.simulate.engine import Engine, Timeline
@@ -80,7 +80,3 @@ def write(options: Options, output: str, truth_path: str | None = None) -> Simul
     if truth_path:
         Path(truth_path).write_text(dumps(sim.truth))
     return sim
-
-
-def with_options(options: Options, **changes) -> Options:
-    return replace(options, **changes)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nccl_logsift.simulate.cluster import (
-    Cluster, Communicator, Parallel, build_groups, build_hosts, build_processes, choose_parallel, nccl_nodes,
+    Cluster, Communicator, build_groups, build_hosts, build_processes, choose_parallel, nccl_nodes,
 )
 from nccl_logsift.simulate.engine import Faults, Timeline
 from nccl_logsift.simulate.program import Item, Op, StepShape, build_programs, insert_inits, ops_of

@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable, Iterable
 
 from nccl_logsift.simulate.engine import Timeline
 from nccl_logsift.simulate.job import Job
-from nccl_logsift.simulate.story import LAUNCHER, Record
+from nccl_logsift.simulate.story import Record
 
 BLOCK = 4096
 CONSOLE = "console.log"

@@ -177,7 +177,3 @@ def insert_inits(programs: dict[int, list[Item]], cluster: Cluster, eager: set[i
 def ops_of(prog: list[Item], comm: int | None = None) -> list[int]:
     """Indices of the op items of a program (optionally only those on one communicator)."""
     return [i for i, it in enumerate(prog) if it.kind == "op" and it.op and (comm is None or it.op.comm == comm)]
-
-
-def step_ops(prog: list[Item], step: int, comm: int | None = None) -> list[int]:
-    return [i for i in ops_of(prog, comm) if prog[i].step == step]

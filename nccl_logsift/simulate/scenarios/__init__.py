@@ -61,13 +61,6 @@ def consequences(job: "Job", timeline: "Timeline", culprits: list[int]) -> None:
                   detail=f"{len(timed_out)} rank(s) hit the {job.torch.timeout_ms // 1000} s ProcessGroupNCCL timeout and aborted")
 
 
-def exits(job: "Job", timeline: "Timeline", kinds: tuple[str, ...], detail: str) -> list[int]:
-    ranks = [run.rank for run in timeline.runs if run.end_kind in kinds]
-    if ranks:
-        job.fault("process_exit", False, ranks, detail=detail)
-    return ranks
-
-
 def fault_step(job: "Job") -> int:
     """A training step in the second half of the run (never step 0: --size streams after it)."""
     return job.rng.randrange(max(1, job.steps // 2), job.steps)
@@ -79,10 +72,6 @@ def first_op(job: "Job", rank: int, step: int, comm=None) -> int:
     if not found:
         raise ValueError(f"rank {rank} has no operation in step {step}")
     return found[0]
-
-
-def op_at(job: "Job", rank: int, index: int):
-    return job.programs[rank][index].op
 
 
 SCENARIOS: dict[str, Scenario] = _load()

@@ -5,8 +5,6 @@
 NCCL does not check (since 2.7.6, nccl-log-grammar.md §6.5); the communicator hangs at that position.
 """
 
-from dataclasses import replace
-
 from nccl_logsift.simulate.scenarios import Scenario, consequences, fault_step
 
 
