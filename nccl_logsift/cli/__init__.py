@@ -23,6 +23,8 @@ def cli(verbose: int) -> None:
 
     \b
     Start here:
+      logsift analyze job.log              why did it hang? root cause first, evidence, what to do
+      logsift explain LS101                what a finding code means
       logsift parse job.log -o tables/     turn the logs into Parquet tables you can query
       logsift tables                       what every table and column means
     """
@@ -31,10 +33,14 @@ def cli(verbose: int) -> None:
 
 
 def _register() -> None:
+    from nccl_logsift.cli.analyze import analyze
+    from nccl_logsift.cli.explain import explain
     from nccl_logsift.cli.grammar import grammar
     from nccl_logsift.cli.parse import parse
     from nccl_logsift.cli.tables import tables
 
+    cli.add_command(analyze)
+    cli.add_command(explain)
     cli.add_command(parse)
     cli.add_command(tables)
     cli.add_command(grammar)

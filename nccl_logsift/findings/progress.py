@@ -50,7 +50,19 @@ def timeouts(job: Job) -> pl.DataFrame:
     if rows.is_empty():
         return rows
     rank = pl.coalesce(pl.col("torch_rank"), pl.col("work_rank"), pl.col("pg_rank"))
-    return rows.with_columns(job_rank=rank.cast(pl.Int64), pg=pg_key())
+    rows = rows.with_columns(job_rank=rank.cast(pl.Int64))
+    # "[Rank N] Watchdog caught ..." carries no PG prefix; the work-state line PyTorch prints right after it
+    # on the same rank does ("[PG ID 2 PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1] failure detected ...").
+    states = work_states(job)
+    if not states.is_empty():
+        follow = states.select("source_id", "job_rank", "line_no", pl.col("pg").alias("next_pg")).sort("line_no")
+        rows = rows.sort("line_no").join_asof(
+            follow, on="line_no", by=["source_id", "job_rank"], strategy="forward", tolerance=8, check_sortedness=False
+        )
+    else:
+        rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
+    prefix = pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()
+    return rows.with_columns(pg=pl.when(prefix).then(pg_key()).otherwise(pl.coalesce("next_pg", pg_key())))
 
 
 def work_states(job: Job) -> pl.DataFrame:
@@ -199,18 +211,20 @@ class RankBehind(Rule):
         if not failing and gap < 2:
             return None
         ranks = [int(r) for r in behind["global_rank"].fill_null(behind["rank"]).to_list()]
-        stuck_at = int(behind["ordinal"].min()) + 1
+        stuck_at = int(behind["ordinal"].min()) + 1  # 1-based number of the last call the laggards made
         ahead = last.filter(pl.col("ordinal") == front)
         names = ", ".join(describe_rank(job, r) for r in ranks[:4]) + (" …" if len(ranks) > 4 else "")
+        missing_op = _next_op(job, progress.uid, stuck_at)
         title = (
-            f"{names} stopped after call #{stuck_at} on communicator {progress.uid} "
-            f"({progress.nranks} ranks); {ahead.height} rank(s) went on to call #{front + 1}"
+            f"{names} never called #{stuck_at + 1}{f' ({missing_op})' if missing_op else ''} on communicator "
+            f"{progress.uid} ({progress.nranks} ranks): last call #{stuck_at}, while {ahead.height} rank(s) "
+            f"went on to #{front + 1}"
         )
         rows = pl.concat([behind.select("source_id", "line_no", "part"), ahead.head(2).select("source_id", "line_no", "part")])
         return self.finding(
             job, title, evidence_rows=rows.filter(pl.col("line_no").is_not_null()), ranks=ranks,
             severity=Severity.CRITICAL if failing else Severity.ERROR, advice=stack_advice(job, ranks),
-            comm=progress.uid, seq=stuck_at, op=_next_op(job, progress.uid, stuck_at),
+            comm=progress.uid, seq=stuck_at + 1, op=missing_op,
         )
 
     def _from_torch(self, job: Job, reported: set[int]) -> Iterator[Finding]:
@@ -307,11 +321,12 @@ class CollectiveMismatch(Rule):
     SIGNATURE = ("op", "count", "datatype", "redop", "root")
 
     def check(self, job: Job) -> Iterator[Finding]:
-        seen_pgs = set()
-        yield from self._from_collectives(job)
+        found = list(self._from_collectives(job))
+        yield from found
+        covered = {r for f in found for r in f.ranks}
         for finding in self._from_torch(job):
-            seen_pgs.add(finding.pg)
-            yield finding
+            if not set(finding.ranks) <= covered:  # the NCCL view of the same divergence is more precise
+                yield finding
 
     def _from_collectives(self, job: Job) -> Iterator[Finding]:
         coll = job.table("collectives")

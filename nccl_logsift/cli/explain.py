@@ -1,0 +1,43 @@
+"""``logsift explain``: what a finding code means, why it matters and what to do."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from nccl_logsift.findings import ALL_RULES, rule_for
+
+
+@click.command()
+@click.argument("code", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Print the explanation of every code.")
+def explain(code: str | None, show_all: bool) -> None:
+    """Explain a finding CODE (e.g. LS101 or rank-behind); without CODE, list every code.
+
+    \b
+    Examples:
+      logsift explain LS101
+      logsift explain net-error
+      logsift explain --all
+    """
+    if show_all:
+        for rule in ALL_RULES:
+            click.echo(_text(rule) + "\n")
+        return
+    if not code:
+        table = Table("code", "name", "kind", "severity", "summary")
+        for rule in ALL_RULES:
+            table.add_row(rule.code, rule.name, rule.kind.value, rule.severity.label, rule.summary())
+        Console(highlight=False).print(table)
+        return
+    try:
+        rule = rule_for(code)
+    except KeyError:
+        known = ", ".join(r.code for r in ALL_RULES)
+        raise click.UsageError(f"unknown finding code {code!r}; known codes: {known}") from None
+    click.echo(_text(rule))
+
+
+def _text(rule) -> str:
+    return f"{rule.code} {rule.name} ({rule.kind.value}, {rule.severity.label})\n\n{rule.doc()}"

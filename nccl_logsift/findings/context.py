@@ -1,0 +1,111 @@
+"""The read-only view of a parsed job that rules work on: tables, resolved ranks, evidence lines."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import polars as pl
+
+from nccl_logsift.model import Evidence
+from nccl_logsift.resolve.communicators import with_seq
+
+TORCH_PRODUCERS = ("torch_cpp", "torch_py")
+
+
+@dataclass(frozen=True)
+class Job:
+    """Tables of one job (as returned by the memory sink) and the paths of its sources by source_id."""
+
+    tables: dict[str, pl.DataFrame]
+    paths: tuple[str, ...]
+
+    def table(self, name: str) -> pl.DataFrame:
+        """The table, or an empty frame when the job has none."""
+        return self.tables.get(name, pl.DataFrame())
+
+    # ------------------------------------------------------------------ evidence
+    def evidence(self, rows: pl.DataFrame, limit: int = 6) -> tuple[Evidence, ...]:
+        """The text of the first ``limit`` lines named by ``rows`` (columns source_id, line_no[, part])."""
+        if rows.is_empty() or "line_no" not in rows.columns:
+            return ()
+        keys = rows.select(
+            pl.col("source_id").cast(pl.UInt16),
+            pl.col("line_no").cast(pl.UInt32),
+            (pl.col("part") if "part" in rows.columns else pl.lit(0)).cast(pl.UInt8).alias("part"),
+        ).unique().sort("source_id", "line_no", "part").head(limit)
+        found = keys.join(self.lines.select("source_id", "line_no", "part", "text"), on=["source_id", "line_no", "part"], how="left")
+        return tuple(
+            Evidence(self.paths[s] if s < len(self.paths) else "?", int(n), t or "")
+            for s, n, _, t in found.sort("source_id", "line_no", "part").iter_rows()
+        )
+
+    def first_seen(self, rows: pl.DataFrame) -> int | None:
+        if rows.is_empty() or "line_no" not in rows.columns:
+            return None
+        if "part" not in rows.columns:
+            rows = rows.with_columns(part=pl.lit(0, pl.UInt8))
+        return with_seq(rows.select("source_id", "line_no", "part"))["seq"].min()
+
+    @functools.cached_property
+    def lines(self) -> pl.DataFrame:
+        return self.table("lines")
+
+    # ------------------------------------------------------------------ ranks and processes
+    @functools.cached_property
+    def processes(self) -> pl.DataFrame:
+        return self.table("processes")
+
+    @functools.cached_property
+    def world_size(self) -> int | None:
+        sizes = [
+            self.processes["world_size"].max() if not self.processes.is_empty() else None,
+            self.torch_ranks.height and self.torch_ranks["rank"].max() + 1,
+        ]
+        sizes = [s for s in sizes if s]
+        return int(max(sizes)) if sizes else None
+
+    @functools.cached_property
+    def torch_ranks(self) -> pl.DataFrame:
+        """Global ranks PyTorch printed ([rankN]: prefixes and [Rank N] / PG prefixes), with their hosts if known."""
+        frames = []
+        lines = self.lines
+        if not lines.is_empty() and "torch_rank" in lines.columns:
+            frames.append(lines.select(pl.col("torch_rank").alias("rank")).drop_nulls())
+        torch = self.table("torch")
+        if not torch.is_empty() and "pg_rank" in torch.columns:
+            frames.append(torch.filter(pl.col("pg_id").fill_null(0) == 0).select(pl.col("pg_rank").alias("rank")).drop_nulls())
+        if not frames:
+            return pl.DataFrame(schema={"rank": pl.Int64})
+        return pl.concat([f.cast(pl.Int64) for f in frames]).unique().sort("rank")
+
+    def hosts_of(self, ranks) -> tuple[str, ...]:
+        if self.processes.is_empty() or not ranks:
+            return ()
+        found = self.processes.filter(pl.col("global_rank").is_in(list(ranks)))["host"].drop_nulls()
+        return tuple(sorted(set(found.to_list())))
+
+    def process_of(self, rank: int) -> dict | None:
+        if self.processes.is_empty():
+            return None
+        match = self.processes.filter(pl.col("global_rank") == rank)
+        return match.row(0, named=True) if match.height else None
+
+    def ranked(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Add ``job_rank``: the global rank of each row from its process, or a PyTorch/MPI label on the line."""
+        if frame.is_empty():
+            return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
+        candidates = [c for c in ("global_rank", "torch_rank", "mpi_rank") if c in frame.columns]
+        if not candidates:
+            return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
+        return frame.with_columns(job_rank=pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in candidates]))
+
+
+def load_job(paths) -> Job:
+    """Parse ``paths`` into memory and wrap the tables as a Job (what analysis and rule tests use)."""
+    from nccl_logsift.pipeline import parse_paths
+    from nccl_logsift.tables import MemorySink
+
+    sink = MemorySink()
+    summary = parse_paths(list(paths), sink)
+    return Job(sink.tables, tuple(i.path for i in summary.inputs))

@@ -1,0 +1,86 @@
+"""Put the root cause first: decide which findings are primary, order them, and write the verdict.
+
+A failed job produces many findings, most of them fallout: the ranks that waited time out, sockets close
+when a peer dies, the watchdog's teardown aborts processes. Kinds are ranked by how far up the chain of
+cause they usually sit (hardware and configuration, then the network, then the application, then process
+deaths, then ranks behind, then performance, then symptoms). Among the findings at the highest error level,
+those of the highest-ranked kind are candidates, and the earliest of them in the log (with any other finding
+of the same kind and severity) is primary. Warnings become primary only when nothing is wrong at error level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nccl_logsift.model import Finding, Kind, Severity
+
+# Lower is closer to the root of a cascade.
+CAUSAL_TIER: dict[Kind, int] = {
+    Kind.DUPLICATE_GPU: 0,
+    Kind.HOST_COLLISION: 0,
+    Kind.BOOTSTRAP_FAILURE: 1,
+    Kind.INTERFACE_MISCONFIG: 1,
+    Kind.CUDA_ERROR: 2,
+    Kind.NET_ERROR: 2,
+    Kind.COLLECTIVE_MISMATCH: 3,
+    Kind.PROCESS_EXIT: 4,
+    Kind.INIT_INCOMPLETE: 5,
+    Kind.RANK_BEHIND: 5,
+    Kind.TRANSPORT_FALLBACK: 6,
+    Kind.LATENCY_OUTLIER: 6,
+    Kind.NCCL_ERROR: 7,
+    Kind.WATCHDOG_TIMEOUT: 8,
+}
+_UNKNOWN_POSITION = 1 << 62
+
+
+def triage(findings: list[Finding]) -> list[Finding]:
+    """Mark primary findings and sort: primary first, then by severity, causal tier and position."""
+    if not findings:
+        return []
+    top = max(f.severity for f in findings)
+    floor = Severity.ERROR if top >= Severity.ERROR else Severity.WARNING
+    candidates = [f for f in findings if f.severity >= floor]
+    primary_ids: set[int] = set()
+    if candidates:
+        best_tier = min(CAUSAL_TIER[f.kind] for f in candidates)
+        tier = [f for f in candidates if CAUSAL_TIER[f.kind] == best_tier]
+        first = min(tier, key=_position)
+        primary_ids = {
+            id(f) for f in tier if f is first or (f.kind == first.kind and f.severity == first.severity)
+        }
+    marked = [dataclasses.replace(f, primary=id(f) in primary_ids) for f in findings]
+    return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind], _position(f), f.code))
+
+
+def _position(finding: Finding) -> int:
+    return finding.first_seen if finding.first_seen is not None else _UNKNOWN_POSITION
+
+
+def verdict(findings: list[Finding], ranks_seen: int, hosts: int) -> str:
+    """One paragraph in plain words: what happened, who, where, what to do next."""
+    serious = [f for f in findings if f.severity >= Severity.ERROR]
+    primary = [f for f in findings if f.primary]
+    if not serious:
+        scope = f"{ranks_seen} rank(s) on {hosts} host(s)" if ranks_seen else "the job"
+        if not findings:
+            return f"No sign of a hang or failure in these logs ({scope})."
+        notes = "; ".join(_sentence(f.title) for f in primary or findings[:2])
+        return f"No hang or failure found for {scope}, but worth a look: {notes}."
+    lead = primary[0] if primary else serious[0]
+    parts = [f"Root cause: {_sentence(lead.title)}."]
+    more = [f for f in primary[1:]]
+    if more:
+        parts.append("Also: " + "; ".join(_sentence(f.title) for f in more) + ".")
+    fallout = [f for f in findings if not f.primary and f.severity >= Severity.ERROR]
+    if fallout:
+        kinds = sorted({f.kind.value.replace("_", " ") for f in fallout})
+        parts.append(f"Consequences reported after it: {', '.join(kinds)}.")
+    if lead.advice:
+        parts.append(f"Next: {lead.advice}")
+    return " ".join(parts)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip().rstrip(".")
+    return text[:1].upper() + text[1:] if text else text

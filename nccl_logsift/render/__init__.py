@@ -1,0 +1,1 @@
+"""Renderers: a Report in, text out. They read Report values and compute nothing."""

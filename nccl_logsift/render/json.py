@@ -1,0 +1,68 @@
+"""Report → the findings contract ``nccl-logsift/findings/v1`` (stable key order)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nccl_logsift.model import Evidence, Finding, RankState, Report
+
+
+def to_dict(report: Report) -> dict[str, Any]:
+    job = report.job
+    return {
+        "schema": report.schema,
+        "inputs": [
+            {"path": i.path, "bytes": i.bytes, "lines": i.lines, "unparsed_lines": i.unparsed_lines} for i in report.inputs
+        ],
+        "job": {
+            "nccl_versions": list(job.nccl_versions),
+            "torch_version": job.torch_version,
+            "world_size": job.world_size,
+            "hosts": list(job.hosts),
+            "ranks_seen": job.ranks_seen,
+            "communicators": job.communicators,
+        },
+        "verdict": report.verdict,
+        "findings": [_finding(f) for f in report.findings],
+        "ranks": [_rank(r) for r in report.ranks],
+    }
+
+
+def _evidence(e: Evidence) -> dict[str, Any]:
+    return {"path": e.path, "line": e.line, "text": e.text}
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {
+        "code": f.code,
+        "kind": f.kind.value,
+        "severity": f.severity.label,
+        "primary": f.primary,
+        "title": f.title,
+        "ranks": list(f.ranks),
+        "hosts": list(f.hosts),
+        "comm": f.comm,
+        "pg": f.pg,
+        "seq": f.seq,
+        "op": f.op,
+        "evidence": [_evidence(e) for e in f.evidence],
+        "advice": f.advice,
+    }
+
+
+def _rank(r: RankState) -> dict[str, Any]:
+    return {
+        "rank": r.rank,
+        "host": r.host,
+        "pid": r.pid,
+        "comm": r.comm,
+        "last_op": r.last_op,
+        "last_seq": r.last_seq,
+        "last_completed_seq": r.last_completed_seq,
+        "last_line": _evidence(r.last_line) if r.last_line else None,
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(to_dict(report), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,69 @@
+"""Report → rich renderables for a terminal: verdict first, then findings, then where each rank stopped."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from nccl_logsift.model import Report, Severity
+
+STYLE = {
+    Severity.CRITICAL: "bold red",
+    Severity.ERROR: "red",
+    Severity.WARNING: "yellow",
+    Severity.INFO: "cyan",
+}
+MAX_RANK_ROWS = 64
+
+
+def render_terminal(report: Report, console: Console) -> None:
+    job = report.job
+    facts = (
+        f"{job.ranks_seen} rank(s) seen"
+        + (f" of {job.world_size}" if job.world_size else "")
+        + f" on {len(job.hosts)} host(s), {job.communicators} communicator(s)"
+        + (f", NCCL {', '.join(job.nccl_versions)}" if job.nccl_versions else "")
+    )
+    console.print(Panel(Text(report.verdict), title="Verdict", subtitle=facts, title_align="left", border_style=_worst_style(report)))
+    for finding in report.findings:
+        head = Text()
+        head.append(f"{finding.code} ", style="bold")
+        head.append(f"{finding.severity.label}", style=STYLE[finding.severity])
+        if finding.primary:
+            head.append("  root cause", style="bold magenta")
+        head.append(f"  {finding.title}")
+        console.print(head)
+        for e in finding.evidence:
+            console.print(Text(f"  --> {e.path}:{e.line}", style="dim"))
+            console.print(Text(f"   | {e.text}"), overflow="ellipsis", no_wrap=True)
+        if finding.advice:
+            console.print(Text(f"   = help: {finding.advice}", style="green"))
+        console.print()
+    if report.ranks:
+        console.print(_rank_table(report))
+    for note in report.notes:
+        console.print(f"[yellow]note[/] {escape(note)}")
+    unparsed = sum(i.unparsed_lines for i in report.inputs)
+    lines = sum(i.lines for i in report.inputs)
+    console.print(Text(f"{lines:,} lines read from {len(report.inputs)} input(s); {unparsed:,} NCCL/PyTorch lines not understood.", style="dim"))
+
+
+def _rank_table(report: Report) -> Table:
+    table = Table("comm", "rank", "host", "pid", "last op", "last #", "last completed", title="Where each rank stopped", title_justify="left")
+    for state in report.ranks[:MAX_RANK_ROWS]:
+        table.add_row(
+            str(state.comm or ""), str(state.rank if state.rank is not None else "?"), state.host or "",
+            str(state.pid or ""), state.last_op or "", str(state.last_seq if state.last_seq is not None else ""),
+            str(state.last_completed_seq if state.last_completed_seq is not None else ""),
+        )
+    if len(report.ranks) > MAX_RANK_ROWS:
+        table.caption = f"{len(report.ranks) - MAX_RANK_ROWS} more rows in --format json"
+    return table
+
+
+def _worst_style(report: Report) -> str:
+    worst = report.worst_severity
+    return STYLE[worst] if worst else "green"

@@ -1,0 +1,102 @@
+"""Assemble the Report from the parse summary, the job's tables and the triaged findings."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
+from nccl_logsift.findings.triage import verdict
+from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report
+from nccl_logsift.pipeline import ParseSummary
+
+MAX_RANK_ROWS = 4096 * 4  # enough for every rank of the largest jobs on a few communicators
+
+
+def build_report(summary: ParseSummary, job: Job, findings: list[Finding]) -> Report:
+    inputs = tuple(InputInfo(i.path, i.bytes, i.lines, i.unparsed_lines) for i in summary.inputs)
+    job_summary = summarize_job(job)
+    ranks = rank_states(job)
+    notes = tuple(f"{i.path}: {i.problem}" for i in summary.inputs if i.problem) + tuple(
+        f"{s.path}: {s.reason}" for s in summary.skipped
+    )
+    text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
+    return Report(inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes)
+
+
+def summarize_job(job: Job) -> JobSummary:
+    versions = job.table("versions")
+    nccl_versions: tuple[str, ...] = ()
+    if not versions.is_empty():
+        labelled = versions.select(
+            pl.when(pl.col("product") == "RCCL").then(pl.format("RCCL {}", "version")).otherwise(pl.col("version"))
+        ).to_series()
+        nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
+    hosts: set[str] = set()
+    for name in ("processes", "lines"):
+        table = job.table(name)
+        if not table.is_empty() and "host" in table.columns:
+            hosts |= set(table.filter(pl.col("producer").is_not_null() if name == "lines" else pl.lit(True))["host"].drop_nulls().unique().to_list())
+    ranks = set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
+    ranks |= set(job.torch_ranks["rank"].to_list())
+    comms = job.table("communicators")
+    return JobSummary(
+        nccl_versions=nccl_versions,
+        torch_version=None,  # PyTorch does not print its version in these logs
+        world_size=job.world_size,
+        hosts=tuple(sorted(hosts)),
+        ranks_seen=len(ranks),
+        communicators=comms["comm_uid"].n_unique() if not comms.is_empty() else 0,
+    )
+
+
+def rank_states(job: Job) -> tuple[RankState, ...]:
+    """Where every rank stopped, per communicator: its last COLL line, or PyTorch's view of its work."""
+    coll = job.table("collectives")
+    states: list[RankState] = []
+    completed = _last_completed(job)
+    if not coll.is_empty() and coll["comm_uid"].drop_nulls().len():
+        last = (
+            coll.filter(pl.col("comm_uid").is_not_null())
+            .sort("ordinal")
+            .group_by("comm_uid", "rank")
+            .agg(pl.all().last())
+            .sort("comm_uid", "global_rank", "rank")
+            .head(MAX_RANK_ROWS)
+        )
+        evidence = {(e.line, e.path): e for e in job.evidence(last.select("source_id", "line_no", "part"), limit=last.height)}
+        for row in last.iter_rows(named=True):
+            rank = row["global_rank"] if row["global_rank"] is not None else row["rank"]
+            path = job.paths[row["source_id"]] if row["source_id"] < len(job.paths) else "?"
+            states.append(
+                RankState(
+                    rank=rank, host=row["host"], pid=row["pid"], comm=row["comm_uid"], last_op=row["op"],
+                    last_seq=row["ordinal"] + 1, last_completed_seq=completed.get(rank),
+                    last_line=evidence.get((row["line_no"], path)),
+                )
+            )
+        return tuple(states)
+    work = work_states(job)
+    if work.is_empty():
+        return ()
+    last = work.sort("line_no").group_by("job_rank", "pg").agg(pl.all().last()).sort("pg", "job_rank")
+    for row in last.iter_rows(named=True):
+        path = job.paths[row["source_id"]] if row["source_id"] < len(job.paths) else "?"
+        ev = job.evidence(pl.DataFrame([{k: row[k] for k in ("source_id", "line_no", "part")}]), 1)
+        proc = job.process_of(row["job_rank"]) if row["job_rank"] is not None else None
+        states.append(
+            RankState(
+                rank=row["job_rank"], host=proc["host"] if proc else row.get("host"), pid=proc["pid"] if proc else None,
+                comm=row["pg"], last_op=None, last_seq=row["last_enqueued"], last_completed_seq=row["last_completed"],
+                last_line=ev[0] if ev else Evidence(path, row["line_no"], ""),
+            )
+        )
+    return tuple(states)
+
+
+def _last_completed(job: Job) -> dict[int, int]:
+    work = work_states(job)
+    if work.is_empty():
+        return {}
+    rows = work.filter(pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ) & pl.col("job_rank").is_not_null())
+    return dict(rows.group_by("job_rank").agg(pl.col("last_completed").max()).iter_rows())
