@@ -37,6 +37,7 @@ class Host:
     nics: list[str]  # IB HCAs (mlx5_N)
     cores_per_socket: int
     has_ib: bool = True
+    ib_disabled: bool = False  # NCCL_IB_DISABLE=1: NCCL does not even look for IB devices
     gdr: bool = True
     p2p: bool = True
     extra_ifs: list[tuple[str, str]] = field(default_factory=list)  # (ifname, ip) listed before ifname

@@ -113,7 +113,8 @@ class NcclText:
             devices = "".join(f" [{i}]{nic}:1/IB" for i, nic in enumerate(proc.host.nics))
             out.append(info(role, p.ib_using.format(devices=devices, ro=f"{p.ib_relaxed}" if p.ib_relaxed else "", ifname=ifname, ip=ip)))
         else:
-            out.append(info(role, "NET/IB : No device found."))
+            if not proc.host.ib_disabled:
+                out.append(info(role, "NET/IB : No device found."))
             out.append(info(role, f"NET/Socket : Using [0]{ifname}:{ip}<0>"))
         out += [info(role, text.format(net=self.net_name(proc))) for text in p.net_ready[:1]]
         return out

@@ -13,6 +13,7 @@ def setup(job) -> None:
     for h in job.cluster.hosts:
         h.has_ib = False
         if variant == "disabled":
+            h.ib_disabled = True
             job.env.setdefault(h.index, []).append("NCCL_IB_DISABLE set by environment to 1.")
     job.notes["variant"] = variant
 
