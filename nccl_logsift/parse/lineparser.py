@@ -36,7 +36,7 @@ TORCH_PRODUCERS = ("torch_cpp", "torch_py")
 _GLUED_HEAD = regex.compile(
     r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*):\d+:\d+ "
     r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
-    r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ])"
+    r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
 )
 
 
@@ -172,7 +172,11 @@ class LineParser:
             frame.filter(pl.col("producer") == "nccl")["host"].unique().drop_nulls().to_list()
         )
         def glued(col: str) -> pl.Expr:
-            return pl.col(col).str.contains(" NCCL ", literal=True) | pl.col(col).str.contains("]:[", literal=True)
+            return (
+                pl.col(col).str.contains(" NCCL ", literal=True)
+                | pl.col(col).str.contains("]:[", literal=True)
+                | pl.col(col).str.contains(".cpp:", literal=True)  # a c10 glog head; the splitter checks the rest
+            )
 
         suspect = (pl.col("producer").is_not_null() & glued("msg")) | (pl.col("producer").is_null() & glued("rest"))
         candidates = frame.filter(suspect)
