@@ -325,7 +325,7 @@ class CollectiveMismatch(Rule):
         yield from found
         covered = {r for f in found for r in f.ranks}
         for finding in self._from_torch(job):
-            if not set(finding.ranks) <= covered:  # the NCCL view of the same divergence is more precise
+            if not set(finding.ranks) & covered:  # the NCCL view of the same divergence is more precise
                 yield finding
 
     def _from_collectives(self, job: Job) -> Iterator[Finding]:
@@ -364,13 +364,35 @@ class CollectiveMismatch(Rule):
         pairs = per_position.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
         for row in pairs.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).iter_rows(named=True):
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
-            ranks = [int(r) for r in at["global_rank"].drop_nulls().to_list()]
             op = at["op"].first()
-            title = f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call #{row['ordinal'] + 1} (ranks {_ranks_text(ranks)}): a send/recv deadlock"
+            culprits = self._p2p_deviants(coll, row["comm_uid"], row["ordinal"])
+            ranks = [int(r) for r in (culprits if culprits is not None else at)["global_rank"].drop_nulls().to_list()]
+            who = (
+                f"rank(s) {_ranks_text(ranks)} call {op} where the same position of the other pipeline pairs calls "
+                f"{'Recv' if op == 'Send' else 'Send'}"
+                if culprits is not None else f"ranks {_ranks_text(ranks)}"
+            )
+            title = f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call #{row['ordinal'] + 1}: a send/recv deadlock ({who})"
             yield self.finding(
                 job, title, evidence_rows=at.select("source_id", "line_no", "part"), ranks=ranks,
                 comm=row["comm_uid"], seq=row["ordinal"] + 1, op=op, advice=self._advice(),
             )
+
+    @staticmethod
+    def _p2p_deviants(coll: pl.DataFrame, uid: str, ordinal: int) -> pl.DataFrame | None:
+        """The side of a deadlocked pair whose op differs from what that side does in the other pairs.
+
+        Pipeline stages repeat one schedule, so the other 2-rank point-to-point communicators show what
+        each side should call at this position; None when there is no such majority to compare with.
+        """
+        pairs = coll.filter(pl.col("op").is_in(P2P_OPS) & (pl.col("nranks") == 2) & (pl.col("ordinal") == ordinal))
+        others = pairs.filter(pl.col("comm_uid") != uid)
+        if others.is_empty():
+            return None
+        expected = others.group_by("rank").agg(pl.col("op").mode().first().alias("expected"), pl.len())
+        mine = pairs.filter(pl.col("comm_uid") == uid).join(expected, on="rank", how="inner")
+        deviants = mine.filter(pl.col("op") != pl.col("expected"))
+        return deviants if 0 < deviants.height < mine.height else None
 
     def _from_torch(self, job: Job) -> Iterator[Finding]:
         rows = timeouts(job)
