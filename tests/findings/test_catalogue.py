@@ -1,0 +1,51 @@
+"""The rule catalogue: unique codes in their family's range, complete docstrings, explain covers every code."""
+
+import re
+
+import pytest
+
+from nccl_logsift.findings import ALL_RULES, MODULES
+from nccl_logsift.findings.base import HEADINGS
+from nccl_logsift.model import Kind, Severity
+
+FAMILY_DIGIT = {"progress": "1", "startup": "2", "transport": "3", "placement": "4", "process": "5", "performance": "6", "nccl": "9"}
+
+
+def test_catalogue_codes_are_unique_and_in_their_family_range():
+    codes = [r.code for r in ALL_RULES]
+    assert len(codes) == len(set(codes))
+    for module in MODULES:
+        family = module.__name__.rsplit(".", 1)[1]
+        for rule in module.RULES:
+            assert re.fullmatch(rf"LS{FAMILY_DIGIT[family]}\d\d", rule.code), rule.code
+            assert re.fullmatch(r"[a-z]+(-[a-z0-9]+)*", rule.name)
+            assert isinstance(rule.kind, Kind) and isinstance(rule.severity, Severity)
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.code for r in ALL_RULES])
+def test_catalogue_docstring_has_every_heading_in_order(rule):
+    doc = rule.doc()
+    positions = [doc.find(f"\n{h}:\n") for h in HEADINGS]
+    assert all(p > 0 for p in positions), f"{rule.code}: missing headings {[h for h, p in zip(HEADINGS, positions) if p < 0]}"
+    assert positions == sorted(positions)
+    assert rule.summary() and not rule.summary().endswith(":")
+
+
+def test_catalogue_module_tables_list_their_rules():
+    for module in MODULES:
+        for rule in module.RULES:
+            assert f"| {rule.code} | {rule.name} | {rule.kind.value} |" in module.__doc__, rule.code
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.code for r in ALL_RULES])
+def test_explain_prints_the_rule(run_cli, rule):
+    result = run_cli("explain", rule.code)
+    assert result.exit_code == 0 and rule.name in result.output and "What to do:" in result.output
+
+
+def test_explain_unknown_code_is_a_usage_error(run_cli):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "explain", "LS999"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown finding code" in proc.stderr

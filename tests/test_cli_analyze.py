@@ -1,0 +1,51 @@
+"""logsift analyze through the CLI: formats, exit codes, --fail-on, stdin, and the JSON contract."""
+
+import json
+import subprocess
+import sys
+
+from conftest import FIXTURES
+
+STALL = FIXTURES / "rank_stall_8ranks.log"
+HEALTHY = FIXTURES / "healthy_8ranks.log"
+TOP_KEYS = ["schema", "inputs", "job", "verdict", "findings", "ranks"]
+FINDING_KEYS = ["code", "kind", "severity", "primary", "title", "ranks", "hosts", "comm", "pg", "seq", "op", "evidence", "advice"]
+
+
+def test_analyze_json_follows_the_contract(run_cli):
+    result = run_cli("analyze", str(STALL), "--format", "json")
+    assert result.exit_code == 0
+    report = json.loads(result.output)
+    assert list(report) == TOP_KEYS and report["schema"] == "nccl-logsift/findings/v1"
+    assert list(report["job"]) == ["nccl_versions", "torch_version", "world_size", "hosts", "ranks_seen", "communicators"]
+    first = report["findings"][0]
+    assert list(first) == FINDING_KEYS and first["primary"] and first["kind"] == "rank_behind"
+    assert first["ranks"] == [1] and first["evidence"][0]["path"].endswith("rank_stall_8ranks.log")
+    assert report["inputs"][0]["unparsed_lines"] == 0 and report["job"]["world_size"] == 8
+    assert {r["rank"] for r in report["ranks"]} == set(range(8))
+
+
+def test_analyze_text_puts_the_verdict_first(run_cli):
+    result = run_cli("analyze", str(STALL))
+    assert result.exit_code == 0
+    assert result.output.index("Verdict") < result.output.index("LS101")
+    assert "py-spy dump --pid" in result.output
+
+
+def test_analyze_fail_on_sets_exit_status(run_cli):
+    assert run_cli("analyze", str(STALL), "--fail-on", "error").exit_code == 1
+    assert run_cli("analyze", str(HEALTHY), "--fail-on", "error").exit_code == 0
+
+
+def test_analyze_reads_stdin_and_writes_output_file(run_cli, tmp_path):
+    out = tmp_path / "r.json"
+    result = run_cli("analyze", "-", "--format", "json", "-o", str(out), input=STALL.read_bytes())
+    assert result.exit_code == 0 and result.output == ""
+    assert json.loads(out.read_text())["findings"][0]["ranks"] == [1]
+
+
+def test_analyze_unreadable_input_exits_2_without_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "missing.log")], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("Error:") and "Traceback" not in proc.stderr
