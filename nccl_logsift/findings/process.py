@@ -1,7 +1,462 @@
-"""Rules of the process family (see the table in findings/__init__.py)."""
+"""Rules about processes that died (LS5xx).
+
+| code | name | kind | severity |
+|---|---|---|---|
+| LS501 | process-exit | process_exit | critical |
+
+Exit reports come from the launchers (torchrun's ChildFailedError summary and elastic agent, srun, bash job
+control, Cray PALS, mpirun, torch.multiprocessing.spawn) and are folded into one row per failed process by
+:func:`nccl_logsift.resolve.exits.assemble_exits`. A process is named by its global rank when the report or
+the NCCL lines allow it. The helpers here that give any table row the global rank of its process
+(:func:`with_job_rank`) are shared by the other families of this package.
+"""
 
 from __future__ import annotations
 
-from nccl_logsift.findings.base import Rule
+from dataclasses import dataclass, field
+from typing import Iterator
 
-RULES: tuple[type[Rule], ...] = ()
+import polars as pl
+
+from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.progress import describe_rank
+from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
+
+LOCATION = ["source_id", "line_no", "part"]
+
+# Signals that mean the process itself crashed.
+CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+# Signals a launcher, the scheduler or a user sends to stop a process.
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+# PyTorch events that say the process is tearing itself down after a watchdog timeout or an NCCL error.
+TEARDOWN_TORCH_EVENTS = (
+    "watchdog_timeout", "blocking_wait_timeout", "timeout_at_work", "exception_at_work", "failure_at_work",
+    "ops_failed", "taking_down", "watchdog_terminated", "heartbeat_timeout", "heartbeat_kill", "watchdog_stuck",
+    "comm_aborted", "remote_abort", "desync_timeout",
+)
+# Exceptions whose cause another rule reports (NCCL errors: LS901/LS302, CUDA and OOM: LS401).
+NCCL_OR_CUDA = r"(?i)DistBackendError|NCCL|OutOfMemory|CUDA|cuda|ProcessGroup"
+
+
+# ---------------------------------------------------------------------------------------------- shared helpers
+def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
+    """Add ``job_rank``: the global rank of each row's process.
+
+    In order: the process's world rank (rows with a host:pid envelope), the PyTorch ``[rankN]:`` label, the
+    MPI rank tag, the Slurm task id (``srun -l``), and on a single-host job the torchrun local rank (the
+    process whose CUDA device is that local rank).
+    """
+    if frame.is_empty():
+        return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
+    labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
+    out = frame.with_columns(job_rank=pl.coalesce(labels) if labels else pl.lit(None, pl.Int64))
+    procs = job.processes
+    if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1:
+        by_dev = (
+            procs.select(pl.col("cuda_dev").cast(pl.Int64).alias("local_rank"), pl.col("global_rank").alias("_by_dev"))
+            .drop_nulls()
+            .unique("local_rank", keep="none")
+        )
+        out = out.with_columns(pl.col("local_rank").cast(pl.Int64)).join(
+            by_dev, on="local_rank", how="left", maintain_order="left"
+        )
+        out = out.with_columns(job_rank=pl.coalesce("job_rank", "_by_dev")).drop("_by_dev")
+    return out
+
+
+def short_host(host: str | None) -> str | None:
+    """Host names as the NCCL prefix prints them: cut at the first dot."""
+    return host.split(".", 1)[0] if host else host
+
+
+def ranks_text(ranks: list[int], limit: int = 8) -> str:
+    ranks = sorted(set(ranks))
+    if not ranks:
+        return "?"
+    spans: list[str] = []
+    start = prev = ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        spans.append(f"{start}" if start == prev else f"{start}–{prev}")
+        if r is not None:
+            start = prev = r
+    text = ", ".join(spans[:limit])
+    return text + (" …" if len(spans) > limit else "")
+
+
+def names(job: Job, ranks: list[int], limit: int = 4) -> str:
+    ranks = sorted(set(ranks))
+    text = ", ".join(describe_rank(job, r) for r in ranks[:limit])
+    return text + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+
+
+def locations(frame: pl.DataFrame) -> pl.DataFrame:
+    """The (source_id, line_no, part) columns of table rows, for evidence."""
+    if frame.is_empty() or "line_no" not in frame.columns:
+        return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+    part = pl.col("part") if "part" in frame.columns else pl.lit(0)
+    return frame.select(
+        pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32), part.cast(pl.UInt8).alias("part")
+    ).filter(pl.col("line_no").is_not_null())
+
+
+def order_key(source_id: int | None, line_no: int | None) -> int:
+    return ((source_id or 0) << 40) + ((line_no or 0) << 8)
+
+
+# ---------------------------------------------------------------------------------------------- LS501
+@dataclass
+class Death:
+    """One failed process, merged from every report that names it."""
+
+    key: tuple
+    rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    signal: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    root_cause: bool = False
+    origins: set[str] = field(default_factory=set)
+    first: int = 1 << 62
+    rows: list[tuple[int, int, int]] = field(default_factory=list)
+    category: str = ""
+    severity: Severity = Severity.ERROR
+    because: str = ""
+
+    def label(self, job: Job) -> str:
+        if self.rank is not None:
+            return describe_rank(job, self.rank)
+        where = [f"local rank {self.local_rank}" if self.local_rank is not None else None,
+                 self.host, f"pid {self.pid}" if self.pid is not None else None]
+        return "process " + ", ".join(w for w in where if w) if any(where) else "a process"
+
+    def how(self) -> str:
+        if self.category == "oom":
+            return "was killed by the out-of-memory killer (SIGKILL)"
+        if self.signal:
+            code = f" (exit code {self.exit_code})" if self.exit_code is not None and self.exit_code < 0 else ""
+            return f"died from {self.signal}{code}"
+        if self.exit_code is not None:
+            return f"exited with code {self.exit_code}"
+        return f"failed ({self.reason})" if self.reason else "failed"
+
+
+class ProcessExit(Rule):
+    """A training process died: crashed, was killed, aborted or exited with an error code.
+
+    What it means:
+        The launcher (torchrun, srun, mpirun, PALS, bash, torch.multiprocessing.spawn) reported that a
+        worker process ended abnormally: a crash signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE), SIGKILL (the
+        kernel or cgroup out-of-memory killer, or a hard kill), SIGABRT, SIGTERM, or a non-zero exit code.
+        Slurm's node failures and time-limit cancellations are reported here too.
+
+    Why it matters:
+        When one rank dies its peers cannot finish their collectives: they see closed sockets, remote errors
+        or watchdog timeouts, and are then torn down. The process that died first is usually the cause;
+        SIGABRT is mostly PyTorch's watchdog taking the process down after a timeout or an NCCL error, and
+        SIGTERM is mostly the launcher stopping the survivors, so those are consequences.
+
+    How it is detected:
+        The exit reports (torchrun ChildFailedError entries, elastic "failed (exitcode: N)", "srun: error:
+        host: task N: reason", job-control lines such as "Aborted (core dumped)", PALS "rank N died from
+        signal S", mpirun "exited on signal", ProcessExitedException) are merged per process (global rank,
+        else pid, else local rank) with assemble_exits. Negative torchrun exit codes are signals. An abort is
+        a teardown when the same rank logged a watchdog timeout, "taking the entire process down", an NCCL
+        communicator abort or a DistBackendError before; an exit code after an NCCL or CUDA exception is
+        that exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's
+        root cause, or the earliest report) are critical; teardown aborts, terminations and later failures
+        are errors.
+
+    Example:
+        ``exitcode  : -11 (pid: 2346374)`` / ``traceback : Signal 11 (SIGSEGV) received by PID 2346374`` in
+        torchrun's summary for rank 2; or ``srun: error: node-001: task 5: Out Of Memory`` followed by
+        ``Aborted (core dumped)`` for the seven other tasks.
+
+    What to do:
+        Start from the first process that died. SIGSEGV/SIGBUS: get a core dump or run with
+        ``TORCH_SHOW_CPP_STACKTRACES=1`` / ``faulthandler`` to find the crashing library (custom CUDA
+        extensions, data loader workers, mismatched libraries). SIGKILL/OOM: check ``dmesg`` for the OOM
+        killer and reduce host memory use (data loader workers, pinned memory). Aborts and terminations of
+        the other ranks follow from it; fix the first failure and they disappear.
+    """
+
+    code = "LS501"
+    name = "process-exit"
+    kind = Kind.PROCESS_EXIT
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        exits = job.table("exits")
+        deaths = self._deaths(job, exits)
+        teardown = _teardown_ranks(job)
+        exceptions = _exception_ranks(job)
+        oom_rows = exits.filter(pl.col("event") == "slurm_oom_kill") if "event" in exits.columns else exits
+        first = min((d.first for d in deaths), default=None)
+        for death in deaths:
+            self._classify(death, teardown, exceptions, oom_rows, first)
+        yield from self._group(job, deaths, oom_rows)
+        yield from self._scheduler(job, exits, bool(deaths))
+
+    # -------------------------------------------------------------------------------------- assembly
+    def _deaths(self, job: Job, exits: pl.DataFrame) -> list[Death]:
+        rows = assemble_exits(exits) if not exits.is_empty() and "event" in exits.columns else pl.DataFrame()
+        spawn = job.table("app_errors")
+        if not spawn.is_empty() and "event" in spawn.columns:
+            spawn = spawn.filter(pl.col("event") == "spawn_exited")
+        by_pid: dict[int, dict] = {}
+        if not job.processes.is_empty():
+            for p in job.processes.iter_rows(named=True):
+                by_pid.setdefault(p["pid"], p)
+        deaths: dict[tuple, Death] = {}
+        alias: dict[tuple, tuple] = {}
+
+        def add(rank, host, pid, local_rank, signal, exit_code, reason, root, origin, sid, line, part):
+            host = short_host(host)
+            if rank is None and pid is not None and pid in by_pid and (host is None or by_pid[pid]["host"] == host):
+                rank = by_pid[pid]["global_rank"]
+                host = host or by_pid[pid]["host"]
+            if host is None and rank is not None:
+                proc = job.process_of(rank)
+                host = proc["host"] if proc else None
+            keys = [k for k in (("rank", rank) if rank is not None else None,
+                                ("pid", pid) if pid is not None else None,
+                                ("local", host, local_rank) if local_rank is not None and rank is None and pid is None else None) if k]
+            if not keys:
+                keys = [("line", sid, line)]
+            key = next((alias[k] for k in keys if k in alias), keys[0])
+            for k in keys:
+                alias.setdefault(k, key)
+            d = deaths.setdefault(key, Death(key))
+            d.rank = d.rank if d.rank is not None else rank
+            d.host = d.host or host
+            d.pid = d.pid if d.pid is not None else pid
+            d.local_rank = d.local_rank if d.local_rank is not None else local_rank
+            d.signal = d.signal or signal
+            if exit_code is not None and d.exit_code is None:
+                d.exit_code = exit_code
+            if reason and (not d.reason or reason == "Out Of Memory"):
+                d.reason = reason
+            d.root_cause |= bool(root)
+            d.origins.add(origin)
+            d.first = min(d.first, order_key(sid, line))
+            d.rows.append((sid, line, part or 0))
+
+        for r in rows.iter_rows(named=True) if not rows.is_empty() else ():
+            add(r["rank"], r["host"], r["pid"], r["local_rank"], r["signal"], r["exit_code"], r["reason"],
+                r["root_cause"], r["origin"], r["source_id"], r["line_no"], 0)
+        for r in with_job_rank(job, spawn).iter_rows(named=True) if not spawn.is_empty() else ():
+            signal = r.get("signal_name")
+            code = r.get("exit_code")
+            if signal is None and code is not None and code < 0:
+                signal = SIGNAL_NAMES.get(-code)
+            local = r.get("spawn_index")
+            rank = _rank_of_local(job, local)
+            add(rank, r.get("host"), None, local, signal, code, None, False, "spawn", r["source_id"], r["line_no"], r["part"])
+        return [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
+
+    # -------------------------------------------------------------------------------------- classification
+    def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
+                  oom_rows: pl.DataFrame, first: int | None) -> None:
+        came_first = d.root_cause or d.first == first
+        if d.reason == "Out Of Memory" or (d.signal == "SIGKILL" and not oom_rows.is_empty()):
+            d.category, d.severity = "oom", Severity.CRITICAL
+        elif d.signal in CRASH_SIGNALS:
+            d.category, d.severity = "crash", Severity.CRITICAL
+        elif d.signal == "SIGKILL":
+            d.category, d.severity = "killed", Severity.CRITICAL
+        elif d.signal == "SIGABRT":
+            if d.rank is not None and d.rank in teardown:
+                d.category, d.severity = "teardown", Severity.ERROR
+                d.because = "PyTorch's watchdog teardown after a timeout or NCCL error on this rank"
+            elif came_first:
+                d.category, d.severity = "abort", Severity.CRITICAL
+            else:
+                d.category, d.severity = "abort-later", Severity.ERROR
+        elif d.signal in STOP_SIGNALS:
+            d.category, d.severity = "stopped", Severity.ERROR
+        else:
+            exc = exceptions.get(d.rank) if d.rank is not None else None
+            if exc is not None:
+                d.category, d.severity = "after-exception", Severity.ERROR
+                d.because = exc[1]
+            elif came_first:
+                d.category, d.severity = "exit-first", Severity.CRITICAL
+            else:
+                d.category, d.severity = "exit-later", Severity.ERROR
+
+    # -------------------------------------------------------------------------------------- findings
+    def _group(self, job: Job, deaths: list[Death], oom_rows: pl.DataFrame) -> Iterator[Finding]:
+        groups: dict[tuple, list[Death]] = {}
+        for d in sorted(deaths, key=lambda d: d.first):
+            groups.setdefault((d.category, d.signal, d.exit_code if not d.signal else None), []).append(d)
+        first_death = min(deaths, key=lambda d: d.first) if deaths else None
+        for (category, _, _), members in groups.items():
+            ranks = sorted({d.rank for d in members if d.rank is not None})
+            hosts = sorted({d.host for d in members if d.host})
+            if len(ranks) == len(members) and len(ranks) > 2:
+                who = f"{len(ranks)} ranks ({ranks_text(ranks)})" + (f" on {', '.join(hosts[:4])}" if hosts else "")
+            elif len(ranks) == len(members):
+                who = names(job, ranks)
+            else:
+                who = "; ".join(d.label(job) for d in members[:4]) + (" …" if len(members) > 4 else "")
+            many = len(members) > 1
+            lead = members[0]
+            how = lead.how()
+            title, advice = self._wording(category, who, how, many, lead, first_death, job)
+            evidence = pl.DataFrame(
+                [r for d in members for r in d.rows], schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+                orient="row",
+            )
+            if category == "oom" and not oom_rows.is_empty():
+                evidence = pl.concat([locations(oom_rows).head(2), evidence])
+            yield self.finding(
+                job, title, evidence_rows=evidence, ranks=ranks, hosts=hosts,
+                severity=max(d.severity for d in members), advice=advice,
+            )
+
+    def _wording(self, category: str, who: str, how: str, many: bool, lead: Death, first: Death | None,
+                 job: Job) -> tuple[str, str]:
+        earlier = ""
+        if first is not None and first is not lead and first.first < lead.first:
+            earlier = f", after {first.label(job)} {first.how()}"
+        if category == "crash":
+            return (f"{who} {how}: the process crashed",
+                    "Find what crashed: enable core dumps (ulimit -c unlimited) or faulthandler / "
+                    "TORCH_SHOW_CPP_STACKTRACES=1, and check custom CUDA extensions, data loader workers and "
+                    "library versions. Its peers' timeouts and aborts follow from this crash.")
+        if category == "oom":
+            return (f"{who} {how}: host memory ran out",
+                    "Check dmesg / the Slurm job record for the OOM killer and reduce host memory use (data "
+                    "loader workers, pinned memory, prefetching, large CPU copies) or request more memory.")
+        if category == "killed":
+            return (f"{who} {how}: the out-of-memory killer or a hard kill (kill -9, a scheduler) ended it",
+                    "Check dmesg for the OOM killer and the scheduler's record for a kill; the other ranks' "
+                    "failures follow from this one.")
+        if category == "teardown":
+            return (f"{who} aborted (SIGABRT){earlier}: PyTorch's watchdog took the process down after a timeout "
+                    "or NCCL error (a consequence)",
+                    "These aborts are the watchdog's teardown; look at the finding that explains the timeout "
+                    "or NCCL error first.")
+        if category == "abort":
+            return (f"{who} aborted (SIGABRT) with no watchdog timeout or NCCL error logged before it",
+                    "An abort without a watchdog timeout is usually a failed assertion or std::terminate in "
+                    "native code: look at the lines just before the abort on this rank and enable core dumps.")
+        if category == "abort-later":
+            return (f"{who} aborted (SIGABRT){earlier}",
+                    "These aborts came after another process failed; start from the first failure.")
+        if category == "stopped":
+            return (f"{who} {how}{earlier}: stopped by the launcher or the scheduler (a consequence)",
+                    "Launchers terminate the remaining workers once one fails; start from the first failure.")
+        if category == "after-exception":
+            return (f"{who} {how} after {lead.because}",
+                    "The exception is the cause: see the NCCL or CUDA error finding for this rank.")
+        if category == "exit-first":
+            return (f"{who} {how}, the first process to fail",
+                    "Look at this rank's Python traceback (or its error file) for the exception that ended it.")
+        return (f"{who} {how}{earlier}",
+                "These exits came after another process failed; start from the first failure.")
+
+    def _scheduler(self, job: Job, exits: pl.DataFrame, any_death: bool) -> Iterator[Finding]:
+        if exits.is_empty() or "event" not in exits.columns:
+            return
+        nodes = exits.filter(pl.col("event") == "slurm_node_failure")
+        if nodes.height:
+            hosts = sorted({short_host(h) for h in nodes["exit_host"].drop_nulls().to_list()})
+            ranks = [int(r) for r in job.processes.filter(pl.col("host").is_in(hosts))["global_rank"].drop_nulls()] if not job.processes.is_empty() else []
+            yield self.finding(
+                job, f"Slurm reported a node failure on {', '.join(hosts)}: every process on it died",
+                evidence_rows=locations(nodes), ranks=ranks, hosts=hosts, severity=Severity.CRITICAL,
+                advice="Drain the node and check its hardware and kernel logs (GPU Xid, ECC, power, network).",
+            )
+        cancelled = exits.filter(pl.col("event") == "slurm_cancelled")
+        if "cancel_reason" in cancelled.columns:
+            reasons = cancelled.filter(pl.col("cancel_reason").is_not_null())
+            for (reason,), group in reasons.group_by("cancel_reason", maintain_order=True):
+                hosts = sorted({short_host(h) for h in group["exit_host"].drop_nulls().to_list()})
+                when = group["cancel_time"].drop_nulls().first() if "cancel_time" in group.columns else None
+                if reason == "TIME LIMIT":
+                    title = (f"Slurm cancelled the job at its time limit{f' ({when})' if when else ''}: every "
+                             "process was killed; the job had stopped making progress or needed more time")
+                    advice = ("If the job was hanging, the other findings say where; otherwise raise the time "
+                              "limit. Dump the stacks (py-spy dump) of a job that stops progressing before the "
+                              "limit kills it.")
+                    severity = Severity.ERROR
+                else:
+                    title = f"Slurm cancelled the job due to {reason.lower()} on {', '.join(hosts) or 'a node'}"
+                    advice = "Check the Slurm controller log (sacct, scontrol show job) for why."
+                    severity = Severity.CRITICAL if "NODE FAILURE" in reason else Severity.ERROR
+                yield self.finding(job, title, evidence_rows=locations(group), hosts=hosts, severity=severity,
+                                   advice=advice)
+
+
+def _rank_of_local(job: Job, local: int | None) -> int | None:
+    procs = job.processes
+    if local is None or procs.is_empty() or procs["host"].n_unique() != 1:
+        return None
+    match = procs.filter(pl.col("cuda_dev") == local)
+    return int(match["global_rank"][0]) if match.height == 1 and match["global_rank"][0] is not None else None
+
+
+def _teardown_ranks(job: Job) -> dict[int, int]:
+    """Ranks that logged a watchdog timeout, a teardown message, an NCCL abort or a fatal NCCL exception."""
+    found: dict[int, int] = {}
+
+    def note(frame: pl.DataFrame) -> None:
+        for rank, sid, line in with_job_rank(job, frame).select("job_rank", "source_id", "line_no").iter_rows():
+            if rank is not None:
+                found.setdefault(int(rank), order_key(sid, line))
+
+    torch = job.table("torch")
+    if not torch.is_empty() and "event" in torch.columns:
+        rows = torch.filter(pl.col("event").is_in(TEARDOWN_TORCH_EVENTS))
+        if "pg_rank" in rows.columns:
+            rows = rows.with_columns(torch_rank=pl.coalesce(
+                *[pl.col(c).cast(pl.Int64) for c in ("torch_rank", "task", "mpi_rank", "pg_rank") if c in rows.columns]))
+        note(rows)
+    comms = job.table("comms")
+    if not comms.is_empty() and "what" in comms.columns:
+        note(comms.filter(pl.col("what") == "Abort"))
+    apps = job.table("app_errors")
+    if not apps.is_empty() and "event" in apps.columns:
+        note(apps.filter(pl.col("event").is_in(["cpp_terminate", "nccl_error", "nccl_error_code"])))
+    errors = job.table("errors")
+    if not errors.is_empty() and "error_kind" in errors.columns:
+        note(errors.filter(pl.col("error_kind").is_in(["async_error", "fatal", "ib_completion"])))
+    return found
+
+
+def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
+    """Ranks that raised an NCCL or CUDA exception (or failed an nccl-tests check), with its name."""
+    found: dict[int, tuple[int, str]] = {}
+    apps = job.table("app_errors")
+    if not apps.is_empty() and "error_class" in apps.columns:
+        rows = with_job_rank(job, apps.filter(pl.col("error_class").is_not_null()))
+        for r in rows.iter_rows(named=True):
+            text = " ".join(str(r.get(c) or "") for c in ("error_class", "nccl_error", "cuda_error", "detail"))
+            if r["job_rank"] is not None and pl.Series([text]).str.contains(NCCL_OR_CUDA)[0]:
+                what = "raising " + r["error_class"] + (f" ({r['nccl_error']})" if r.get("nccl_error") else "")
+                found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
+    tests = job.table("nccltests")
+    if not tests.is_empty() and "event" in tests.columns and "test_pid" in tests.columns and not job.processes.is_empty():
+        failures = (
+            tests.filter(pl.col("event").is_in(["test_nccl_failure", "test_cuda_failure", "test_failure"]))
+            .sort("source_id", "line_no")
+            .with_columns(pl.col("test_error").forward_fill().over("source_id", "test_host"))
+            .filter(pl.col("test_pid").is_not_null())
+            .select("source_id", "line_no", "test_pid", "test_host", "test_error")
+        )
+        procs = job.processes.select(pl.col("pid").alias("test_pid"), pl.col("host").alias("_host"), "global_rank")
+        for r in failures.join(procs, on="test_pid", how="inner").iter_rows(named=True):
+            if r["global_rank"] is not None and (r["test_host"] is None or short_host(r["test_host"]) == r["_host"]):
+                what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
+                found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
+    return found
+
+
+RULES: tuple[type[Rule], ...] = (ProcessExit,)
