@@ -13,6 +13,7 @@ the NCCL lines allow it. The helpers here that give any table row the global ran
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -258,13 +259,24 @@ class ProcessExit(Rule):
             local = r.get("spawn_index")
             rank = _rank_of_local(job, local)
             add(rank, r.get("host"), None, local, signal, code, None, False, "spawn", r["source_id"], r["line_no"], r["part"])
-        return [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
+        found = [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
+        if not found:
+            for r in _uncaught(job):
+                add(r["job_rank"], r.get("host"), r.get("pid"), r.get("local_rank"), None, None, r["what"], False,
+                    "traceback", r["source_id"], r["line_no"], r["part"])
+            found = list(deaths.values())
+            for d in found:
+                d.category = "uncaught"
+        return found
 
     # -------------------------------------------------------------------------------------- classification
     def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
                   oom_rows: pl.DataFrame, first: int | None) -> None:
         came_first = d.root_cause or d.first == first
-        if d.reason == "Out Of Memory" or (d.signal == "SIGKILL" and not oom_rows.is_empty()):
+        if d.category == "uncaught":
+            related = re.search(NCCL_OR_CUDA, d.reason or "")
+            d.severity = Severity.ERROR if related or not came_first else Severity.CRITICAL
+        elif d.reason == "Out Of Memory" or (d.signal == "SIGKILL" and not oom_rows.is_empty()):
             d.category, d.severity = "oom", Severity.CRITICAL
         elif d.signal in CRASH_SIGNALS:
             d.category, d.severity = "crash", Severity.CRITICAL
@@ -272,14 +284,15 @@ class ProcessExit(Rule):
             d.category, d.severity = "killed", Severity.CRITICAL
         elif d.signal == "SIGABRT":
             if d.rank is not None and d.rank in teardown:
-                d.category, d.severity = "teardown", Severity.ERROR
+                d.category, d.severity = "teardown", Severity.WARNING
                 d.because = "PyTorch's watchdog teardown after a timeout or NCCL error on this rank"
             elif came_first:
                 d.category, d.severity = "abort", Severity.CRITICAL
             else:
                 d.category, d.severity = "abort-later", Severity.ERROR
         elif d.signal in STOP_SIGNALS:
-            d.category, d.severity = "stopped", Severity.ERROR
+            d.category, d.severity = "stopped", Severity.WARNING
+
         else:
             exc = exceptions.get(d.rank) if d.rank is not None else None
             if exc is not None:
@@ -294,21 +307,24 @@ class ProcessExit(Rule):
     def _group(self, job: Job, deaths: list[Death], oom_rows: pl.DataFrame) -> Iterator[Finding]:
         groups: dict[tuple, list[Death]] = {}
         for d in sorted(deaths, key=lambda d: d.first):
-            groups.setdefault((d.category, d.signal, d.exit_code if not d.signal else None), []).append(d)
+            detail = d.reason.split(" ", 1)[0] if d.category == "uncaught" and d.reason else None
+            groups.setdefault((d.category, d.signal, d.exit_code if not d.signal else detail), []).append(d)
         first_death = min(deaths, key=lambda d: d.first) if deaths else None
         for (category, _, _), members in groups.items():
+            many = len(members) > 1
             ranks = sorted({d.rank for d in members if d.rank is not None})
             hosts = sorted({d.host for d in members if d.host})
             if len(ranks) == len(members) and len(ranks) > 2:
                 who = f"{len(ranks)} ranks ({ranks_text(ranks)})" + (f" on {', '.join(hosts[:4])}" if hosts else "")
             elif len(ranks) == len(members):
                 who = names(job, ranks)
+            elif not ranks and all(d.label(job) == "a process" for d in members):
+                who = f"{len(members)} process(es)" if many else "a process"
             else:
                 who = "; ".join(d.label(job) for d in members[:4]) + (" …" if len(members) > 4 else "")
-            many = len(members) > 1
             lead = members[0]
             how = lead.how()
-            title, advice = self._wording(category, who, how, many, lead, first_death, job)
+            title, advice = self._wording(category, who, how, lead, first_death, job)
             evidence = pl.DataFrame(
                 [r for d in members for r in d.rows], schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
                 orient="row",
@@ -320,7 +336,7 @@ class ProcessExit(Rule):
                 severity=max(d.severity for d in members), advice=advice,
             )
 
-    def _wording(self, category: str, who: str, how: str, many: bool, lead: Death, first: Death | None,
+    def _wording(self, category: str, who: str, how: str, lead: Death, first: Death | None,
                  job: Job) -> tuple[str, str]:
         earlier = ""
         if first is not None and first is not lead and first.first < lead.first:
@@ -356,6 +372,11 @@ class ProcessExit(Rule):
         if category == "after-exception":
             return (f"{who} {how} after {lead.because}",
                     "The exception is the cause: see the NCCL or CUDA error finding for this rank.")
+        if category == "uncaught":
+            return (f"{who} ended with an uncaught {lead.reason} (a Python traceback from the top level of the "
+                    "script; no launcher exit report)",
+                    "The exception is what ended the process: read its traceback; if it is an NCCL or CUDA "
+                    "error, the finding for that error explains the cause.")
         if category == "exit-first":
             return (f"{who} {how}, the first process to fail",
                     "Look at this rank's Python traceback (or its error file) for the exception that ended it.")
@@ -401,6 +422,38 @@ def _rank_of_local(job: Job, local: int | None) -> int | None:
         return None
     match = procs.filter(pl.col("cuda_dev") == local)
     return int(match["global_rank"][0]) if match.height == 1 and match["global_rank"][0] is not None else None
+
+
+def _uncaught(job: Job) -> list[dict]:
+    """Python exceptions that reached the top level of the script (``Traceback`` whose first frame is
+    ``<module>``), with the exception that ends each traceback: the process exits with code 1."""
+    apps = job.table("app_errors")
+    lines = job.lines
+    if apps.is_empty() or "event" not in apps.columns or lines.is_empty():
+        return []
+    stream = [c for c in ("source_id", "task", "mpi_rank", "torch_rank", "local_rank") if c in apps.columns]
+    rows = with_job_rank(job, apps.sort("source_id", "line_no"))
+    rows = rows.with_columns(
+        tb=(pl.col("event") == "traceback").cast(pl.Int32).cum_sum().over(stream, order_by=["line_no"])
+    )
+    tracebacks = rows.filter(pl.col("event") == "traceback").select(*stream, "tb", "line_no")
+    first_frames = tracebacks.select("source_id", (pl.col("line_no") + 1).alias("line_no")).join(
+        lines.filter(pl.col("part") == 0).select("source_id", "line_no", "text"), on=["source_id", "line_no"], how="left"
+    )
+    top = first_frames.filter(pl.col("text").fill_null("").str.contains(r"in <module>\s*$")).select(
+        "source_id", (pl.col("line_no") - 1).alias("line_no")
+    )
+    tracebacks = tracebacks.join(top, on=["source_id", "line_no"], how="semi")
+    if tracebacks.is_empty() or "error_class" not in rows.columns:
+        return []
+    ends = rows.filter((pl.col("tb") > 0) & pl.col("error_class").is_not_null()).group_by(*stream, "tb").agg(pl.all().first())
+    out = []
+    matched = ends.join(tracebacks.select(*stream, "tb"), on=[*stream, "tb"], how="inner", nulls_equal=True)
+    for r in matched.sort("line_no").iter_rows(named=True):
+        text = r.get("nccl_error") or r.get("detail") or ""
+        r["what"] = r["error_class"] + (f" ({text})" if text else "")
+        out.append(r)
+    return out
 
 
 def _teardown_ranks(job: Job) -> dict[int, int]:

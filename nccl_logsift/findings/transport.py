@@ -23,6 +23,7 @@ from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.process import locations, names, ranks_text, short_host, with_job_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.exits import assemble_exits
 
 # ibv_wc_status (libibverbs), grammar §6.1.
 IB_STATUS = {
@@ -189,6 +190,15 @@ def _ranks(frame: pl.DataFrame, column: str = "job_rank") -> list[int]:
     if frame.is_empty() or column not in frame.columns:
         return []
     return sorted({int(r) for r in frame[column].drop_nulls()})
+
+
+def _deaths_reported(job: Job) -> bool:
+    """A launcher reported a process that crashed, was killed or exited with an error."""
+    exits = job.table("exits")
+    if exits.is_empty() or "event" not in exits.columns:
+        return False
+    rows = assemble_exits(exits)
+    return rows.filter(pl.col("signal").is_not_null() | (pl.col("exit_code").fill_null(0) != 0)).height > 0
 
 
 # ---------------------------------------------------------------------------------------------- LS301
@@ -653,9 +663,10 @@ class NetError(Rule):
                 title += f"; flushed after the status {', '.join(str(s) for s in sorted(statuses - {5}))} error"
             elif status == 5:
                 title += "; the earlier error that put the queue pair in error is not in these logs"
+            # Flushes next to another status are that error's fallout: below error, so never taken for the cause.
+            severity = Severity.CRITICAL if status != 5 else (Severity.WARNING if len(statuses) > 1 else Severity.ERROR)
             yield self.finding(
-                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts,
-                severity=Severity.ERROR if status == 5 else Severity.CRITICAL,
+                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts, severity=severity,
                 advice=IB_ADVICE.get(status, IB_ADVICE[12]),
             )
         bare = rows.filter(pl.col("status").is_null())
@@ -752,6 +763,7 @@ class NetError(Rule):
         if rows.is_empty():
             return
         earlier = self._failures(job, errors)
+        deaths = _deaths_reported(job)
         for (kind,), group in rows.sort("seq").group_by("error_kind", maintain_order=True):
             ranks = _ranks(group)
             hosts = sorted(set(group["host"].drop_nulls()))
@@ -782,8 +794,10 @@ class NetError(Rule):
                 title += "; the two sides disagree on a message size (mismatched collectives or NCCL settings)"
             else:
                 title += "; the peer process probably died or its network path failed"
+            # A closure after another process's failure is its fallout: reported below error level.
             yield self.finding(
-                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts, severity=Severity.ERROR,
+                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts,
+                severity=Severity.WARNING if cause or deaths else Severity.ERROR,
                 advice=("Find out why the peer ended first: look at the findings for "
                         f"{'rank(s) ' + ranks_text(sorted(peer_ranks)) if peer_ranks else 'the peer host'} (crash, "
                         "OOM, CUDA or NCCL error, exit). If nothing failed there, check the TCP path between the "
