@@ -603,6 +603,7 @@ class NetError(Rule):
         addresses = address_hosts(job)
         yield from self._ib_completion(job, errors, t, addresses)
         yield from self._ib_async(job, errors)
+        yield from self._ib_mismatch(job, errors)
         yield from self._ofi(job, errors)
         yield from self._ib_devices(job, errors)
         yield from self._sockets(job, errors, t, addresses)
@@ -703,6 +704,20 @@ class NetError(Rule):
                 advice="Check the HCA port and cable/switch port (ibstat, dmesg, the subnet manager's log); a "
                        "port that goes down under a running job breaks every connection through it.",
             )
+
+    def _ib_mismatch(self, job: Job, errors: pl.DataFrame) -> Iterator[Finding]:
+        rows = errors.filter(pl.col("error_kind") == "ib_mismatch")
+        if rows.is_empty():
+            return
+        ranks = _ranks(rows)
+        text = _message(job, rows)
+        yield self.finding(
+            job, f"The two ends of an IB transfer disagree on its size or buffer on {names(job, ranks) if ranks else 'some ranks'}: "
+                 f"'{text}' (mismatched collectives across ranks, or memory corruption)",
+            evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.ERROR,
+            advice="Check that every rank issues the same collectives with the same sizes (collective-mismatch "
+                   "findings, TORCH_DISTRIBUTED_DEBUG=DETAIL); if they do, suspect a NIC or GPU memory problem.",
+        )
 
     def _ofi(self, job: Job, errors: pl.DataFrame) -> Iterator[Finding]:
         text = pl.coalesce(*[pl.col(c) for c in ("error_text",) if c in errors.columns]) if "error_text" in errors.columns else pl.lit(None)
