@@ -280,6 +280,7 @@ class TransportFallback(Rule):
             ranks = sorted(set(ranks) | set(_ranks(selected.filter(pl.col("net_name") == "Socket"))))
         hosts = sorted(set(sock["host"].drop_nulls().to_list()))
         reasons, reason_rows = self._socket_reasons(job, sock)
+        tuned = self._socket_tuning(job)
         carriers = f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"
         if whole:
             title = (f"All inter-node traffic of this {nodes}-node job runs over TCP sockets (NET/Socket) instead of "
@@ -290,10 +291,13 @@ class TransportFallback(Rule):
                      f"{len(_ranks(other))} rank(s) use {nets}")
         if reasons:
             title += ": " + "; ".join(reasons)
+        deliberate = tuned and not any("NCCL_IB_DISABLE" in r for r in reasons)
+        if deliberate:
+            title += f"; the job is set up for sockets ({tuned}), so this may be intended"
         rows = pl.concat([locations(reason_rows).head(3), locations(sock).head(3)])
         yield self.finding(
             job, title, evidence_rows=rows, ranks=ranks, hosts=hosts,
-            severity=Severity.ERROR if whole and nodes > 1 else Severity.WARNING,
+            severity=Severity.ERROR if whole and nodes > 1 and not deliberate else Severity.WARNING,
             advice=(
                 "Make the RDMA devices usable by NCCL: unset NCCL_IB_DISABLE, expose /dev/infiniband and "
                 "install rdma-core/libibverbs in the container, pick the right NCCL_IB_HCA, and install the "
@@ -301,6 +305,23 @@ class TransportFallback(Rule):
                 "node shows whether a usable device exists."
             ),
         )
+
+    @staticmethod
+    def _socket_tuning(job: Job) -> str:
+        """How the job configured NCCL's sockets on purpose: several NICs in NCCL_SOCKET_IFNAME, or the
+        socket thread/socket counts set. Empty when it did not."""
+        s = job.table("settings")
+        if s.is_empty() or "name" not in s.columns:
+            return ""
+        tuning = s.filter(pl.col("name").is_in(["NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"]))
+        if tuning.height:
+            return ", ".join(sorted(set(tuning["name"]))) + " set"
+        ifname = s.filter(pl.col("name") == "NCCL_SOCKET_IFNAME")
+        if ifname.height:
+            nics = [n for n in re.split(r"[,\s]+", ifname["value"][0].lstrip("=^")) if n]
+            if len(nics) > 1:
+                return f"NCCL_SOCKET_IFNAME lists {len(nics)} interfaces"
+        return ""
 
     def _socket_reasons(self, job: Job, sock: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
         reasons: list[str] = []
