@@ -53,17 +53,17 @@ def arrival_times(job: Job) -> pl.DataFrame:
     if extra:
         coll = coll.join(job.lines.select("source_id", "line_no", "part", *extra), on=["source_id", "line_no", "part"],
                          how="left")
-    ts = pl.col("ts") if "ts" in coll.columns else pl.lit(None, pl.String)
+    ts = pl.col("ts").cast(pl.String) if "ts" in coll.columns else pl.lit(None, pl.String)
     nccl = pl.coalesce(_time_ms(ts, "%Y-%m-%d %H:%M:%S%.f"), _time_ms(pl.lit("1970") + ts, "%Y%m%d %H:%M:%S%.f"))
     collector = (
-        pl.col("collector_ts").str.to_datetime(time_zone="UTC", strict=False).dt.epoch("us").cast(pl.Float64) / 1000.0
+        pl.col("collector_ts").cast(pl.String).str.to_datetime(time_zone="UTC", strict=False).dt.epoch("us").cast(pl.Float64) / 1000.0
         if "collector_ts" in coll.columns else pl.lit(None, pl.Float64)
     )
     digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)  # noqa: E731
     coll = coll.with_columns(
         t_nccl=nccl, t_collector=collector,
         res_nccl=pl.lit(10.0).pow(3 - digits(ts).fill_null(0)),
-        res_collector=(pl.lit(10.0).pow(3 - digits(pl.col("collector_ts")).fill_null(0))
+        res_collector=(pl.lit(10.0).pow(3 - digits(pl.col("collector_ts").cast(pl.String)).fill_null(0))
                        if "collector_ts" in coll.columns else pl.lit(None, pl.Float64)),
     )
     if coll["t_nccl"].drop_nulls().len() >= coll.height // 2 and coll["t_nccl"].drop_nulls().len():
