@@ -34,14 +34,11 @@ IB_STATUS = {
     20: "RESP_TIMEOUT_ERR", 21: "GENERAL_ERR",
 }
 IB_MEANING = {
-    12: "transport retry counter exceeded: the peer never acknowledged (link down or flapping, a routing "
-        "problem, a wrong RoCE GID index, or the peer node died)",
-    13: "receiver-not-ready retries exceeded: the peer did not post its receive buffers in time (peer "
-        "stalled or dead)",
-    4: "local protection error: the NIC could not access the memory (GPUDirect RDMA blocked by PCIe ACS "
-       "or the IOMMU, or a bad memory registration)",
-    5: "work request flushed because the queue pair was already in error after an earlier failure (a "
-       "consequence, not the cause)",
+    12: "retries exhausted, the peer never acknowledged: link down or flapping, routing, a wrong RoCE GID "
+        "index, or a dead peer",
+    13: "receiver not ready: the peer stopped posting receives (stalled or dead)",
+    4: "local protection error: GPUDirect RDMA blocked by PCIe ACS or the IOMMU, or a bad memory registration",
+    5: "flushed because the queue pair was already in error (a consequence, not the cause)",
     10: "remote access error: the peer rejected the RDMA access (memory key or registration)",
     11: "remote operation error: the peer could not complete the request",
     7: "bad response from the peer",
@@ -674,13 +671,14 @@ class NetError(Rule):
             hca = sorted(set(group["hca"].drop_nulls())) if "hca" in group.columns else []
             who = names(job, ranks) if ranks else f"{group.height} line(s) on {', '.join(hosts) or 'an unknown host'}"
             detail = ", ".join(x for x in (
-                f"vendor err {ranks_text(vendor)}" if vendor else "",
-                f"{'/'.join(req)} request" if req else "", f"HCA {', '.join(hca)}" if hca else "") if x)
-            title = f"IB completion error status {status} ({name}: {meaning}) on {who}"
+                f"vendor err {ranks_text(vendor)}" if vendor else "", f"HCA {', '.join(hca)}" if hca else "") if x)
+            direction = {"Send": "sending to", "Recv": "receiving from"}.get(req[0], "with") if len(req) == 1 else "with"
+            title = f"IB completion error on {who}"
+            if peers:
+                title += f" {direction} {'; '.join(peers)}"
+            title += f": status {status} {name}, {meaning}"
             if detail:
                 title += f" [{detail}]"
-            if peers:
-                title += f"; peer {'; '.join(peers)}"
             if status == 5 and len(statuses) > 1:
                 title += f"; flushed after the status {', '.join(str(s) for s in sorted(statuses - {5}))} error"
             elif status == 5:
