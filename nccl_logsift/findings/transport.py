@@ -183,6 +183,15 @@ def _message(job: Job, rows: pl.DataFrame) -> str:
     return re.sub(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "", text[0]).strip()
 
 
+def _texts(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows with ``message`` (line text after the NCCL prefix) and ``sig`` (the same, numbers blanked)."""
+    lines = job.lines.select("source_id", "line_no", "part", "text") if not job.lines.is_empty() else pl.DataFrame(
+        schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8, "text": pl.String})
+    out = rows.sort("source_id", "line_no").join(lines, on=["source_id", "line_no", "part"], how="left", maintain_order="left")
+    return out.with_columns(message=pl.col("text").str.replace(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "").str.strip_chars()).with_columns(
+        sig=pl.col("message").str.replace_all(r"\d+", "N"))
+
+
 def _ranks(frame: pl.DataFrame, column: str = "job_rank") -> list[int]:
     if frame.is_empty() or column not in frame.columns:
         return []
@@ -530,20 +539,12 @@ class TransportFallback(Rule):
     def _collective_offload(self, job: Job) -> Iterator[Finding]:
         for kind, what in (("collnet", "CollNet/SHARP"), ("nvls", "NVLink SHARP (NVLS) / MNNVL")):
             rows = _errors(job, kind)
+            if not rows.is_empty():
+                rows = rows.filter(pl.col("level") == "WARN")  # INFO lines say a feature is absent, not broken
             if rows.is_empty():
                 continue
             ranks = _ranks(rows)
-            texts: list[str] = []
-            msgs: list[str] = []
-            for row in rows.sort("source_id", "line_no").head(200).iter_rows(named=True):
-                text = _message(job, pl.DataFrame([{"source_id": row["source_id"], "line_no": row["line_no"], "part": row["part"]}],
-                                                  schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8}))
-                key = re.sub(r"\d+", "N", text)
-                if key not in texts:
-                    texts.append(key)
-                    msgs.append(text)
-                if len(msgs) >= 2:
-                    break
+            msgs = _texts(job, rows).unique("sig", maintain_order=True)["message"].head(2).to_list()
             who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if ranks else f"{rows.height} line(s)"
             title = f"{what} could not be set up on {who}: " + "; ".join(f"'{m}'" for m in msgs)
             if kind == "collnet":
