@@ -1,7 +1,653 @@
-"""Rules of the placement family (see the table in findings/__init__.py)."""
+"""Rules about where ranks run: CUDA errors and OOM, two ranks on one GPU, two machines under one name (LS4xx).
+
+| code | name | kind | severity |
+|---|---|---|---|
+| LS401 | cuda-error | cuda_error | critical |
+| LS402 | duplicate-gpu | duplicate_gpu | critical |
+| LS403 | host-collision | host_collision | critical |
+
+A CUDA failure is reported on the rank that logged it; what its peers log afterwards (``Connection closed
+by remote peer``, ``-> 6`` remote-error chains) is fallout and never names them. GPUs are compared by PCI
+busId (NVML index before 2.5.6) within one host; a host is a host name *and* a bootstrap address, so two
+machines that share a name are told apart (LS403) instead of looking like one machine with shared GPUs.
+"""
 
 from __future__ import annotations
 
-from nccl_logsift.findings.base import Rule
+import re
+from typing import Iterator
 
-RULES: tuple[type[Rule], ...] = ()
+import polars as pl
+
+from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.startup import (
+    EVIDENCE,
+    PROC,
+    evidence,
+    interfaces,
+    known_ranks,
+    lifecycle_instances,
+    names,
+    per_job,
+    plural,
+    ranks_text,
+    resolve_rows,
+)
+from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.communicators import with_seq
+
+# CUDA error strings that are teardown noise, not a failure: the process is already exiting.
+BENIGN_CUDA = ("driver shutting down",)
+OOM = re.compile(r"out of memory|CUDA out of memory|OutOfMemory", re.I)
+UNHANDLED_CUDA = 1  # ncclUnhandledCudaError in '-> N' chains
+
+
+# ---------------------------------------------------------------------------------------------- LS401
+class CudaError(Rule):
+    """A CUDA call failed on a rank: out of memory, an illegal memory access, a launch failure.
+
+    What it means:
+        NCCL (``Cuda failure 'out of memory'``, ``Failed to CUDA calloc N bytes``, a ``-> 1`` unhandled-CUDA
+        chain) or PyTorch (``torch.OutOfMemoryError: CUDA out of memory``, ``CUDA error: an illegal memory
+        access was encountered``) reported a CUDA failure on the listed ranks.
+
+    Why it matters:
+        The rank that hits it raises and exits (or its communicator becomes unusable); its peers then see
+        closed sockets and ``-> 6`` remote errors, or wait until the watchdog fires. Those peers are not the
+        culprits — the rank with the CUDA error is.
+
+    How it is detected:
+        The errors table's ``cuda`` and ``alloc`` messages (WARN and INFO forms), ``-> 1`` chains of
+        processes that printed no CUDA message themselves, and PyTorch's ``cuda_oom`` / ``cuda_error``
+        exceptions (plus "unhandled cuda error" NCCL errors) from ``app_errors``. Findings are grouped by
+        the error string; out-of-memory variants form one group. ``driver shutting down`` is exit noise and
+        ignored. An OOM that a rank logs only after its own watchdog timeout is reported as an error, not a
+        root cause (a failed collective often leaves an absurd allocation behind).
+
+    Example:
+        ``dgx391:3788705:3788793 [0] include/alloc.h:225 NCCL WARN Cuda failure 2 'out of memory'`` followed
+        by ``include/alloc.h:244 -> 1`` … ``group.cc:112 -> 1`` on rank 0.
+
+    What to do:
+        For out of memory: leave NCCL room (smaller batch or activation memory, PYTORCH_CUDA_ALLOC_CONF=
+        expandable_segments:True, fewer NCCL channels/buffers: NCCL_BUFFSIZE, NCCL_NCHANNELS_PER_NET_PEER),
+        and check nothing else holds that GPU (``nvidia-smi``). For illegal accesses and launch failures:
+        rerun with CUDA_LAUNCH_BLOCKING=1 / compute-sanitizer and check dmesg for Xid errors on that GPU.
+    """
+
+    code = "LS401"
+    name = "cuda-error"
+    kind = Kind.CUDA_ERROR
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = cuda_rows(job)
+        if rows.is_empty():
+            return
+        timeouts = _watchdog_seq(job)
+        for (key,), group in rows.group_by("key", maintain_order=True):
+            group = group.sort("seq")
+            ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
+            hosts = sorted(set(group["host"].drop_nulls().to_list()))
+            unranked = group.filter(pl.col("job_rank").is_null() & pl.col("host").is_not_null()).select(PROC).unique()
+            who = names(job, ranks) if ranks else ""
+            if unranked.height:
+                who = (who + " and " if who else "") + f"{plural(unranked.height, 'process')} on {', '.join(hosts[:3])}"
+            if not who:
+                who = "a rank (not identified in the log)"
+            what = "ran out of GPU memory" if key == "out of memory" else f"hit a CUDA error: {key}"
+            details = _details(group)
+            title = f"{who} {what}{details}"
+            severity = self.severity
+            late = _after_timeout(group, timeouts)
+            if late:
+                severity = Severity.ERROR
+                title += " — after the watchdog timeout, so probably a consequence of the hang, not its cause"
+            primary = group.filter(pl.col("origin") != "chain")
+            ev = pl.concat([evidence(primary.head(4)), evidence(group.filter(pl.col("origin") == "chain").head(2))])
+            yield self.finding(
+                job, title, evidence_rows=ev, ranks=ranks, hosts=hosts, severity=severity,
+                comm=_comm_at(job, group), advice=_cuda_advice(key),
+            )
+
+
+@per_job
+def cuda_rows(job: Job) -> pl.DataFrame:
+    """Every CUDA failure with host/pid (if any), seq, ``job_rank``, ``origin`` and a grouping ``key``."""
+    frames = []
+    errors = job.table("errors")
+    if not errors.is_empty() and "error_kind" in errors.columns:
+        text = pl.col("error_text").fill_null("") if "error_text" in errors.columns else pl.lit("")
+        cuda = errors.filter(
+            pl.col("error_kind").is_in(("cuda", "alloc"))
+            & ~text.str.starts_with("CUMEM")
+            & ~pl.col("cuda_error").fill_null("").is_in(BENIGN_CUDA)
+        )
+        if cuda.height:
+            cuda = cuda.with_columns(
+                origin=pl.lit("nccl"),
+                message=pl.when(pl.col("error_kind") == "alloc")
+                .then(pl.format("Failed to {} {} bytes", pl.col("call").fill_null("allocate"), pl.col("bytes").cast(pl.String).fill_null("?")))
+                .otherwise(pl.col("cuda_error").fill_null(text)),
+                key=pl.when(pl.col("error_kind") == "alloc")
+                .then(pl.lit("out of memory"))
+                .otherwise(pl.col("cuda_error").fill_null(text)),
+            )
+            frames.append(cuda)
+            chains = errors.filter((pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA))
+            if chains.height:
+                # Chains of processes that printed the CUDA message: evidence for that group.
+                owners = cuda.select(*PROC, "key").unique(PROC, keep="first")
+                frames.append(chains.join(owners, on=PROC, how="inner").with_columns(origin=pl.lit("chain"), message=pl.lit(None, pl.String)))
+        chains = errors.filter((pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA))
+        if chains.height:
+            owners = cuda.select(*PROC).unique() if cuda.height else pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
+            silent = chains.join(owners, on=PROC, how="anti")
+            if silent.height:
+                frames.append(silent.with_columns(
+                    origin=pl.lit("chain"), message=pl.lit(None, pl.String),
+                    key=pl.lit("unhandled CUDA error (ncclUnhandledCudaError, no CUDA message printed)"),
+                ))
+    apps = job.table("app_errors")
+    if not apps.is_empty() and "event" in apps.columns:
+        nccl_text = pl.col("nccl_error").fill_null("") if "nccl_error" in apps.columns else pl.lit("")
+        code = pl.col("nccl_error_code").fill_null("") if "nccl_error_code" in apps.columns else pl.lit("")
+        app = apps.filter(
+            pl.col("event").is_in(("cuda_oom", "cuda_error"))
+            | ((pl.col("event") == "nccl_error") & nccl_text.str.contains("unhandled cuda error"))
+            | ((pl.col("event") == "nccl_error_code") & (code == "ncclUnhandledCudaError"))
+        ).filter(~pl.col("cuda_error").fill_null("").is_in(BENIGN_CUDA))
+        if app.height:
+            frames.append(app.with_columns(
+                origin=pl.lit("torch"),
+                message=pl.coalesce(pl.col("cuda_error"), pl.col("oom_alloc").map_elements(lambda s: f"tried to allocate {s}", return_dtype=pl.String)),
+                key=pl.when(pl.col("event") == "cuda_oom").then(pl.lit("out of memory"))
+                .when(pl.col("event") == "cuda_error").then(pl.col("cuda_error"))
+                .otherwise(pl.lit(None, pl.String)),
+            ))
+    if not frames:
+        return pl.DataFrame()
+    keep = [
+        "source_id", "line_no", "part", "host", "pid", "tid", "origin", "message", "key", "event", "error_kind",
+        "torch_rank", "mpi_rank", "task", "local_rank", "global_rank", "gpu_index", "oom_alloc", "bytes", "cuda_error",
+    ]
+    rows = pl.concat(
+        [f.select([pl.col(c) if c in f.columns else pl.lit(None).alias(c) for c in keep]) for f in frames],
+        how="vertical_relaxed",
+    )
+    rows = with_seq(rows)
+    rows = resolve_rows(job, rows)
+    rows = rows.with_columns(job_rank=pl.coalesce("job_rank", _local_rank_to_rank(job, rows)))
+    # PyTorch's report of a NCCL CUDA failure ("unhandled cuda error") joins the group of that rank's message.
+    unkeyed = rows.filter(pl.col("key").is_null())
+    if unkeyed.height:
+        by_rank = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank", "key").unique("job_rank", keep="first")
+        fallback = rows.filter(pl.col("key").is_not_null())["key"]
+        default = fallback[0] if fallback.len() else "unhandled CUDA error (reported by PyTorch)"
+        rows = (
+            rows.join(by_rank.rename({"key": "_rk"}), on="job_rank", how="left")
+            .with_columns(key=pl.coalesce("key", "_rk", pl.lit(default)))
+            .drop("_rk")
+        )
+    rows = rows.with_columns(key=pl.when(pl.col("key").str.contains(OOM.pattern)).then(pl.lit("out of memory")).otherwise(pl.col("key")))
+    return rows
+
+
+def _local_rank_to_rank(job: Job, rows: pl.DataFrame) -> pl.Expr:
+    """A launcher's local-rank tag ([default3]:) names a global rank only when one process carries it."""
+    lines = job.lines
+    if lines.is_empty() or "local_rank" not in lines.columns or "local_rank" not in rows.columns:
+        return pl.lit(None, pl.Int64)
+    tagged = lines.filter(pl.col("local_rank").is_not_null() & pl.col("host").is_not_null()).select("local_rank", *PROC).unique()
+    if tagged.is_empty():
+        return pl.lit(None, pl.Int64)
+    ranks = known_ranks(job)
+    single = tagged.group_by("local_rank").agg(pl.len(), pl.col("host").first(), pl.col("pid").first()).filter(pl.col("len") == 1)
+    mapping = single.join(ranks, on=PROC, how="inner")
+    if mapping.is_empty():
+        return pl.lit(None, pl.Int64)
+    table = dict(zip(mapping["local_rank"].to_list(), mapping["rank"].to_list()))
+    return pl.col("local_rank").replace_strict(table, default=None, return_dtype=pl.Int64)
+
+
+@per_job
+def _watchdog_seq(job: Job) -> dict:
+    """First watchdog-timeout position per rank (key None: the first of any rank)."""
+    torch = job.table("torch")
+    if torch.is_empty() or "event" not in torch.columns:
+        return {}
+    rows = torch.filter(pl.col("event").is_in(("watchdog_timeout", "blocking_wait_timeout")))
+    if rows.is_empty():
+        return {}
+    rows = with_seq(rows).with_columns(r=pl.coalesce(pl.col("torch_rank"), pl.col("pg_rank")).cast(pl.Int64))
+    out = {r: s for r, s in rows.group_by("r").agg(pl.col("seq").min()).iter_rows() if r is not None}
+    out[None] = rows["seq"].min()
+    return out
+
+
+def _after_timeout(group: pl.DataFrame, timeouts: dict) -> bool:
+    if not timeouts:
+        return False
+    for rank, seq in group.group_by("job_rank").agg(pl.col("seq").min()).iter_rows():
+        limit = timeouts.get(rank) if rank is not None else timeouts.get(None)
+        if limit is None or seq < limit:
+            return False
+    return True
+
+
+def _details(group: pl.DataFrame) -> str:
+    bits = []
+    sizes = group.filter(pl.col("oom_alloc").is_not_null())["oom_alloc"].unique(maintain_order=True).to_list()
+    if sizes:
+        bits.append(f"tried to allocate {', '.join(sizes[:3])}")
+    alloc = group.filter(pl.col("bytes").is_not_null() & (pl.col("error_kind") == "alloc"))
+    if alloc.height:
+        bits.append(f"NCCL failed to allocate {int(alloc['bytes'].max())} bytes")
+    nccl = group.filter((pl.col("origin") == "nccl") & pl.col("cuda_error").is_not_null())
+    if nccl.height and not bits:
+        bits.append(f"NCCL: Cuda failure '{nccl['cuda_error'][0]}'")
+    return f" ({'; '.join(bits)})" if bits else ""
+
+
+def _comm_at(job: Job, group: pl.DataFrame) -> str | None:
+    inst = lifecycle_instances(job)
+    located = group.filter(pl.col("host").is_not_null())
+    if inst.is_empty() or located.is_empty():
+        return None
+    mine = located.select(*PROC, "seq").join(inst.select(*PROC, "start_seq", "complete_seq", "comm_uid"), on=PROC, how="inner")
+    inside = mine.filter((pl.col("start_seq") <= pl.col("seq")) & (pl.col("complete_seq").is_null() | (pl.col("complete_seq") >= pl.col("seq"))))
+    if inside.height:
+        return inside.sort("start_seq").tail(1)["comm_uid"][0]
+    return None
+
+
+def _cuda_advice(key: str) -> str:
+    if key == "out of memory":
+        return (
+            "Free GPU memory on that rank: reduce batch/activation memory, set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, shrink NCCL's buffers (NCCL_BUFFSIZE, fewer "
+            "channels) and check with `nvidia-smi` that no other process holds memory on that GPU."
+        )
+    return (
+        "Rerun the failing rank with CUDA_LAUNCH_BLOCKING=1 (or under compute-sanitizer) to find the kernel, "
+        "and check `dmesg` / `nvidia-smi -q` on that host for Xid or ECC errors on the GPU."
+    )
+
+
+# ---------------------------------------------------------------------------------------------- LS402
+class DuplicateGpu(Rule):
+    """Two ranks of one host use the same GPU.
+
+    What it means:
+        Two ranks of one communicator run on the same physical GPU of the same machine (same PCI busId),
+        usually because the device was not set from LOCAL_RANK or CUDA_VISIBLE_DEVICES is the same for
+        every process.
+
+    Why it matters:
+        NCCL refuses the communicator (``Duplicate GPU detected``, ``ncclInvalidUsage``): the two ranks
+        raise during init_process_group and every other rank waits in init. Older NCCL releases or other
+        frameworks may instead run far slower, or hang.
+
+    How it is detected:
+        ``Duplicate GPU detected : rank X and rank Y both on CUDA device <busId>`` (2.5.6–2.29) and
+        ``Multiple ranks detected using the same GPU`` (2.30.3+), with the communicator ranks translated
+        to global ranks through the communicator the process was initialising. From Init lines: members of
+        one communicator on the same host and bootstrap address whose busId (nvmlDev before 2.5.6) is equal,
+        when their init did not complete (a completed init means NCCL accepted them).
+
+    Example:
+        ``gpu-node-057:1224575:1224673 [0] init.cc:1486 NCCL WARN Duplicate GPU detected : rank 0 and rank 3
+        both on CUDA device 3000``.
+
+    What to do:
+        Bind each process to its own GPU: ``torch.cuda.set_device(local_rank)`` before init_process_group (or
+        ``device_id=`` in init_process_group), and check CUDA_VISIBLE_DEVICES and the launcher's
+        ``--nproc-per-node`` against the GPUs the host really has.
+    """
+
+    code = "LS402"
+    name = "duplicate-gpu"
+    kind = Kind.DUPLICATE_GPU
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        covered: set[frozenset] = set()
+        for finding in self._from_warnings(job):
+            covered.add(frozenset(finding.ranks))
+            yield finding
+        for finding in self._from_init_lines(job):
+            if not any(set(finding.ranks) <= c for c in covered):
+                yield finding
+
+    def _from_warnings(self, job: Job) -> Iterator[Finding]:
+        errors = job.table("errors")
+        if errors.is_empty() or "error_kind" not in errors.columns:
+            return
+        rows = errors.filter((pl.col("error_kind") == "duplicate_gpu") & pl.col("host").is_not_null())
+        if rows.is_empty():
+            return
+        rows = resolve_rows(job, with_seq(rows))
+        inst = lifecycle_instances(job)
+        groups: dict[tuple, dict] = {}
+        for r in rows.iter_rows(named=True):
+            uid, nranks, members, first = _current_comm(job, inst, r["host"], r["pid"], r["seq"])
+            found = set()
+            if r.get("rank") is not None:
+                for comm_rank in (r["rank"], r["peer_rank"]):
+                    g = _to_global(job, members, nranks, comm_rank, first)
+                    if g is not None:
+                        found.add(g)
+            if r["job_rank"] is not None:
+                found.add(int(r["job_rank"]))
+            device = r.get("device") or _bus_of(inst, r["host"], r["pid"])
+            if r.get("rank") is None and device is not None and members is not None:
+                same = members.filter((pl.col("host") == r["host"]) & (pl.col("bus_id") == device))
+                found |= {int(x) for x in same["global_rank"].drop_nulls()}
+            key = (r["host"], device, uid)
+            entry = groups.setdefault(key, {"ranks": set(), "rows": [], "comm_ranks": set()})
+            entry["ranks"] |= found
+            entry["rows"].append(r)
+            if r.get("rank") is not None:
+                entry["comm_ranks"] |= {r["rank"], r["peer_rank"]}
+        for (host, device, uid), entry in groups.items():
+            ranks = sorted(entry["ranks"])
+            frame = pl.DataFrame([{k: row[k] for k in EVIDENCE} for row in entry["rows"]])
+            who = f"ranks {ranks_text(ranks)}" if ranks else f"communicator ranks {ranks_text(entry['comm_ranks'])}"
+            title = f"{who} on {host} use the same GPU (busId {device})" if device else f"{who} on {host} use the same GPU"
+            if ranks:
+                title += ": " + names(job, ranks)
+            yield self.finding(
+                job, title + "; NCCL refused the communicator", evidence_rows=evidence(frame), ranks=ranks,
+                hosts=[host], comm=uid, advice=self._advice(),
+            )
+
+    def _from_init_lines(self, job: Job) -> Iterator[Finding]:
+        inst = lifecycle_instances(job)
+        if inst.is_empty():
+            return
+        gpu = pl.coalesce(pl.col("bus_id"), pl.col("nvml_dev").cast(pl.String).map_elements(lambda s: f"nvml{s}", return_dtype=pl.String))
+        inst = inst.with_columns(gpu=gpu).filter(pl.col("gpu").is_not_null() & pl.col("global_rank").is_not_null())
+        addr = bootstrap_addresses(job)
+        if not addr.is_empty():
+            inst = inst.join(addr, on=PROC, how="left")
+        else:
+            inst = inst.with_columns(address=pl.lit(None, pl.String))
+        dup = (
+            inst.group_by("comm_uid", "host", pl.col("address").fill_null("?").alias("addr"), "gpu")
+            .agg(
+                ranks=pl.col("global_rank").unique().sort(),
+                completed=pl.col("init_completed").all(),
+                source_id=pl.col("source_id"), line_no=pl.col("line_no"),
+            )
+            .filter((pl.col("ranks").list.len() > 1) & ~pl.col("completed"))
+        )
+        seen = set()
+        for row in dup.iter_rows(named=True):
+            key = (row["host"], row["gpu"], tuple(row["ranks"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            ranks = row["ranks"]
+            frame = pl.DataFrame({"source_id": row["source_id"], "line_no": row["line_no"]}).with_columns(part=pl.lit(0, pl.UInt8))
+            title = (
+                f"ranks {ranks_text(ranks)} on {row['host']} initialise communicator {row['comm_uid']} on the same GPU "
+                f"(busId {row['gpu']}) and never complete init: {names(job, ranks)}"
+            )
+            yield self.finding(
+                job, title, evidence_rows=frame, ranks=ranks, hosts=[row["host"]], comm=row["comm_uid"],
+                advice=self._advice(),
+            )
+
+    @staticmethod
+    def _advice() -> str:
+        return (
+            "Give every process its own GPU: call torch.cuda.set_device(local_rank) (or pass device_id= to "
+            "init_process_group) before creating the process group, and check CUDA_VISIBLE_DEVICES and "
+            "--nproc-per-node against the GPUs of the host."
+        )
+
+
+def _current_comm(job: Job, inst: pl.DataFrame, host: str, pid: int, seq: int):
+    """(comm_uid, nranks, members, first) of the communicator a process was initialising at ``seq``.
+
+    ``first`` is true when the process had completed no communicator before: PyTorch's first communicator
+    is the default (world) process group's, so its communicator ranks are global ranks.
+    """
+    mine = inst.filter((pl.col("host") == host) & (pl.col("pid") == pid)) if not inst.is_empty() else inst
+    earlier = mine.filter(pl.col("complete_seq") < seq) if not mine.is_empty() else mine
+    first = earlier.is_empty()
+    started = mine.filter(pl.col("init_started") & (pl.col("start_seq") <= seq)).sort("start_seq") if not mine.is_empty() else mine
+    if started.is_empty():
+        return None, None, None, first
+    row = started.row(-1, named=True)
+    members = inst.filter(pl.col("comm_uid") == row["comm_uid"])
+    return row["comm_uid"], row["nranks"], members, first
+
+
+def _to_global(job: Job, members: pl.DataFrame | None, nranks: int | None, comm_rank: int | None, first: bool) -> int | None:
+    if comm_rank is None:
+        return None
+    if members is not None:
+        hit = members.filter(pl.col("rank") == comm_rank)["global_rank"].drop_nulls()
+        if hit.len():
+            return int(hit[0])
+    world = job.world_size
+    if (nranks is not None and world is not None and nranks == world) or (nranks is None and first):
+        return int(comm_rank)
+    return None
+
+
+def _bus_of(inst: pl.DataFrame, host: str, pid: int) -> str | None:
+    if inst.is_empty():
+        return None
+    bus = inst.filter((pl.col("host") == host) & (pl.col("pid") == pid))["bus_id"].drop_nulls()
+    return bus[0] if bus.len() else None
+
+
+@per_job
+def bootstrap_addresses(job: Job) -> pl.DataFrame:
+    """(host, pid) → the address it bootstraps on (Bootstrap line, else IB OOB, else first NET/Socket one)."""
+    prio = {"bootstrap": 0, "oob": 1, "socket": 2}
+    rows = [
+        (i.host, i.pid, i.ifname, i.address, prio[i.role], i.source_id, i.line_no, i.part)
+        for i in interfaces(job) if i.role in prio and i.address
+    ]
+    if not rows:
+        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "ifname": pl.String, "address": pl.String})
+    frame = pl.DataFrame(
+        rows, schema={"host": pl.String, "pid": pl.Int64, "ifname": pl.String, "address": pl.String, "prio": pl.Int32,
+                      "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+        orient="row",
+    )
+    return frame.sort("prio", "source_id", "line_no").unique(PROC, keep="first").drop("prio")
+
+
+# ---------------------------------------------------------------------------------------------- LS403
+class HostCollision(Rule):
+    """Two different machines report the same host name.
+
+    What it means:
+        Processes that print the same host name bootstrap from different IP addresses on the same interface
+        name, i.e. they run on different machines (cloned images, containers with a fixed hostname, FQDNs
+        that differ only after the first dot). When NCCL itself takes them for one node, it connects them
+        with intra-node transports (P2P/SHM) that cannot work across machines.
+
+    Why it matters:
+        If NCCL merged the machines (``nNodes`` too small, ``localRanks`` too large, ``via P2P`` between
+        them) the first collective never completes and the job hangs with no error. Even when NCCL kept
+        them apart, anything that reasons per host (including these findings) mixes two machines.
+
+    How it is detected:
+        Per host name, the bootstrap (or IB OOB, or NET/Socket) address of every process. A name with
+        several addresses on one interface name is a collision; it is critical when NCCL treated the
+        machines as one — a P2P/SHM connection between ranks whose addresses differ (ranks mapped through
+        the communicator being initialised), or a ``comm … nRanks N nNodes M localRanks L`` line whose
+        localRanks exceeds the processes at that address — and a warning otherwise. Without addresses: a
+        host whose processes share busIds although NCCL completed init for them (it would have refused a
+        real duplicate GPU).
+
+    Example:
+        ``gpu-node-180:1560332 … Bootstrap : Using eth0:10.16.26.180<0>`` and ``gpu-node-180:2378708 …
+        Bootstrap : Using eth0:10.16.26.181<0>``, then ``Channel 00/0 : 3[3] -> 4[0] via P2P/CUMEM/read``.
+
+    What to do:
+        Give every machine a unique host name (``hostnamectl set-hostname``; in containers do not pin
+        ``--hostname``), or set NCCL_HOSTID per machine so NCCL tells them apart; then rerun.
+    """
+
+    code = "LS403"
+    name = "host-collision"
+    kind = Kind.HOST_COLLISION
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        addr = bootstrap_addresses(job)
+        reported = set()
+        if not addr.is_empty():
+            for finding in self._from_addresses(job, addr):
+                reported |= set(finding.hosts)
+                yield finding
+        for finding in self._from_bus_ids(job, reported):
+            yield finding
+
+    def _from_addresses(self, job: Job, addr: pl.DataFrame) -> Iterator[Finding]:
+        multi = addr.group_by("host").agg(n=pl.col("address").n_unique()).filter(pl.col("n") > 1)
+        if multi.is_empty():
+            return
+        ranks_of = known_ranks(job)
+        cross = _cross_machine_transports(job, addr)
+        merged = _merged_summaries(job, addr)
+        for host in sorted(multi["host"].to_list()):
+            procs = addr.filter(pl.col("host") == host).join(ranks_of, on=PROC, how="left")
+            same_if = procs.group_by("ifname").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1)
+            x = cross.filter(pl.col("host") == host) if not cross.is_empty() else cross
+            m = merged.filter(pl.col("host") == host) if not merged.is_empty() else merged
+            if same_if.is_empty() and x.is_empty() and m.is_empty():
+                continue  # one machine with several NICs, and NCCL saw nothing odd
+            addresses = sorted(procs["address"].unique().to_list())
+            ranks = sorted(int(r) for r in procs["rank"].drop_nulls())
+            per_addr = procs.group_by("address").agg(pl.col("rank").drop_nulls().sort()).sort("address")
+            split = "; ".join(f"{a}: ranks {ranks_text(r)}" if len(r) else f"{a}" for a, r in per_addr.iter_rows())
+            if x.height or m.height:
+                how = []
+                if x.height:
+                    row = x.row(0, named=True)
+                    how.append(f"{row['transport']} between rank {row['a_rank']} ({row['a_addr']}) and rank {row['b_rank']} ({row['b_addr']})")
+                if m.height:
+                    row = m.row(0, named=True)
+                    how.append(f"NCCL counts {row['local_ranks']} local ranks where {row['at_addr']} processes share an address")
+                title = (
+                    f"{len(addresses)} machines share the host name {host} ({split}) and NCCL treats them as one node: "
+                    + "; ".join(how)
+                )
+                severity = Severity.CRITICAL
+            else:
+                title = (
+                    f"{len(addresses)} machines report the host name {host} ({split}); NCCL kept them apart, but "
+                    "per-host diagnostics mix them"
+                )
+                severity = Severity.WARNING
+            ev = pl.concat([
+                evidence(procs.sort("address").unique("address", keep="first")),
+                evidence(x.head(2)) if x.height else evidence(pl.DataFrame()),
+                evidence(m.head(1)) if m.height else evidence(pl.DataFrame()),
+            ])
+            yield self.finding(
+                job, title, evidence_rows=ev, ranks=ranks, hosts=[host], severity=severity,
+                comm=(x["comm_uid"][0] if x.height and "comm_uid" in x.columns else None),
+                advice=self._advice(),
+            )
+
+    def _from_bus_ids(self, job: Job, reported: set) -> Iterator[Finding]:
+        inst = lifecycle_instances(job)
+        if inst.is_empty():
+            return
+        errors = job.table("errors")
+        if not errors.is_empty() and "error_kind" in errors.columns and errors.filter(pl.col("error_kind") == "duplicate_gpu").height:
+            return
+        rows = inst.filter(pl.col("bus_id").is_not_null() & pl.col("global_rank").is_not_null() & pl.col("init_completed"))
+        dup = (
+            rows.group_by("comm_uid", "host", "bus_id")
+            .agg(ranks=pl.col("global_rank").unique().sort(), pids=pl.col("pid").n_unique(),
+                 source_id=pl.col("source_id"), line_no=pl.col("line_no"))
+            .filter((pl.col("ranks").list.len() > 1) & (pl.col("pids") > 1))
+        )
+        for (host,), group in dup.group_by("host"):
+            if host in reported:
+                continue
+            ranks = sorted({int(r) for rs in group["ranks"] for r in rs})
+            all_ranks = sorted(int(r) for r in inst.filter(pl.col("host") == host)["global_rank"].drop_nulls().unique())
+            first = group.row(0, named=True)
+            frame = pl.DataFrame({"source_id": first["source_id"], "line_no": first["line_no"]}).with_columns(part=pl.lit(0, pl.UInt8))
+            title = (
+                f"Processes on host {host} share GPUs (ranks {ranks_text(ranks)} on busId {first['bus_id']}) and NCCL "
+                "accepted them: the name probably covers more than one machine"
+            )
+            yield self.finding(
+                job, title, evidence_rows=frame, ranks=all_ranks, hosts=[host], severity=Severity.WARNING,
+                advice=self._advice(),
+            )
+
+    @staticmethod
+    def _advice() -> str:
+        return (
+            "Give every machine a unique host name (hostnamectl set-hostname; in containers do not pin "
+            "--hostname / hostNetwork names), or set NCCL_HOSTID differently per machine, then rerun."
+        )
+
+
+def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
+    """P2P/SHM connections whose two ranks bootstrap from different addresses under one host name."""
+    transports = job.table("transports")
+    inst = lifecycle_instances(job)
+    if transports.is_empty() or inst.is_empty() or "transport" not in transports.columns:
+        return pl.DataFrame()
+    local = with_seq(transports.filter(pl.col("transport").is_in(("P2P", "SHM")) & pl.col("host").is_not_null()))
+    if local.is_empty():
+        return pl.DataFrame()
+    windows = inst.with_columns(close_seq=pl.coalesce("complete_seq", pl.lit(1 << 62))).select(
+        *PROC, "close_seq", "comm_uid", "nranks"
+    ).sort("close_seq")
+    located = local.sort("seq").join_asof(
+        windows, left_on="seq", right_on="close_seq", by=PROC, strategy="forward", check_sortedness=False
+    ).filter(pl.col("comm_uid").is_not_null())
+    if located.is_empty():
+        return pl.DataFrame()
+    members = inst.select("comm_uid", "rank", *PROC).unique(["comm_uid", "rank"]).join(addr.select(*PROC, "address"), on=PROC, how="left")
+    a = members.rename({"rank": "from_rank", "host": "a_host", "pid": "a_pid", "address": "a_addr"})
+    b = members.rename({"rank": "to_rank", "host": "b_host", "pid": "b_pid", "address": "b_addr"})
+    pairs = located.join(a, on=["comm_uid", "from_rank"], how="inner").join(b, on=["comm_uid", "to_rank"], how="inner")
+    pairs = pairs.filter(
+        (pl.col("a_host") == pl.col("b_host")) & pl.col("a_addr").is_not_null() & pl.col("b_addr").is_not_null()
+        & (pl.col("a_addr") != pl.col("b_addr"))
+    )
+    if pairs.is_empty():
+        return pairs
+    ranks = known_ranks(job)
+    pairs = (
+        pairs.join(ranks.rename({"host": "a_host", "pid": "a_pid", "rank": "a_rank"}), on=["a_host", "a_pid"], how="left")
+        .join(ranks.rename({"host": "b_host", "pid": "b_pid", "rank": "b_rank"}), on=["b_host", "b_pid"], how="left")
+        .with_columns(host=pl.col("a_host"))
+    )
+    return pairs.sort("seq")
+
+
+def _merged_summaries(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
+    """``comm … nNodes M localRanks L`` lines whose L exceeds the processes at the logging process's address."""
+    comms = job.table("comms")
+    if comms.is_empty() or "local_ranks" not in comms.columns:
+        return pl.DataFrame()
+    summary = comms.filter((pl.col("what") == "Summary") & pl.col("local_ranks").is_not_null() & pl.col("host").is_not_null())
+    if summary.is_empty():
+        return pl.DataFrame()
+    at = addr.group_by("host", "address").agg(at_addr=pl.len())
+    rows = summary.join(addr.select(*PROC, "address"), on=PROC, how="inner").join(at, on=["host", "address"], how="inner")
+    # Only meaningful for the world communicator (local ranks of a sub-communicator are fewer anyway).
+    world = job.world_size
+    if world is not None:
+        rows = rows.filter(pl.col("nranks") == world)
+    return rows.filter(pl.col("local_ranks") > pl.col("at_addr"))
+
+
+RULES = (CudaError, DuplicateGpu, HostCollision)

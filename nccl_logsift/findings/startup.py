@@ -1,7 +1,1109 @@
-"""Rules of the startup family (see the table in findings/__init__.py)."""
+"""Rules about getting a job started: init that never completed, bootstrap failures, bad interfaces (LS2xx).
+
+| code | name | kind | severity |
+|---|---|---|---|
+| LS201 | init-incomplete | init_incomplete | critical |
+| LS202 | bootstrap-failure | bootstrap_failure | critical |
+| LS203 | interface-misconfig | interface_misconfig | error |
+
+Communicator init is judged per communicator (``comm_uid``): one member's ``Init COMPLETE`` means every
+member took part in the bootstrap, so ranks can only be "missing" from a communicator that nobody finished.
+Init instances are rebuilt here from the Init/Destroy/Abort rows alone, because a summary line between
+START and COMPLETE (2.20.3+) would otherwise split one instance in two.
+
+Ranks of processes that never logged an Init line (a rank that failed before Init START) come from PyTorch
+or launcher labels, torchrun's failure summary, or, as a last resort, from the ranks the communicator lacks.
+The helpers here are shared with the placement rules (LS4xx).
+"""
 
 from __future__ import annotations
 
-from nccl_logsift.findings.base import Rule
+import functools
+import ipaddress
+import re
+import weakref
+from dataclasses import dataclass, field
+from typing import Iterator
 
-RULES: tuple[type[Rule], ...] = ()
+import polars as pl
+
+from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.context import Job
+from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.communicators import instances as build_instances
+from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.exits import assemble_exits
+
+PROC = ["host", "pid"]
+EVIDENCE = ["source_id", "line_no", "part"]
+LIFECYCLE = ("Init", "Destroy", "Abort")
+
+# Error kinds of the errors table that are noise or fallout, never a rank's own failure: teardown chatter,
+# retries, probes, and what a rank logs when a *peer* died (closed sockets, -> 6 remote-error chains).
+BENIGN_KINDS = (
+    "proxy_closed", "socket_retry", "dlsym", "socket_abort", "collnet", "p2p", "plugin", "ib_device", "syscall",
+    "warn", "ras", "nvls",
+)
+CASCADE_KINDS = ("socket_closed", "socket_io", "socket_accept", "proxy", "comm_reclaim", "async_error", "fatal")
+REMOTE_ERROR = 6
+
+# Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.
+BAD_IFNAME = re.compile(r"^(?:lo|veth\w*|docker\w*|br-\w+|virbr\w*|cni\w*|flannel\.?\w*|cali\w+|vxlan\w*)$")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+_CACHE: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def cached(job: Job, key: str, compute):
+    """Memoise a derived table per Job (rules are values; the Job is read-only, so this is only a cache)."""
+    ref, values = _CACHE.get(id(job), (None, None))
+    if ref is None or ref() is not job:
+        for k in [k for k, (r, _) in _CACHE.items() if r() is None]:
+            del _CACHE[k]
+        values = {}
+        _CACHE[id(job)] = (weakref.ref(job), values)
+    if key not in values:
+        values[key] = compute()
+    return values[key]
+
+
+def per_job(fn):
+    """Decorator: compute a one-argument helper once per Job."""
+
+    @functools.wraps(fn)
+    def wrapper(job: Job):
+        return cached(job, fn.__qualname__, lambda: fn(job))
+
+    return wrapper
+
+
+def ranks_text(ranks) -> str:
+    """'0-3, 6, 9' for a list of ranks."""
+    ranks = sorted({int(r) for r in ranks})
+    if not ranks:
+        return "?"
+    parts, start, prev = [], ranks[0], ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}" if prev > start + 1 else f"{start}, {prev}")
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts)
+
+
+def plural(n: int, word: str) -> str:
+    if n == 1:
+        return f"1 {word}"
+    return f"{n} {word}" + ("es" if word.endswith("s") else "s")
+
+
+def rank_word(ranks) -> str:
+    """'rank 3' or 'ranks 2, 3'."""
+    ranks = list(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
+
+
+def rows_of(frame: pl.DataFrame) -> pl.DataFrame:
+    """The evidence columns of a frame (empty frame when it has none)."""
+    if frame.is_empty() or not set(EVIDENCE[:2]) <= set(frame.columns):
+        return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+    part = pl.col("part") if "part" in frame.columns else pl.lit(0)
+    return frame.select(pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32), part.cast(pl.UInt8).alias("part"))
+
+
+def evidence(*frames: pl.DataFrame) -> pl.DataFrame:
+    return pl.concat([rows_of(f) for f in frames], how="vertical")
+
+
+def short_host(expr: pl.Expr) -> pl.Expr:
+    return expr.str.split(".").list.first()
+
+
+@per_job
+def lifecycle_instances(job: Job) -> pl.DataFrame:
+    """Communicator instances (as the ``communicators`` table) built from the Init/Destroy/Abort rows only."""
+    comms = job.table("comms")
+    if comms.is_empty() or "what" not in comms.columns:
+        return _no_instances(job)
+    rows = comms.filter(pl.col("what").is_in(LIFECYCLE) & pl.col("comm").is_not_null())
+    if rows.is_empty():
+        return _no_instances(job)
+    return build_instances(rows.drop([c for c in ("global_rank",) if c in rows.columns]))
+
+
+def _no_instances(job: Job) -> pl.DataFrame:
+    table = job.table("communicators")
+    return table.clear() if not table.is_empty() else pl.DataFrame(
+        schema={"host": pl.String, "pid": pl.Int64, "comm": pl.UInt64, "init_started": pl.Boolean,
+                "init_completed": pl.Boolean, "rank": pl.Int64, "nranks": pl.Int64, "comm_uid": pl.String,
+                "global_rank": pl.Int64, "world_size": pl.Int64, "start_seq": pl.Int64, "complete_seq": pl.Int64,
+                "source_id": pl.UInt16, "line_no": pl.UInt32, "bus_id": pl.String, "nvml_dev": pl.Int64,
+                "cuda_dev": pl.Int64}
+    )
+
+
+@per_job
+def known_ranks(job: Job) -> pl.DataFrame:
+    """(host, pid) → global rank from every source that names it: Init lines, rank labels, torchrun's summary."""
+    frames = []
+    procs = job.processes
+    if not procs.is_empty():
+        frames.append(procs.select(*PROC, pl.col("global_rank").cast(pl.Int64).alias("rank"), pl.lit(0).alias("prio")))
+    lines = job.lines
+    if not lines.is_empty() and set(PROC) <= set(lines.columns):
+        labels = [c for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
+        if labels:
+            labelled = (
+                lines.filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
+                .select(*PROC, pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in labels]).alias("rank"))
+                .drop_nulls("rank")
+            )
+            if labelled.height:
+                frames.append(labelled.group_by(PROC).agg(pl.col("rank").mode().first()).with_columns(prio=pl.lit(1)))
+    exits = job.table("exits")
+    if not exits.is_empty():
+        try:
+            done = assemble_exits(exits)
+        except Exception:  # a malformed summary must not hide the other sources
+            done = pl.DataFrame()
+        if not done.is_empty():
+            done = done.filter(pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
+            if done.height:
+                frames.append(done.select(short_host(pl.col("host")).alias("host"), "pid", "rank").with_columns(prio=pl.lit(2)))
+    trees = _tree_ranks(job)
+    if not trees.is_empty():
+        frames.append(trees.with_columns(prio=pl.lit(3)))
+    if not frames:
+        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "rank": pl.Int64})
+    merged = pl.concat([f.select(pl.col("host").cast(pl.String), pl.col("pid").cast(pl.Int64), pl.col("rank").cast(pl.Int64), pl.col("prio").cast(pl.Int32)) for f in frames])
+    return merged.drop_nulls().sort("prio").unique(PROC, keep="first").drop("prio")
+
+
+def _tree_ranks(job: Job) -> pl.DataFrame:
+    """The rank in the first ``Trees … ->me->`` line of processes that never logged an Init line.
+
+    Before NCCL 2.18.3 a rank that fails during init prints no Init line at all, but it may print its
+    Trees line first. Its first communicator is taken for the world communicator (PyTorch creates the
+    default process group's communicator first), so that communicator rank is its global rank.
+    """
+    topo = job.table("topology")
+    if topo.is_empty() or "event" not in topo.columns or "trees" not in topo.columns:
+        return pl.DataFrame()
+    rows = topo.filter((pl.col("event") == "trees") & pl.col("host").is_not_null() & pl.col("trees").is_not_null())
+    if rows.is_empty():
+        return pl.DataFrame()
+    inst = job.table("comms")
+    if not inst.is_empty():
+        rows = rows.join(inst.filter(pl.col("what") == "Init").select(*PROC).unique(), on=PROC, how="anti")
+    rows = rows.with_columns(rank=pl.col("trees").str.extract(r"->(-?\d+)->", 1).cast(pl.Int64, strict=False)).drop_nulls("rank")
+    if rows.is_empty():
+        return pl.DataFrame()
+    return with_seq(rows).sort("seq").group_by(PROC).agg(pl.col("rank").first())
+
+
+def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Add ``job_rank`` to a frame with host/pid: the process's known rank, else a label on the line."""
+    ranks = known_ranks(job) if ranks is None else ranks
+    if frame.is_empty():
+        return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
+    out = frame
+    if set(PROC) <= set(frame.columns):
+        out = out.join(ranks.rename({"rank": "_known"}), on=PROC, how="left")
+    else:
+        out = out.with_columns(_known=pl.lit(None, pl.Int64))
+    labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
+    return out.with_columns(job_rank=pl.coalesce(pl.col("_known"), *labels) if labels else pl.col("_known")).drop("_known")
+
+
+@per_job
+def nccl_processes(job: Job) -> pl.DataFrame:
+    """Every (host, pid) that printed an NCCL line, with its first line's position."""
+    lines = job.lines
+    if lines.is_empty() or "producer" not in lines.columns:
+        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
+    return (
+        with_seq(lines.filter((pl.col("producer") == "nccl") & pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
+        .group_by(PROC)
+        .agg(first_seq=pl.col("seq").min())
+    )
+
+
+@per_job
+def failure_rows(job: Job) -> pl.DataFrame:
+    """Any sign that a process failed in NCCL: a WARN or a non-zero '-> N' chain line (with seq)."""
+    errors = job.table("errors")
+    if errors.is_empty() or "error_kind" not in errors.columns:
+        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "seq": pl.Int64})
+    rows = errors.filter(
+        pl.col("host").is_not_null()
+        & (
+            ((pl.col("level") == "WARN") & ~pl.col("error_kind").is_in(("proxy_closed", "socket_retry", "dlsym")))
+            | ((pl.col("error_kind") == "chain") & (pl.col("result_code").fill_null(0) > 0))
+        )
+    )
+    return with_seq(rows)
+
+
+def chain_after(job: Job, rows: pl.DataFrame, window: int = 12) -> pl.DataFrame:
+    """For each row (host, pid, tid, seq), the chain lines of the same thread that follow it closely."""
+    errors = job.table("errors")
+    if rows.is_empty() or errors.is_empty():
+        return pl.DataFrame()
+    chains = with_seq(errors.filter(pl.col("error_kind") == "chain")).select(
+        *PROC, "tid", pl.col("seq").alias("chain_seq"), "chain_file", "result_code", *EVIDENCE
+    )
+    if chains.is_empty():
+        return chains
+    keyed = rows.select(*PROC, "tid", "seq").with_row_index("row")
+    joined = keyed.join(chains, on=[*PROC, "tid"], how="inner").filter(pl.col("chain_seq") > pl.col("seq"))
+    return joined.sort("chain_seq").group_by("row").head(window)
+
+
+@dataclass
+class InitState:
+    """Per communicator that no member finished: who started, who failed, who never joined."""
+
+    uid: str
+    nranks: int
+    world: bool
+    members: pl.DataFrame          # instances that started and never completed
+    failed: list[int] = field(default_factory=list)          # global ranks that logged an error in init
+    waiting: list[int] = field(default_factory=list)         # global ranks still in init, no error
+    missing: list[int] = field(default_factory=list)         # communicator ranks absent from every Init line
+    failed_elsewhere: list[int] = field(default_factory=list)  # missing ranks that failed before Init START
+    unexplained: list[int] = field(default_factory=list)     # missing ranks with no sign of life
+
+
+@per_job
+def stalled_inits(job: Job) -> list[InitState]:
+    """The communicators whose init nobody completed, split into failed / waiting / missing ranks."""
+    inst = lifecycle_instances(job)
+    if inst.is_empty():
+        return []
+    failures = failure_rows(job)
+    ranks = known_ranks(job)
+    world = job.world_size
+    out = []
+    for (uid,), group in inst.group_by("comm_uid"):
+        if group["init_completed"].any() or not group["init_started"].any():
+            continue
+        members = group.filter(pl.col("init_started"))
+        nranks = int(members["nranks"].max())
+        is_world = world is not None and nranks == world
+        failed_seq = (
+            members.select(*PROC, "start_seq", "global_rank", "rank")
+            .join(failures.select(*PROC, "seq"), on=PROC, how="left")
+            .with_columns(hit=pl.col("seq") >= pl.col("start_seq"))
+            .group_by(*PROC, "global_rank", "rank")
+            .agg(pl.col("hit").any())
+        )
+        state = InitState(uid, nranks, is_world, members)
+        state.failed = sorted(int(r) for r in failed_seq.filter(pl.col("hit").fill_null(False))["global_rank"].drop_nulls())
+        state.waiting = sorted(int(r) for r in failed_seq.filter(~pl.col("hit").fill_null(False))["global_rank"].drop_nulls())
+        present = set(int(r) for r in members["rank"].drop_nulls())
+        state.missing = sorted(set(range(nranks)) - present)
+        if state.missing and is_world:
+            _explain_missing(job, state, failures, ranks)
+        else:
+            state.unexplained = list(state.missing)
+        out.append(state)
+    return sorted(out, key=lambda s: (not s.world, s.uid))
+
+
+def _explain_missing(job: Job, state: InitState, failures: pl.DataFrame, ranks: pl.DataFrame) -> None:
+    """Missing world ranks that are processes which failed before they logged Init START."""
+    inst_procs = lifecycle_instances(job).select(*PROC).unique()
+    failed_procs = failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti")
+    known = failed_procs.join(ranks, on=PROC, how="left")
+    named = {int(r) for r in known["rank"].drop_nulls()} & set(state.missing)
+    unnamed = known.filter(pl.col("rank").is_null()).height
+    rest = [r for r in state.missing if r not in named]
+    if unnamed >= len(rest):
+        named |= set(rest)
+        rest = []
+    state.failed_elsewhere = sorted(named)
+    state.unexplained = rest
+
+
+@per_job
+def unranked_failures(job: Job) -> dict[tuple[str, int], int]:
+    """Ranks for failing processes that never logged an Init line, inferred from the world's missing ranks.
+
+    Only when the count matches exactly (k failing processes without a rank, k missing world ranks) is the
+    assignment made, and then in host/pid order: the set of ranks is certain, the pairing is a guess that
+    only matters when the processes are on different hosts.
+    """
+    out: dict[tuple[str, int], int] = {}
+    failures = failure_rows(job)
+    if failures.is_empty():
+        return out
+    ranks = known_ranks(job)
+    inst_procs = lifecycle_instances(job).select(*PROC).unique()
+    procs = failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti").join(ranks, on=PROC, how="anti")
+    if procs.is_empty():
+        return out
+    for state in stalled_inits(job):
+        if not state.world:
+            continue
+        taken = set(ranks["rank"].drop_nulls().to_list())
+        missing = [r for r in state.missing if r not in taken]
+        if len(missing) == procs.height:
+            for (host, pid), rank in zip(procs.sort(PROC).iter_rows(), missing):
+                out[(host, int(pid))] = rank
+        break
+    return out
+
+
+def resolve_rows(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
+    """``job_rank`` for rows of a table, including inferred ranks of processes that failed before Init."""
+    out = with_ranks(job, frame)
+    guess = unranked_failures(job)
+    if guess and set(PROC) <= set(out.columns):
+        g = pl.DataFrame(
+            {"host": [h for h, _ in guess], "pid": [p for _, p in guess], "_guess": list(guess.values())},
+            schema={"host": pl.String, "pid": pl.Int64, "_guess": pl.Int64},
+        )
+        out = out.join(g, on=PROC, how="left").with_columns(job_rank=pl.coalesce("job_rank", "_guess")).drop("_guess")
+    return out
+
+
+@per_job
+def hang_signs(job: Job) -> bool:
+    """Anything that says the job ended badly: a watchdog, an abort, a NCCL WARN, a failed process."""
+    torch = job.table("torch")
+    if not torch.is_empty() and "event" in torch.columns and torch.filter(pl.col("event").str.contains("timeout")).height:
+        return True
+    comms = job.table("comms")
+    if not comms.is_empty() and comms.filter(pl.col("what") == "Abort").height:
+        return True
+    if not failure_rows(job).is_empty():
+        return True
+    exits = job.table("exits")
+    if not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height:
+        return True
+    apps = job.table("app_errors")
+    return not apps.is_empty() and apps.filter(pl.col("event").is_in(("nccl_error", "store_barrier_timeout", "cuda_oom"))).height > 0
+
+
+def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
+    """'rank 3 (host, pid 12, GPU 3), …' for a few ranks; 'ranks 0-7 (host-a, host-b)' for many or unknown ones."""
+    from nccl_logsift.findings.progress import describe_rank
+
+    ranks = sorted(set(ranks))
+    if not ranks:
+        return ""
+    if len(ranks) > limit or any(job.process_of(r) is None for r in ranks):
+        where = sorted(set(job.hosts_of(ranks)) | set(hosts))
+        tail = f" ({', '.join(where[:3])}{' …' if len(where) > 3 else ''})" if where else ""
+        return rank_word(ranks) + tail
+    return ", ".join(describe_rank(job, r) for r in ranks)
+
+
+# ---------------------------------------------------------------------------------------------- LS201
+class InitIncomplete(Rule):
+    """Communicator init never completed: some ranks never joined, the others wait for them.
+
+    What it means:
+        A communicator (usually the world communicator that ``init_process_group`` creates) was started by
+        some ranks but no rank ever logged ``Init COMPLETE``. NCCL init is collective: every rank must take
+        part in the bootstrap, so the ranks that arrived wait, without a timeout, for those that did not.
+
+    Why it matters:
+        Nothing after init can run; the job hangs at start-up until a launcher or PyTorch timeout kills it
+        (often 30 minutes later). The ranks that print the most are the ones that wait; the culprits are the
+        ranks that never arrived, and they may print nothing at all.
+
+    How it is detected:
+        Init instances are grouped by communicator (commId, or split parent/color). For a communicator
+        that no member completed, ranks with ``Init START`` (NCCL 2.18.3+) and no error are waiting; ranks
+        of the communicator that appear in no Init line never joined, unless they are processes that failed
+        before Init START (a WARN or ``-> N`` chain, matched through labels, torchrun's summary, or by count).
+        One COMPLETE on any member proves every member joined, so partial logs of a healthy job (one node's
+        output) never look incomplete. From PyTorch's store-based barrier (``Waiting in store based barrier
+        … (world_size=W, worker_count=K …)``, ≤ 2.1): the W-K ranks that never reported are named when the
+        reporters leave exactly that many out. Before 2.18.3 there is no START line: a process that printed
+        ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
+
+    Example:
+        ``ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 nranks 4 … commId 0x7bbff3add302d34a - Init START``
+        from ranks 0 and 1 only, no Init COMPLETE anywhere: ranks 2 and 3 never joined.
+
+    What to do:
+        Look at the ranks that never joined: did their processes start at all (launcher output, node
+        health, ``nvidia-smi``), are they stuck before ``init_process_group`` (data loading, a hung CUDA
+        init: ``py-spy dump --pid PID``), or did they fail (their own errors are reported separately)? Check
+        that every node got the same MASTER_ADDR/MASTER_PORT and world size.
+    """
+
+    code = "LS201"
+    name = "init-incomplete"
+    kind = Kind.INIT_INCOMPLETE
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        yield from self._from_init_lines(job)
+        yield from self._from_store_barrier(job)
+        yield from self._from_pre_start_versions(job)
+
+    # ------------------------------------------------------------------ NCCL Init START without COMPLETE
+    def _from_init_lines(self, job: Job) -> Iterator[Finding]:
+        states = stalled_inits(job)
+        for state in (s for s in states if s.world):
+            yield from self._world(job, state)
+        others = [s for s in states if not s.world and s.waiting]
+        if others:
+            yield self._sub_communicators(job, others)
+
+    def _world(self, job: Job, state: InitState) -> Iterator[Finding]:
+        waiting_rows = state.members.filter(pl.col("global_rank").is_in(state.waiting))
+        failed = state.failed + state.failed_elsewhere
+        if state.unexplained:
+            failed_note = f"; {names(job, failed)} failed during init (see their errors)" if failed else ""
+            title = (
+                f"{rank_word(state.unexplained)} never joined communicator {state.uid} ({state.nranks} ranks): no Init "
+                f"line from them; {plural(len(state.waiting), 'rank')} ({ranks_text(state.waiting)}) started init and "
+                f"wait for them{failed_note}"
+            )
+            yield self.finding(
+                job, title, evidence_rows=evidence(waiting_rows.head(3)), ranks=state.unexplained,
+                comm=state.uid, advice=self._advice_missing(job, state),
+            )
+        if not state.waiting:
+            return
+        if state.unexplained:
+            why = f"waiting for {rank_word(state.unexplained)} (never joined)"
+        elif failed:
+            why = f"waiting for {names(job, failed)}, which failed during init"
+        else:
+            why = "no rank logged an error: the bootstrap or the connection setup hangs"
+        title = (
+            f"{names(job, state.waiting)} started init of communicator {state.uid} ({state.nranks} ranks) "
+            f"and never completed it: {why}"
+        )
+        explained = bool(state.unexplained or failed)
+        yield self.finding(
+            job, title, evidence_rows=evidence(waiting_rows), ranks=state.waiting, comm=state.uid,
+            severity=Severity.ERROR if explained else Severity.CRITICAL,
+            advice="These ranks were waiting; look at the ranks they wait for first." if explained else self._advice_hang(),
+        )
+
+    def _sub_communicators(self, job: Job, states: list[InitState]) -> Finding:
+        """Smaller communicators (process subgroups, point-to-point pairs) that never completed init: one finding."""
+        ranks = sorted({r for s in states for r in s.waiting})
+        groups = "; ".join(
+            f"{ranks_text(s.waiting)}" + (f" (+{len(s.missing)} absent)" if s.missing else "") for s in states[:6]
+        ) + (" …" if len(states) > 6 else "")
+        sizes = sorted({s.nranks for s in states})
+        failed = sorted({r for s in states for r in s.failed})
+        title = (
+            f"{plural(len(states), 'communicator')} of {'/'.join(str(n) for n in sizes)} ranks never completed init "
+            f"(waiting ranks per communicator: {groups})"
+        )
+        if failed:
+            title += f"; {names(job, failed)} failed during their init"
+        explained = bool(failed) or any(s.missing for s in states) or hang_signs(job)
+        if explained and not failed:
+            title += "; other failures or timeouts in the job may explain it"
+        rows = pl.concat([evidence(s.members.filter(pl.col("global_rank").is_in(s.waiting)).head(2)) for s in states])
+        return self.finding(
+            job, title, evidence_rows=rows, ranks=ranks, comm=states[0].uid if len(states) == 1 else None,
+            severity=Severity.ERROR if explained else Severity.CRITICAL,
+            advice=(
+                "A subgroup communicator is created when its members first use it (new_group, a send/recv pair): "
+                "a member that never arrives leaves the others in init. Look at the other findings for the rank "
+                "that stopped; otherwise " + self._advice_hang()[0].lower() + self._advice_hang()[1:]
+            ),
+        )
+
+    @staticmethod
+    def _advice_hang() -> str:
+        return (
+            "Dump the stacks of the waiting ranks (py-spy dump --pid PID) and rerun with NCCL_DEBUG=INFO "
+            "NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET to see where init stops; check that every host can reach the "
+            "others on the bootstrap interface."
+        )
+
+    @staticmethod
+    def _advice_missing(job: Job, state: InitState) -> str:
+        return (
+            f"Find out why {rank_word(state.unexplained)} never reached ncclCommInitRank: check that their "
+            "processes were started (launcher output, node health), dump their stacks if they run "
+            "(py-spy dump --pid PID: data loading, a hung CUDA init, a rank-dependent branch before "
+            "init_process_group), and that every node uses the same MASTER_ADDR, MASTER_PORT and world size."
+        )
+
+    # ------------------------------------------------------------------ PyTorch store-based barrier
+    def _from_store_barrier(self, job: Job) -> Iterator[Finding]:
+        apps = job.table("app_errors")
+        if apps.is_empty() or "event" not in apps.columns:
+            return
+        rows = apps.filter(pl.col("event").is_in(("store_barrier", "store_barrier_timeout", "store_barrier_done", "store_barrier_key")))
+        if not rows.is_empty():
+            for (key,), group in rows.group_by("barrier_key"):
+                finding = self._barrier(job, key, group)
+                if finding:
+                    yield finding
+        clients = apps.filter(pl.col("event") == "store_clients_timeout")
+        if clients.height:
+            joined = int(clients["clients_joined"].min())
+            expected = int(clients["clients_expected"].max())
+            title = (
+                f"The c10d store server timed out waiting for clients: {joined} of {expected} joined, "
+                f"{expected - joined} never connected"
+            )
+            yield self.finding(
+                job, title, evidence_rows=evidence(clients.head(3)),
+                advice="Check that every rank was launched and can reach MASTER_ADDR:MASTER_PORT (firewall, wrong address).",
+            )
+
+    def _barrier(self, job: Job, key, group: pl.DataFrame) -> Finding | None:
+        if group.filter(pl.col("event") == "store_barrier_done").height:
+            return None
+        waits = group.filter(pl.col("event").is_in(("store_barrier", "store_barrier_timeout")))
+        if waits.is_empty():
+            return None
+        world = int(waits["world_size"].max())
+        count = int(waits["worker_count"].max())
+        timed_out = waits.filter(pl.col("event") == "store_barrier_timeout")
+        if count >= world:
+            return None
+        reporters = set(int(r) for r in group["barrier_rank"].drop_nulls())
+        absent = sorted(set(range(world)) - reporters)
+        ranks = absent if len(absent) == world - count else []
+        who = rank_word(ranks) if ranks else plural(world - count, "rank")
+        state = "timed out" if timed_out.height else "waited"
+        title = (
+            f"{who} never reached the store-based barrier of init_process_group (key {key}): "
+            f"{count} of {world} ranks joined; {plural(len(reporters), 'rank')} ({ranks_text(reporters)}) {state} for them"
+        )
+        ev = pl.concat([rows_of(timed_out.head(2)), rows_of(waits.sort("line_no").head(2))])
+        return self.finding(
+            job, title, evidence_rows=ev, ranks=ranks,
+            advice=(
+                "The missing ranks never called init_process_group: check that they were launched, that they use "
+                "the same MASTER_ADDR/MASTER_PORT and WORLD_SIZE, and dump their stacks if they run."
+            ),
+        )
+
+    # ------------------------------------------------------------------ NCCL < 2.18.3: no START line
+    def _from_pre_start_versions(self, job: Job) -> Iterator[Finding]:
+        comms = job.table("comms")
+        if not comms.is_empty() and comms.filter(pl.col("phase") == "START").height:
+            return  # START lines exist: handled by _from_init_lines
+        net = job.table("network")
+        if net.is_empty() or "event" not in net.columns:
+            return
+        selected = with_seq(net.filter((pl.col("event") == "net_selected") & pl.col("host").is_not_null()))
+        if selected.is_empty():
+            return
+        inst = lifecycle_instances(job)
+        done = inst.group_by(PROC).agg(inits=pl.len(), last_complete=pl.col("complete_seq").max())
+        per = (
+            selected.group_by(PROC)
+            .agg(selects=pl.len(), last_select=pl.col("seq").max(), source_id=pl.col("source_id").last(),
+                 line_no=pl.col("line_no").last(), part=pl.col("part").last())
+            .join(done, on=PROC, how="left")
+            .with_columns(pl.col("inits").fill_null(0))
+        )
+        stuck = per.filter(
+            (pl.col("selects") > pl.col("inits"))
+            & (pl.col("last_complete").is_null() | (pl.col("last_select") > pl.col("last_complete")))
+        )
+        if stuck.is_empty():
+            return
+        failures = failure_rows(job)
+        failed = (
+            stuck.join(failures.select(*PROC, pl.col("seq").alias("fail_seq")), on=PROC, how="inner")
+            .filter(pl.col("fail_seq") > pl.col("last_select"))
+            .select(PROC).unique()
+        )
+        waiting = with_ranks(job, stuck.join(failed, on=PROC, how="anti"))
+        if waiting.is_empty():
+            return  # every process that began init failed: their own errors say why
+        failed = with_ranks(job, failed)
+        ranks = sorted(int(r) for r in waiting["job_rank"].drop_nulls())
+        hosts = sorted(set(waiting["host"].to_list()))
+        none_completed = inst.is_empty()
+        if ranks and len(ranks) == waiting.height:
+            who = names(job, ranks, hosts=hosts)
+        else:
+            who = f"{plural(waiting.height, 'process')} on {', '.join(hosts[:4])}"
+        if failed.height:
+            failed_ranks = sorted(int(r) for r in failed["job_rank"].drop_nulls())
+            why = (
+                f"; {rank_word(failed_ranks) if len(failed_ranks) == failed.height else plural(failed.height, 'process')} "
+                "failed during init (see their errors)"
+            )
+        elif none_completed:
+            why = "; no communicator of the job completed init, and the ranks that never joined print nothing"
+        else:
+            why = ""
+        title = f"{who} began NCCL communicator init ('Using network …') and never logged Init COMPLETE{why}"
+        explained = failed.height > 0
+        yield self.finding(
+            job, title, evidence_rows=evidence(waiting), ranks=ranks, hosts=hosts,
+            severity=Severity.ERROR if explained or not (none_completed or hang_signs(job)) else Severity.CRITICAL,
+            advice=(
+                "These ranks were waiting; look at the ranks that failed first." if explained else
+                "This NCCL release prints no Init START line, so which ranks never arrived cannot be read from "
+                "the log. Compare the processes here with the launched world size, and rerun with "
+                "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP on every rank."
+            ),
+        )
+
+
+# ---------------------------------------------------------------------------------------------- LS202
+BOOTSTRAP_KINDS = ("no_interface", "bootstrap")
+CONNECT_KINDS = ("socket_connect", "socket_handshake", "socket_truncated")
+STORE_EVENTS = ("store_connect_timeout", "store_server_failed")
+
+
+class BootstrapFailure(Rule):
+    """A rank could not bootstrap: no usable interface, a refused or timed-out connection, a bad root.
+
+    What it means:
+        The listed ranks failed in NCCL's bootstrap (the TCP rendezvous every rank does before anything
+        else) or in PyTorch's rendezvous store: no socket interface matched, connecting to the root or to a
+        ring neighbour was refused or timed out, the root saw inconsistent ranks, or the c10d store could
+        not be reached.
+
+    Why it matters:
+        The communicator cannot be created: the failing ranks raise (DistBackendError, "unhandled system
+        error", "internal error"), and every other rank waits in init until a timeout.
+
+    How it is detected:
+        NCCL WARNs of the errors table: ``Bootstrap : no socket interface found`` and the other "no
+        interface" messages, ``Bootstrap Root : …`` mismatches, and ``connect to … failed`` / retries
+        exhausted when the ``file:line -> N`` chain that follows goes through ``bootstrap.cc`` (or, with no
+        chain, when the process had not completed an init yet). ``Connection closed by remote peer`` and
+        ``-> 6`` chains are what a rank sees when a *peer* died, so they never make a rank a culprit here.
+        PyTorch: ``[c10d] The client socket has timed out … while trying to connect``, a store server that
+        failed to bind, ``retrieving ncclUniqueId … got error``. The ranks are those that logged the error;
+        for processes that failed before any Init line the rank comes from labels, torchrun's summary, or
+        the world ranks missing from init.
+
+    Example:
+        ``node0065:3204049:3204049 [1] bootstrap.cc:62 NCCL WARN Bootstrap : no socket interface found``
+        after ``NCCL_SOCKET_IFNAME set by environment to ens1f0np0``.
+
+    What to do:
+        For "no interface": make NCCL_SOCKET_IFNAME match the interface names of every node (a prefix such
+        as ``ens`` or an exclusion list ``^docker,lo``; ``ip -br addr`` on the failing node). For refused or
+        timed-out connections: check firewalls and routes between the nodes on the bootstrap interface and
+        that the address NCCL prints (``Bootstrap : Using if:ip``) is reachable from the others.
+    """
+
+    code = "LS202"
+    name = "bootstrap-failure"
+    kind = Kind.BOOTSTRAP_FAILURE
+    severity = Severity.CRITICAL
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = bootstrap_errors(job)
+        if not rows.is_empty():
+            rows = resolve_rows(job, rows)
+            settings = socket_ifname(job)
+            for (cause,), group in rows.group_by("cause", maintain_order=True):
+                ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
+                hosts = sorted(set(group["host"].drop_nulls().to_list()))
+                ifname = settings.get(hosts[0]) if hosts else None
+                unranked = group.filter(pl.col("job_rank").is_null()).select(*PROC).unique().height
+                who = names(job, ranks, hosts=hosts) if ranks else ""
+                if unranked:
+                    who = (who + " and " if who else "") + f"{plural(unranked, 'process')} on {', '.join(hosts[:3])}"
+                title = f"{who} could not bootstrap: {cause}"
+                if ifname and group["error_kind"].is_in(["no_interface"]).any():
+                    title += f" (NCCL_SOCKET_IFNAME={ifname})"
+                comm = _comm_of(job, group)
+                yield self.finding(
+                    job, title, evidence_rows=evidence(group.sort("seq").head(4)), ranks=ranks, hosts=hosts,
+                    comm=comm, advice=_bootstrap_advice(group),
+                )
+        yield from self._from_torch(job)
+
+    def _from_torch(self, job: Job) -> Iterator[Finding]:
+        frames = []
+        torch = job.table("torch")
+        if not torch.is_empty() and "event" in torch.columns:
+            frames.append(torch.filter(pl.col("event").is_in(STORE_EVENTS)))
+        apps = job.table("app_errors")
+        if not apps.is_empty() and "event" in apps.columns:
+            frames.append(apps.filter(pl.col("event") == "unique_id_store_error"))
+        for rows in frames:
+            if rows.is_empty():
+                continue
+            rows = with_ranks(job, rows)
+            if "barrier_rank" in rows.columns:
+                rows = rows.with_columns(job_rank=pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64)))
+            for (event,), group in rows.group_by("event", maintain_order=True):
+                ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
+                first = group.row(0, named=True)
+                if event == "store_connect_timeout":
+                    cause = f"the c10d store at {first.get('store_host')}:{first.get('store_port')} could not be reached ({first.get('detail')} timeout)"
+                elif event == "store_server_failed":
+                    cause = f"the c10d store server failed to {first.get('detail')}"
+                else:
+                    cause = f"getting the ncclUniqueId from rank 0 through the c10d store failed: {first.get('detail')}"
+                who = names(job, ranks) if ranks else f"{plural(group.height, 'process')}"
+                yield self.finding(
+                    job, f"{who}: rendezvous failed, {cause}", evidence_rows=evidence(group.head(4)), ranks=ranks,
+                    advice=(
+                        "Check MASTER_ADDR/MASTER_PORT on every rank, that rank 0's host is reachable on that port "
+                        "(firewall, wrong interface), and that no stale process holds the port."
+                    ),
+                )
+
+
+@per_job
+def socket_ifname(job: Job) -> dict[str, str]:
+    """NCCL_SOCKET_IFNAME per host as the ENV lines print it."""
+    settings = job.table("settings")
+    if settings.is_empty() or "name" not in settings.columns:
+        return {}
+    rows = settings.filter((pl.col("name") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_not_null())
+    return {h: v for h, v in rows.select("host", "value").unique("host", keep="first").iter_rows()}
+
+
+@per_job
+def bootstrap_errors(job: Job) -> pl.DataFrame:
+    """Bootstrap failures a rank logged about itself, with a ``cause`` text to group them by."""
+    errors = job.table("errors")
+    if errors.is_empty() or "error_kind" not in errors.columns:
+        return pl.DataFrame()
+    rows = with_seq(errors.filter(
+        (pl.col("level") == "WARN") & pl.col("error_kind").is_in(BOOTSTRAP_KINDS + CONNECT_KINDS) & pl.col("host").is_not_null()
+    ))
+    if rows.is_empty():
+        return rows
+    rows = rows.with_row_index("row")
+    connect = rows.filter(pl.col("error_kind").is_in(CONNECT_KINDS))
+    if connect.height:
+        chains = chain_after(job, connect)
+        via_bootstrap = set()
+        with_chain = set()
+        if not chains.is_empty():
+            for row_idx, files, codes in chains.group_by("row").agg(pl.col("chain_file"), pl.col("result_code")).iter_rows():
+                rid = int(connect["row"][row_idx])
+                with_chain.add(rid)
+                if any(f and "bootstrap" in f for f in files) and not all(c == REMOTE_ERROR for c in codes if c is not None):
+                    via_bootstrap.add(rid)
+        inst = lifecycle_instances(job)
+        first_done = inst.filter(pl.col("init_completed")).group_by(PROC).agg(done_seq=pl.col("complete_seq").min())
+        early = connect.join(first_done, on=PROC, how="left").filter(
+            pl.col("done_seq").is_null() | (pl.col("seq") < pl.col("done_seq"))
+        )["row"].to_list()
+        keep = via_bootstrap | {r for r in early if r not in with_chain}
+        rows = rows.filter(~pl.col("error_kind").is_in(CONNECT_KINDS) | pl.col("row").is_in(list(keep)))
+    errno = pl.coalesce(pl.col("errno_text"), pl.lit("")) if "errno_text" in rows.columns else pl.lit("")
+    peer = pl.col("peer_ip") if "peer_ip" in rows.columns else pl.lit(None, pl.String)
+    text = pl.col("error_text") if "error_text" in rows.columns else pl.lit(None, pl.String)
+    return rows.with_columns(
+        cause=pl.when(pl.col("error_kind").is_in(CONNECT_KINDS) & peer.is_not_null())
+        .then(pl.format("connect to {} failed: {}", peer, errno))
+        .when(pl.col("error_kind").is_in(CONNECT_KINDS))
+        .then(pl.format("bootstrap connection failed: {}", errno))
+        .otherwise(pl.coalesce(text, pl.lit("bootstrap error")))
+    ).drop("row")
+
+
+def _comm_of(job: Job, group: pl.DataFrame) -> str | None:
+    """The communicator the failing processes were initialising (their latest Init START before the error)."""
+    inst = lifecycle_instances(job)
+    if inst.is_empty():
+        return None
+    mine = group.select(*PROC, "seq").join(inst.select(*PROC, "start_seq", "comm_uid"), on=PROC, how="inner").filter(
+        pl.col("start_seq") <= pl.col("seq")
+    )
+    if mine.height:
+        return mine.sort("start_seq").tail(1)["comm_uid"][0]
+    stalled = [s for s in stalled_inits(job) if s.world]
+    return stalled[0].uid if len(stalled) == 1 else None
+
+
+def _bootstrap_advice(group: pl.DataFrame) -> str:
+    kinds = set(group["error_kind"].to_list())
+    if "no_interface" in kinds:
+        return (
+            "NCCL found no interface to bootstrap on: make NCCL_SOCKET_IFNAME (or NCCL_OOB_NET_IFNAME) match the "
+            "interface names of every node — list them with `ip -br addr` on the failing host; a prefix "
+            "(e.g. 'ens') or an exclusion list ('^docker,lo') is more robust than one exact name."
+        )
+    if "bootstrap" in kinds:
+        return (
+            "The bootstrap root saw inconsistent ranks: check that every rank uses the same world size and a "
+            "fresh unique id (no reused NCCL_COMM_ID, no duplicate RANK values from the launcher)."
+        )
+    return (
+        "Check that the address in the failed connect is reachable from the failing host on the bootstrap "
+        "interface (firewall, routing, an unreachable container or link-local address), and pin the "
+        "interface with NCCL_SOCKET_IFNAME if NCCL picked the wrong one."
+    )
+
+
+# ---------------------------------------------------------------------------------------------- LS203
+@dataclass(frozen=True)
+class Iface:
+    host: str
+    pid: int
+    ifname: str | None
+    address: str | None
+    role: str  # bootstrap, socket, oob
+    source_id: int
+    line_no: int
+    part: int
+
+
+@per_job
+def interfaces(job: Job) -> list[Iface]:
+    """Every interface a process said it uses: bootstrap, NET/Socket data, IB out-of-band."""
+    net = job.table("network")
+    if net.is_empty() or "event" not in net.columns:
+        return []
+    rows = net.filter(pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices")) & pl.col("host").is_not_null())
+    out = []
+    role_of = {"bootstrap_interface": "bootstrap", "socket_devices": "socket", "ib_devices": "oob"}
+    for r in rows.iter_rows(named=True):
+        role = role_of[r["event"]]
+        pairs = []
+        if r["event"] != "ib_devices" and r.get("interfaces") and r.get("ifname") is None:
+            pairs = re.findall(r"\[\d+\]([^\s:\[]+):([^\s<]+)<\d+>", r["interfaces"])
+        elif r.get("ifname"):
+            pairs = [(r["ifname"], r.get("address"))]
+        for i, (ifname, address) in enumerate(pairs):
+            # Old NCCL lists every interface in the Bootstrap line; bootstrap itself uses the first one.
+            this_role = role if not (role == "bootstrap" and i > 0) else "listed"
+            out.append(Iface(r["host"], int(r["pid"]), ifname, address, this_role, int(r["source_id"]), int(r["line_no"]), int(r["part"] or 0)))
+    return out
+
+
+def address_kind(address: str | None) -> str | None:
+    """'loopback' / 'link-local' for addresses other hosts cannot reach, else None."""
+    if not address:
+        return None
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return None
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    return None
+
+
+@per_job
+def node_count(job: Job) -> int:
+    """How many machines the job spans: nNodes of the comm summary lines, else distinct hosts."""
+    comms = job.table("comms")
+    counts = []
+    if not comms.is_empty() and "n_nodes" in comms.columns:
+        n = comms["n_nodes"].drop_nulls()
+        if n.len():
+            counts.append(int(n.max()))
+    procs = nccl_processes(job)
+    if not procs.is_empty():
+        counts.append(procs["host"].n_unique())
+    return max(counts) if counts else 1
+
+
+class InterfaceMisconfig(Rule):
+    """NCCL uses (or cannot find) the wrong network interface for bootstrap or socket traffic.
+
+    What it means:
+        The interface NCCL chose for its bootstrap / out-of-band connections or NET/Socket traffic is one
+        that other hosts usually cannot reach — a container bridge or veth pair (``docker0``, ``veth…``,
+        ``br-…``, ``virbr…``), loopback, a link-local address (169.254.x.x, fe80::) — or
+        NCCL_SOCKET_IFNAME matches no interface on some hosts, or the hosts' bootstrap addresses lie in
+        different networks.
+
+    Why it matters:
+        Peers connect to the address a rank advertises. An unreachable one makes init hang or fail with
+        connection timeouts on *other* ranks, far from the misconfigured host. On a single machine such an
+        interface works, but the same setting breaks as soon as the job spans nodes.
+
+    How it is detected:
+        ``Bootstrap : Using <if>:<ip>``, ``NET/Socket : Using [0]<if>:<ip> …`` and the OOB interface of
+        ``NET/IB : Using … ; OOB <if>:<ip>``, per process: names matching veth*/docker*/br-*/virbr*/lo/cni*,
+        loopback and link-local addresses. NCCL_SOCKET_IFNAME (ENV line) together with ``no socket
+        interface found`` / ``no device found matching``. Hosts whose bootstrap address is in a different
+        /16 than the other hosts'. Severity: critical when a connection to such an address failed,
+        error on multi-node jobs, warning on a single node (it works there) and for subnet differences.
+
+    Example:
+        ``node0081:4907:4907 [0] NCCL INFO Bootstrap : Using veth0d5eefd:172.18.0.1<0>`` on one node, while
+        ``node0080 … socketStartConnect: Connect to 172.18.0.1<51307> failed : Connection timed out``.
+
+    What to do:
+        Pin the interface on every node: NCCL_SOCKET_IFNAME=<the fabric or management interface> (a prefix
+        such as ``ens`` or ``ib``, or exclusions ``^docker,veth,lo``), and for IB jobs also check
+        NCCL_IB_HCA. Verify with ``ip -br addr`` that the name exists on every node.
+    """
+
+    code = "LS203"
+    name = "interface-misconfig"
+    kind = Kind.INTERFACE_MISCONFIG
+    severity = Severity.ERROR
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        ifaces = interfaces(job)
+        nodes = node_count(job)
+        failed_peers = _failed_connect_peers(job)
+        yield from self._bad_interfaces(job, ifaces, nodes, failed_peers)
+        yield from self._no_interface(job)
+        yield from self._subnets(job, ifaces, failed_peers)
+
+    def _bad_interfaces(self, job: Job, ifaces: list[Iface], nodes: int, failed_peers: pl.DataFrame) -> Iterator[Finding]:
+        bad: dict[tuple, list[Iface]] = {}
+        for i in ifaces:
+            if i.role == "listed" and nodes <= 1:
+                continue
+            why = None
+            if i.ifname and BAD_IFNAME.match(i.ifname):
+                why = "loopback" if i.ifname == "lo" else "a container/virtual bridge interface"
+            elif address_kind(i.address):
+                why = f"a {address_kind(i.address)} address"
+            if why:
+                bad.setdefault((i.ifname, i.address, why), []).append(i)
+        if not bad:
+            return
+        # One finding per set of processes: 'lo for bootstrap and docker0 for sockets' is one problem.
+        by_users: dict[tuple, list[tuple]] = {}
+        for key, used in bad.items():
+            users = tuple(sorted({(u.host, u.pid) for u in used}))
+            by_users.setdefault(users, []).append(key)
+        ranks_of = known_ranks(job)
+        for users, keys in by_users.items():
+            used = [u for k in keys for u in bad[k]]
+            frame = pl.DataFrame(
+                {"host": [u.host for u in used], "pid": [u.pid for u in used], "source_id": [u.source_id for u in used],
+                 "line_no": [u.line_no for u in used], "part": [u.part for u in used]},
+                schema={"host": pl.String, "pid": pl.Int64, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+            )
+            frame = with_ranks(job, frame, ranks_of)
+            ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
+            hosts = sorted({u.host for u in used})
+            addresses = [a for _, a, _ in keys if a]
+            hits = failed_peers.filter(pl.col("peer_ip").is_in(addresses)) if addresses and not failed_peers.is_empty() else pl.DataFrame()
+            parts = []
+            for ifname, address, why in keys:
+                roles = sorted({u.role for u in bad[(ifname, address, why)]})
+                parts.append(f"{ifname}:{address} for {'/'.join(roles)} ({why})")
+            if hits.height:
+                severity = Severity.CRITICAL
+                consequence = (
+                    f"; peers failed to connect to {hits['peer_ip'][0]} "
+                    f"({hits['errno_text'].drop_nulls().first() or 'error'})"
+                )
+            elif nodes > 1:
+                severity, consequence = Severity.ERROR, f"; the job spans {nodes} nodes, and other hosts cannot reach it"
+            else:
+                severity, consequence = Severity.WARNING, " — works on this single node, breaks across nodes"
+            who = names(job, ranks, limit=2, hosts=hosts) if ranks else f"{plural(len(users), 'process')} on {', '.join(hosts[:4])}"
+            title = f"{who} use{'s' if len(users) == 1 else ''} {' and '.join(parts)}{consequence}"
+            first_if = keys[0][0]
+            yield self.finding(
+                job, title, evidence_rows=evidence(frame.head(3), hits.head(2) if hits.height else pl.DataFrame()),
+                ranks=ranks, hosts=hosts, severity=severity,
+                advice=(
+                    f"Set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (e.g. the fabric or "
+                    f"management NIC; exclusions such as '^docker,veth,lo' also work) so that {first_if} is never "
+                    "picked; check `ip -br addr` on every node."
+                ),
+            )
+
+    def _no_interface(self, job: Job) -> Iterator[Finding]:
+        errors = job.table("errors")
+        if errors.is_empty() or "error_kind" not in errors.columns:
+            return
+        rows = errors.filter((pl.col("error_kind") == "no_interface") & pl.col("host").is_not_null())
+        if rows.is_empty():
+            return
+        rows = resolve_rows(job, with_seq(rows))
+        setting = socket_ifname(job)
+        bad_hosts = sorted(set(rows["host"].to_list()))
+        ranks = sorted({int(r) for r in rows["job_rank"].drop_nulls()})
+        values = sorted({setting[h] for h in bad_hosts if h in setting})
+        good = [i for i in interfaces(job) if i.role == "bootstrap" and i.host not in bad_hosts]
+        elsewhere = f"; elsewhere it selects {good[0].ifname}:{good[0].address} ({good[0].host})" if good else ""
+        who = names(job, ranks) if ranks else f"processes on {', '.join(bad_hosts[:4])}"
+        if values:
+            title = f"NCCL_SOCKET_IFNAME={'/'.join(values)} matches no interface on {', '.join(bad_hosts[:4])} ({who}){elsewhere}"
+        else:
+            title = f"No usable socket interface on {', '.join(bad_hosts[:4])} ({who}): {rows['error_text'].drop_nulls().first()}"
+        settings = job.table("settings")
+        env_rows = (
+            settings.filter((pl.col("name") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(bad_hosts)).head(1)
+            if not settings.is_empty() and "name" in settings.columns else pl.DataFrame()
+        )
+        yield self.finding(
+            job, title, evidence_rows=evidence(env_rows, rows.sort("seq").head(3)), ranks=ranks, hosts=bad_hosts,
+            advice=(
+                "Use a value that matches the interface on every node (`ip -br addr`): a common prefix (e.g. "
+                "'ens' or 'ib') or an exclusion list ('^docker,lo') instead of one exact name, or per-node values "
+                "from the launcher."
+            ),
+        )
+
+    def _subnets(self, job: Job, ifaces: list[Iface], failed_peers: pl.DataFrame) -> Iterator[Finding]:
+        per_host: dict[str, set] = {}
+        for i in ifaces:
+            if i.role != "bootstrap" or not i.address or address_kind(i.address) or (i.ifname and BAD_IFNAME.match(i.ifname)):
+                continue
+            try:
+                ip = ipaddress.ip_address(i.address.split("%")[0])
+            except ValueError:
+                continue
+            if ip.version != 4:
+                continue
+            per_host.setdefault(i.host, set()).add(ipaddress.ip_network(f"{ip}/16", strict=False))
+        if len(per_host) < 2:
+            return
+        counts: dict = {}
+        for nets in per_host.values():
+            for n in nets:
+                counts[n] = counts.get(n, 0) + 1
+        if len(counts) < 2:
+            return
+        main = max(counts, key=lambda n: counts[n])
+        odd_hosts = sorted(h for h, nets in per_host.items() if main not in nets)
+        if not odd_hosts or len(odd_hosts) * 2 >= len(per_host) + (1 if len(per_host) == 2 else 0):
+            # Half the hosts on each side (two hosts, two /16s): no majority to blame, report both.
+            odd_hosts = sorted(per_host)
+        used = [i for i in ifaces if i.role == "bootstrap" and i.host in odd_hosts]
+        addrs = sorted({i.address for i in used if i.address})
+        hits = failed_peers.filter(pl.col("peer_ip").is_in(addrs)) if not failed_peers.is_empty() else pl.DataFrame()
+        frame = pl.DataFrame(
+            {"host": [u.host for u in used], "pid": [u.pid for u in used], "source_id": [u.source_id for u in used],
+             "line_no": [u.line_no for u in used], "part": [u.part for u in used]},
+            schema={"host": pl.String, "pid": pl.Int64, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+        )
+        frame = with_ranks(job, frame)
+        ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
+        nets = ", ".join(sorted(str(n) for n in counts))
+        title = (
+            f"Bootstrap addresses of the job's hosts lie in different networks ({nets}): "
+            f"{', '.join(odd_hosts[:4])} use{'s' if len(odd_hosts) == 1 else ''} {', '.join(addrs[:4])}"
+        )
+        yield self.finding(
+            job, title, evidence_rows=evidence(frame.head(3), hits.head(2) if hits.height else pl.DataFrame()),
+            ranks=ranks, hosts=odd_hosts, severity=Severity.ERROR if hits.height else Severity.WARNING,
+            advice=(
+                "Check that every node bootstraps on the same network (NCCL_SOCKET_IFNAME) and that the networks "
+                "are routed to each other; a host that picked another NIC than its peers is the usual cause."
+            ),
+        )
+
+
+@per_job
+def _failed_connect_peers(job: Job) -> pl.DataFrame:
+    errors = job.table("errors")
+    if errors.is_empty() or "peer_ip" not in errors.columns:
+        return pl.DataFrame(schema={"peer_ip": pl.String, "errno_text": pl.String})
+    rows = errors.filter(pl.col("error_kind").is_in(CONNECT_KINDS) & pl.col("peer_ip").is_not_null())
+    return rows
+
+
+RULES = (InitIncomplete, BootstrapFailure, InterfaceMisconfig)
