@@ -171,8 +171,10 @@ class ProcessExit(Rule):
         a teardown when the same rank logged a watchdog timeout, "taking the entire process down", an NCCL
         communicator abort or a DistBackendError before; an exit code after an NCCL or CUDA exception is
         that exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's
-        root cause, or the earliest report) are critical; teardown aborts, terminations and later failures
-        are errors.
+        root cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later
+        unexplained failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so
+        that they are never taken for the cause. With no launcher report at all, a Python traceback that
+        starts at the script's top level (``in <module>``) counts as the process ending with that exception.
 
     Example:
         ``exitcode  : -11 (pid: 2346374)`` / ``traceback : Signal 11 (SIGSEGV) received by PID 2346374`` in

@@ -232,8 +232,10 @@ class TransportFallback(Rule):
         ranks of one host (``NCCL_P2P_DISABLE``, ``NCCL_P2P_LEVEL``, ``P2P is disabled between …``); and
         the CollNet/SHARP/NVLS setup WARNs (``Cannot initialize CollNet``, ``SHARP coll init error``, NVLS
         bind failures) and plugin errors. The ranks are the ones on the slower path. Warning, or error
-        when the whole multi-node job runs over sockets or the requested network does not exist; a
-        mix that NCCL chose because of the PCIe topology is info.
+        when the whole multi-node job runs over sockets (unless the job set sockets up on purpose: several
+        NICs in NCCL_SOCKET_IFNAME or socket thread counts, and IB not disabled) or the requested network
+        does not exist; a mix that NCCL chose because of the PCIe topology, or no GDR with no sign it was
+        possible, is info.
 
     Example:
         ``NCCL INFO NET/IB : No device found.`` then ``NCCL INFO Using network Socket`` and ``Channel 00 :
@@ -594,7 +596,10 @@ class NetError(Rule):
         follows), IB device and verbs failures, and ``Connection closed by remote peer`` / ``Call to recv …
         failed`` / ``message truncated``. The ranks are the ones that logged the error; the peer address is
         mapped to its host through the bootstrap, socket and OOB addresses, and to a rank when one rank of
-        that host talks to the logging rank over the network.
+        that host talks to the logging rank over the network. Completion errors are critical; a closed
+        socket is an error, and a warning when another process had already failed (named in the title) or
+        a launcher reports a dead process; a flush (status 5) next to another status is a warning, alone
+        an error; IB devices that cannot be opened are info on one node, a warning across nodes.
 
     Example:
         ``transport/net_ib.cc:1276 NCCL WARN NET/IB : Got completion from peer 10.70.17.153<59644> with error
