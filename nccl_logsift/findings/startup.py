@@ -797,16 +797,52 @@ def bootstrap_errors(job: Job) -> pl.DataFrame:
         )["row"].to_list()
         keep = via_bootstrap | {r for r in early if r not in with_chain}
         rows = rows.filter(~pl.col("error_kind").is_in(CONNECT_KINDS) | pl.col("row").is_in(list(keep)))
-    errno = pl.coalesce(pl.col("errno_text"), pl.lit("")) if "errno_text" in rows.columns else pl.lit("")
-    peer = pl.col("peer_ip") if "peer_ip" in rows.columns else pl.lit(None, pl.String)
+    rows = _with_last_retry(errors, rows)
+    errno = pl.col("errno_text").fill_null("")
+    peer = pl.col("peer_ip")
+    exhausted = pl.col("errno_text").is_in(("retries", "timeouts")) | pl.col("retry_max").is_not_null()
     text = pl.col("error_text") if "error_text" in rows.columns else pl.lit(None, pl.String)
     return rows.with_columns(
-        cause=pl.when(pl.col("error_kind").is_in(CONNECT_KINDS) & peer.is_not_null())
+        cause=pl.when(pl.col("error_kind").is_in(CONNECT_KINDS) & exhausted)
+        .then(pl.format(
+            "connect{} gave up after its retries{}",
+            pl.when(peer.is_not_null()).then(pl.format(" to {}", peer)).otherwise(pl.lit("")),
+            pl.when(pl.col("retry_errno").is_not_null()).then(pl.format(" ({})", pl.col("retry_errno"))).otherwise(pl.lit("")),
+        ))
+        .when(pl.col("error_kind").is_in(CONNECT_KINDS) & peer.is_not_null())
         .then(pl.format("connect to {} failed: {}", peer, errno))
         .when(pl.col("error_kind").is_in(CONNECT_KINDS))
         .then(pl.format("bootstrap connection failed: {}", errno))
-        .otherwise(pl.coalesce(text, pl.lit("bootstrap error")))
-    ).drop("row")
+        .when(text.is_not_null())
+        .then(text)
+        .when(pl.col("rank").is_not_null())
+        .then(pl.format(
+            "Bootstrap Root : rank {} of {} ranks has already checked in (a duplicate rank or a reused unique id)",
+            pl.col("rank"), pl.col("nranks"),
+        ))
+        .when(pl.col("received").is_not_null())
+        .then(pl.format("bootstrap message truncated: received {} bytes instead of {}", pl.col("received"), pl.col("expected")))
+        .otherwise(pl.lit("bootstrap error"))
+    ).drop("row", "retry_errno")
+
+
+def _with_last_retry(errors: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+    """Add ``retry_errno`` (and fill a missing peer) from the last 'connect … retrying' line of the thread."""
+    for c, t in (("errno_text", pl.String), ("peer_ip", pl.String), ("retry_max", pl.Int64), ("rank", pl.Int64),
+                 ("nranks", pl.Int64), ("received", pl.String), ("expected", pl.String)):
+        if c not in rows.columns:
+            rows = rows.with_columns(pl.lit(None, t).alias(c))
+    retries = errors.filter(pl.col("error_kind") == "socket_retry") if "error_kind" in errors.columns else errors.clear()
+    if retries.is_empty():
+        return rows.with_columns(retry_errno=pl.lit(None, pl.String))
+    retries = with_seq(retries).select(
+        *PROC, "tid", pl.col("seq").alias("retry_seq"), pl.col("errno_text").alias("retry_errno"),
+        pl.col("peer_ip").alias("retry_peer"),
+    ).sort("retry_seq")
+    joined = rows.sort("seq").join_asof(
+        retries, left_on="seq", right_on="retry_seq", by=[*PROC, "tid"], strategy="backward", check_sortedness=False
+    )
+    return joined.with_columns(peer_ip=pl.coalesce("peer_ip", "retry_peer")).drop("retry_seq", "retry_peer")
 
 
 def _comm_of(job: Job, group: pl.DataFrame) -> str | None:
