@@ -200,11 +200,13 @@ class ProcessExit(Rule):
         teardown = _teardown_ranks(job)
         exceptions = _exception_ranks(job)
         oom_rows = exits.filter(pl.col("event") == "slurm_oom_kill") if "event" in exits.columns else exits
-        first = min((d.first for d in deaths), default=None)
+        # The launcher's root cause (torchrun's "first observed failure") beats the order of the reports.
+        roots = [d for d in deaths if d.root_cause]
+        first = min((d.first for d in roots or deaths), default=None)
         for death in deaths:
-            self._classify(death, teardown, exceptions, oom_rows, first)
+            self._classify(death, teardown, exceptions, oom_rows, first, bool(roots))
         yield from self._group(job, deaths, oom_rows)
-        yield from self._scheduler(job, exits, bool(deaths))
+        yield from self._scheduler(job, exits)
 
     # -------------------------------------------------------------------------------------- assembly
     def _deaths(self, job: Job, exits: pl.DataFrame) -> list[Death]:
@@ -218,6 +220,7 @@ class ProcessExit(Rule):
                 by_pid.setdefault(p["pid"], p)
         deaths: dict[tuple, Death] = {}
         alias: dict[tuple, tuple] = {}
+        by_pid_keys: dict[int, set[tuple]] = {}
 
         def add(rank, host, pid, local_rank, signal, exit_code, reason, root, origin, sid, line, part):
             host = short_host(host)
@@ -227,11 +230,19 @@ class ProcessExit(Rule):
             if host is None and rank is not None:
                 proc = job.process_of(rank)
                 host = proc["host"] if proc else None
-            keys = [k for k in (("rank", rank) if rank is not None else None,
-                                ("pid", pid) if pid is not None else None,
+            # pids repeat across hosts (containers): a pid names a process with its host, or alone when a
+            # report omits the host and only one process of the job had that pid.
+            pid_key = ("pid", host, pid) if pid is not None else None
+            if pid is not None and host is None and len(by_pid_keys.get(pid, ())) == 1:
+                pid_key = next(iter(by_pid_keys[pid]))
+            keys = [k for k in (("rank", rank) if rank is not None else None, pid_key,
                                 ("local", host, local_rank) if local_rank is not None and rank is None and pid is None else None) if k]
             if not keys:
                 keys = [("line", sid, line)]
+            if pid is not None and host is not None and ("pid", None, pid) in alias:
+                keys.append(("pid", None, pid))
+            if pid is not None:
+                by_pid_keys.setdefault(pid, set()).add(pid_key)
             key = next((alias[k] for k in keys if k in alias), keys[0])
             for k in keys:
                 alias.setdefault(k, key)
@@ -273,8 +284,8 @@ class ProcessExit(Rule):
 
     # -------------------------------------------------------------------------------------- classification
     def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
-                  oom_rows: pl.DataFrame, first: int | None) -> None:
-        came_first = d.root_cause or d.first == first
+                  oom_rows: pl.DataFrame, first: int | None, by_root: bool) -> None:
+        came_first = d.root_cause if by_root else d.first == first
         if d.category == "uncaught":
             related = re.search(NCCL_OR_CUDA, d.reason or "")
             d.severity = Severity.ERROR if related or not came_first else Severity.CRITICAL
@@ -311,7 +322,8 @@ class ProcessExit(Rule):
         for d in sorted(deaths, key=lambda d: d.first):
             detail = d.reason.split(" ", 1)[0] if d.category == "uncaught" and d.reason else None
             groups.setdefault((d.category, d.signal, d.exit_code if not d.signal else detail), []).append(d)
-        first_death = min(deaths, key=lambda d: d.first) if deaths else None
+        roots = [d for d in deaths if d.root_cause]
+        first_death = min(roots or deaths, key=lambda d: d.first) if deaths else None
         for (category, _, _), members in groups.items():
             many = len(members) > 1
             ranks = sorted({d.rank for d in members if d.rank is not None})
@@ -385,7 +397,7 @@ class ProcessExit(Rule):
         return (f"{who} {how}{earlier}",
                 "These exits came after another process failed; start from the first failure.")
 
-    def _scheduler(self, job: Job, exits: pl.DataFrame, any_death: bool) -> Iterator[Finding]:
+    def _scheduler(self, job: Job, exits: pl.DataFrame) -> Iterator[Finding]:
         if exits.is_empty() or "event" not in exits.columns:
             return
         nodes = exits.filter(pl.col("event") == "slurm_node_failure")

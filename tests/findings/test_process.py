@@ -148,6 +148,18 @@ def test_ls501_torchrun_root_cause_exit_code_is_the_first_failure(tmp_path):
     assert other.ranks == (5,) and "SIGTERM" in other.title
 
 
+def test_ls501_the_same_pid_on_two_hosts_is_two_processes(tmp_path):
+    # Containers number their processes from 1: equal pids on two hosts are different processes.
+    def entry(i, host, rank, code, signal):
+        return [f"[{i}]:", "  time      : 2025-02-03_17:40:09", f"  host      : {host}",
+                f"  rank      : {rank} (local_rank: 0)", f"  exitcode  : {code} (pid: 7)", "  error_file: <N/A>",
+                f"  traceback : Signal {-code} ({signal}) received by PID 7"]
+    lines = SUMMARY[:5] + entry(1, "node-b", 4, -6, "SIGABRT") + SUMMARY[12:14] + entry(0, "node-a", 0, -11, "SIGSEGV") + SUMMARY[-1:]
+    findings = check(job_of(tmp_path, lines))
+    assert sorted(f.ranks for f in findings) == [(0,), (4,)]
+    assert only(findings, severity=Severity.CRITICAL).ranks == (0,)
+
+
 def test_ls501_mpirun_sigkill_is_a_hard_kill(tmp_path):
     lines = ["mpirun noticed that process rank 3 with PID 40211 on node gpu-c02 exited on signal 9 (Killed)."]
     finding = only(check(job_of(tmp_path, lines)))
