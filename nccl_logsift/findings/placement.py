@@ -480,12 +480,13 @@ class HostCollision(Rule):
 
     How it is detected:
         Per host name, the bootstrap (or IB OOB, or NET/Socket) address of every process. A name with
-        several addresses on one interface name is a collision; it is critical when NCCL treated the
-        machines as one — a P2P/SHM connection between ranks whose addresses differ (ranks mapped through
-        the communicator being initialised), or a ``comm … nRanks N nNodes M localRanks L`` line whose
-        localRanks exceeds the processes at that address — and a warning otherwise. Without addresses: a
-        host whose processes share busIds although NCCL completed init for them (it would have refused a
-        real duplicate GPU).
+        several addresses on one interface name, or one GPU busId at two addresses, is a collision
+        (addresses on different interface names alone are one machine with several NICs). It is critical
+        when NCCL treated the machines as one — a P2P/SHM connection between ranks whose addresses differ
+        (ranks mapped through the communicator being initialised), or a ``comm … nRanks N nNodes M
+        localRanks L`` line whose localRanks exceeds the processes at that address — and a warning
+        otherwise. Without addresses: a host whose processes share busIds although NCCL completed init for
+        them (it would have refused a real duplicate GPU).
 
     Example:
         ``gpu-node-180:1560332 … Bootstrap : Using eth0:10.16.26.180<0>`` and ``gpu-node-180:2378708 …
@@ -523,8 +524,10 @@ class HostCollision(Rule):
             same_if = procs.group_by("ifname").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1)
             x = cross.filter(pl.col("host") == host) if not cross.is_empty() else cross
             m = merged.filter(pl.col("host") == host) if not merged.is_empty() else merged
-            if same_if.is_empty() and x.is_empty() and m.is_empty():
-                continue  # one machine with several NICs, and NCCL saw nothing odd
+            if same_if.is_empty() and not _bus_shared_across_addresses(job, procs):
+                # Different interface names: one machine with several NICs looks the same (and its GPUs then
+                # rightly talk P2P), so only a GPU that would exist twice proves two machines.
+                continue
             addresses = sorted(procs["address"].unique().to_list())
             ranks = sorted(int(r) for r in procs["rank"].drop_nulls())
             per_addr = procs.group_by("address").agg(pl.col("rank").drop_nulls().sort()).sort("address")
@@ -595,6 +598,17 @@ class HostCollision(Rule):
             "Give every machine a unique host name (hostnamectl set-hostname; in containers do not pin "
             "--hostname / hostNetwork names), or set NCCL_HOSTID differently per machine, then rerun."
         )
+
+
+def _bus_shared_across_addresses(job: Job, procs: pl.DataFrame) -> bool:
+    """Two processes at different addresses of one host name report the same GPU busId."""
+    inst = lifecycle_instances(job)
+    if inst.is_empty():
+        return False
+    gpus = inst.filter(pl.col("bus_id").is_not_null()).select(*PROC, "bus_id").unique().join(
+        procs.select(*PROC, "address"), on=PROC, how="inner"
+    )
+    return gpus.group_by("bus_id").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1).height > 0
 
 
 def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
