@@ -353,12 +353,10 @@ class DuplicateGpu(Rule):
         for (host, device, uid), entry in groups.items():
             ranks = sorted(entry["ranks"])
             frame = pl.DataFrame([{k: row[k] for k in EVIDENCE} for row in entry["rows"]])
-            who = f"ranks {ranks_text(ranks)}" if ranks else f"communicator ranks {ranks_text(entry['comm_ranks'])}"
-            title = f"{who} on {host} use the same GPU (busId {device})" if device else f"{who} on {host} use the same GPU"
-            if ranks:
-                title += ": " + names(job, ranks)
+            who = names(job, ranks, hosts=[host]) if ranks else f"communicator ranks {ranks_text(entry['comm_ranks'])} on {host}"
+            gpu = f"the same GPU of {host} (busId {device})" if device else f"the same GPU of {host}"
             yield self.finding(
-                job, title + "; NCCL refused the communicator", evidence_rows=evidence(frame), ranks=ranks,
+                job, f"{who} use {gpu}; NCCL refused the communicator", evidence_rows=evidence(frame), ranks=ranks,
                 hosts=[host], comm=uid, advice=self._advice(),
             )
 
@@ -391,8 +389,8 @@ class DuplicateGpu(Rule):
             ranks = row["ranks"]
             frame = pl.DataFrame({"source_id": row["source_id"], "line_no": row["line_no"]}).with_columns(part=pl.lit(0, pl.UInt8))
             title = (
-                f"ranks {ranks_text(ranks)} on {row['host']} initialise communicator {row['comm_uid']} on the same GPU "
-                f"(busId {row['gpu']}) and never complete init: {names(job, ranks)}"
+                f"{names(job, ranks, hosts=[row['host']])} initialise communicator {row['comm_uid']} on the same GPU of "
+                f"{row['host']} (busId {row['gpu']}) and never complete init"
             )
             yield self.finding(
                 job, title, evidence_rows=frame, ranks=ranks, hosts=[row["host"]], comm=row["comm_uid"],

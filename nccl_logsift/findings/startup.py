@@ -421,8 +421,11 @@ class InitIncomplete(Rule):
         that no member completed, ranks with ``Init START`` (NCCL 2.18.3+) and no error are waiting; ranks
         of the communicator that appear in no Init line never joined, unless they are processes that failed
         before Init START (a WARN or ``-> N`` chain, matched through labels, torchrun's summary, or by count).
-        One COMPLETE on any member proves every member joined, so partial logs of a healthy job (one node's
-        output) never look incomplete. From PyTorch's store-based barrier (``Waiting in store based barrier
+        Absent ranks are only reported while someone waits for them (otherwise their output may simply be
+        missing from the logs), and one COMPLETE on any member proves every member joined, so partial logs
+        of a healthy job (one node's output) never look incomplete. The waiting ranks are a separate finding,
+        an error when the ranks they wait for are known, critical when nobody failed or is missing.
+        Stalled subgroup communicators (new_group, point-to-point pairs) are summed up in one finding. From PyTorch's store-based barrier (``Waiting in store based barrier
         … (world_size=W, worker_count=K …)``, ≤ 2.1): the W-K ranks that never reported are named when the
         reporters leave exactly that many out. Before 2.18.3 there is no START line: a process that printed
         ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
@@ -460,7 +463,8 @@ class InitIncomplete(Rule):
     def _world(self, job: Job, state: InitState) -> Iterator[Finding]:
         waiting_rows = state.members.filter(pl.col("global_rank").is_in(state.waiting))
         failed = state.failed + state.failed_elsewhere
-        if state.unexplained:
+        if state.unexplained and state.waiting:
+            # Without a rank waiting for them, absent ranks may just be output missing from these logs.
             failed_note = f"; {names(job, failed)} failed during init (see their errors)" if failed else ""
             title = (
                 f"{rank_word(state.unexplained)} never joined communicator {state.uid} ({state.nranks} ranks): no Init "
@@ -965,8 +969,9 @@ class InterfaceMisconfig(Rule):
         ``NET/IB : Using … ; OOB <if>:<ip>``, per process: names matching veth*/docker*/br-*/virbr*/lo/cni*,
         loopback and link-local addresses. NCCL_SOCKET_IFNAME (ENV line) together with ``no socket
         interface found`` / ``no device found matching``. Hosts whose bootstrap address is in a different
-        /16 than the other hosts'. Severity: critical when a connection to such an address failed,
-        error on multi-node jobs, warning on a single node (it works there) and for subnet differences.
+        /16 than the other hosts'. Severity: critical when a peer's connection to such an address failed,
+        error on multi-node jobs and for a NCCL_SOCKET_IFNAME that matches nothing, warning on a single
+        node (it works there) and for subnet differences (error if a connection into the odd subnet failed).
 
     Example:
         ``node0081:4907:4907 [0] NCCL INFO Bootstrap : Using veth0d5eefd:172.18.0.1<0>`` on one node, while
