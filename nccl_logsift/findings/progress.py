@@ -36,9 +36,30 @@ def world_pg(frame: pl.DataFrame) -> pl.Expr:
     return pl.col("pg_id").is_null() | (pl.col("pg_id") == 0) if "pg_id" in frame.columns else pl.lit(True)
 
 
+DEFAULT_PG = "0"
+
+
 def pg_key() -> pl.Expr:
-    """A process-group key that is equal across ranks: its description (e.g. default_pg) or id."""
-    return pl.coalesce(pl.col("pg_desc"), pl.col("pg_id").cast(pl.String), pl.lit("default_pg"))
+    """A process-group key that is equal across ranks and PyTorch versions: the PG id ("0" is the default
+    group), else its description; lines without any PG prefix belong to the default group."""
+    desc = pl.col("pg_desc")
+    return pl.coalesce(
+        pl.col("pg_id").cast(pl.String),
+        pl.when(desc == "default_pg").then(pl.lit(DEFAULT_PG)).otherwise(desc),
+        pl.lit(DEFAULT_PG),
+    )
+
+
+def pg_labels(*frames: pl.DataFrame) -> dict[str, str]:
+    """PG key → what to show: "2 (PIPELINE_MODEL_PARALLEL_GROUP)" when PyTorch printed a description."""
+    labels: dict[str, str] = {}
+    for frame in frames:
+        if frame.is_empty() or "pg_desc" not in frame.columns:
+            continue
+        for key, desc in frame.select("pg", "pg_desc").drop_nulls().unique().iter_rows():
+            if desc != key:
+                labels.setdefault(key, f"{key} ({desc})")
+    return labels
 
 
 def timeouts(job: Job) -> pl.DataFrame:
@@ -53,7 +74,7 @@ def timeouts(job: Job) -> pl.DataFrame:
     rows = rows.with_columns(job_rank=rank.cast(pl.Int64))
     # "[Rank N] Watchdog caught ..." carries no PG prefix; the work-state line PyTorch prints right after it
     # on the same rank does ("[PG ID 2 PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1] failure detected ...").
-    states = work_states(job)
+    states = _work_states(job)
     if not states.is_empty():
         follow = states.select("source_id", "job_rank", "line_no", pl.col("pg").alias("next_pg")).sort("line_no")
         rows = rows.sort("line_no").join_asof(
@@ -62,10 +83,24 @@ def timeouts(job: Job) -> pl.DataFrame:
     else:
         rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
     prefix = pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()
-    return rows.with_columns(pg=pl.when(prefix).then(pg_key()).otherwise(pl.coalesce("next_pg", pg_key())))
+    rows = rows.with_columns(pg=pl.when(prefix).then(pg_key()).otherwise(pl.coalesce("next_pg", pg_key())))
+    return _labelled(rows, pg_labels(rows, states))
+
+
+def _labelled(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
+    """Replace PG keys by their display labels (the same map for every table, so groups stay equal)."""
+    if not labels:
+        return frame
+    return frame.with_columns(pg=pl.col("pg").replace(labels))
 
 
 def work_states(job: Job) -> pl.DataFrame:
+    """Work-state rows with PG keys turned into labels (see :func:`_work_states`)."""
+    rows = _work_states(job)
+    return rows if rows.is_empty() else _labelled(rows, pg_labels(rows))
+
+
+def _work_states(job: Job) -> pl.DataFrame:
     """'Timeout at NCCL work' / 'failure detected by watchdog' rows: last enqueued / completed per rank and PG."""
     torch = job.table("torch")
     if torch.is_empty() or "event" not in torch.columns:
@@ -247,7 +282,7 @@ class RankBehind(Rule):
                 if candidates.height * 2 < enq.height:
                     laggards = candidates["job_rank"].to_list()
                     evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
-            if not laggards and pg == "default_pg" and world and len(reporters) * 2 > world:
+            if not laggards and pg.split(" ")[0] == DEFAULT_PG and world and len(reporters) * 2 > world:
                 laggards = sorted(set(range(world)) - reporters)
             laggards = [r for r in laggards if r not in reported]
             if not laggards:
@@ -499,7 +534,9 @@ class WatchdogTimeout(Rule):
                 job, title + "." + notes if notes else title, evidence_rows=group.select("source_id", "line_no", "part"),
                 ranks=ranks, pg=pg, seq=seqs[0] if len(seqs) == 1 else None, op=ops[0] if len(ops) == 1 else None,
                 advice=(
-                    "These ranks were waiting; the cause is elsewhere (see the primary finding). If a rank was "
+                    "These ranks were waiting for a peer. When another finding names a cause, start there. When "
+                    "every rank timed out in the same collective and nothing else is wrong, suspect the network or "
+                    "a GPU: check the transports and dmesg (Xid, link errors) on every host. If a rank was "
                     "legitimately slow, raise the timeout of init_process_group; for the next run set "
                     "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 to get a flight-recorder dump."
                 ),
