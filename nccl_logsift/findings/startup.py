@@ -233,14 +233,15 @@ def nccl_processes(job: Job) -> pl.DataFrame:
 
 @per_job
 def failure_rows(job: Job) -> pl.DataFrame:
-    """Any sign that a process failed in NCCL: a WARN or a non-zero '-> N' chain line (with seq)."""
+    """Any sign that a process failed in NCCL: a WARN that is not a probe or teardown message, or a
+    non-zero '-> N' chain line (with seq). Real failures of the catch-all kinds are followed by a chain."""
     errors = job.table("errors")
     if errors.is_empty() or "error_kind" not in errors.columns:
         return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "seq": pl.Int64})
     rows = errors.filter(
         pl.col("host").is_not_null()
         & (
-            ((pl.col("level") == "WARN") & ~pl.col("error_kind").is_in(("proxy_closed", "socket_retry", "dlsym")))
+            ((pl.col("level") == "WARN") & ~pl.col("error_kind").is_in(BENIGN_KINDS))
             | ((pl.col("error_kind") == "chain") & (pl.col("result_code").fill_null(0) > 0))
         )
     )
