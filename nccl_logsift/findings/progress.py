@@ -116,6 +116,26 @@ def _work_states(job: Job) -> pl.DataFrame:
     )
 
 
+def positioned(coll: pl.DataFrame) -> pl.DataFrame:
+    """Add ``position``: where a call sits in its communicator's sequence, comparable across ranks.
+
+    The parser's ``ordinal`` counts COLL lines, which shifts when a line is lost (torn by another
+    process's output, or cut off). Where opCount grows by exactly one per call on every member of a
+    communicator (NCCL 2.4-2.7, and ungrouped calls of 2.9+ with network proxies, grammar §5.2), it survives
+    such losses and is used instead; elsewhere (2.8, grouped calls, 2.27+ single node) the ordinal is.
+    """
+    if coll.is_empty():
+        return coll.with_columns(position=pl.lit(None, pl.Int64))
+    per_rank = coll.sort("ordinal").group_by("comm_uid", "rank").agg(
+        steady=(pl.col("opcount").diff().drop_nulls() > 0).all() & (pl.col("opcount").min() <= 1),
+        calls=pl.len(),
+    )
+    reliable = per_rank.group_by("comm_uid").agg(use_opcount=pl.col("steady").all() & (pl.col("calls").max() > 1))
+    return coll.join(reliable, on="comm_uid", how="left").with_columns(
+        position=pl.when(pl.col("use_opcount")).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
+    ).drop("use_opcount")
+
+
 @dataclass(frozen=True, slots=True)
 class CommProgress:
     """Per communicator uid: each member's last call (ordinal, op) as the COLL lines show it."""
@@ -130,7 +150,7 @@ def comm_progress(job: Job) -> list[CommProgress]:
     comms = job.table("communicators")
     if coll.is_empty() or "comm_uid" not in coll.columns:
         return []
-    coll = coll.filter(pl.col("comm_uid").is_not_null())
+    coll = positioned(coll.filter(pl.col("comm_uid").is_not_null())).with_columns(ordinal=pl.col("position"))
     last = (
         coll.sort("ordinal")
         .group_by("comm_uid", "rank")
@@ -299,7 +319,8 @@ class RankBehind(Rule):
 def _next_op(job: Job, uid: str, position: int) -> str | None:
     """The op the ranks that went ahead called at ``position`` (1-based) of communicator ``uid``."""
     coll = job.table("collectives")
-    at = coll.filter((pl.col("comm_uid") == uid) & (pl.col("ordinal") == position))
+    coll = positioned(coll.filter(pl.col("comm_uid") == uid))
+    at = coll.filter(pl.col("position") == position)
     return at["op"].mode().first() if at.height else None
 
 
@@ -367,7 +388,7 @@ class CollectiveMismatch(Rule):
         coll = job.table("collectives")
         if coll.is_empty() or "comm_uid" not in coll.columns:
             return
-        coll = coll.filter(pl.col("comm_uid").is_not_null())
+        coll = positioned(coll.filter(pl.col("comm_uid").is_not_null())).with_columns(ordinal=pl.col("position"))
         signature = pl.concat_str([pl.col(c).cast(pl.String).fill_null("-") for c in self.SIGNATURE], separator="|")
         coll = coll.with_columns(sig=signature, is_p2p=pl.col("op").is_in(P2P_OPS))
         per_position = coll.group_by("comm_uid", "ordinal").agg(

@@ -3,9 +3,9 @@
 A failed job produces many findings, most of them fallout: the ranks that waited time out, sockets close
 when a peer dies, the watchdog's teardown aborts processes. Kinds are ranked by how far up the chain of
 cause they usually sit (hardware and configuration, then the network, then the application, then process
-deaths, then ranks behind, then performance, then symptoms). Among the findings at the highest error level,
-those of the highest-ranked kind are candidates, and the earliest of them in the log (with any other finding
-of the same kind and severity) is primary. Warnings become primary only when nothing is wrong at error level.
+deaths, then ranks behind, then performance, then symptoms). Among the findings of the worst severity, those
+of the highest-ranked kind are candidates, and the earliest of them in the log (with any other finding of
+the same kind and severity) is primary. Warnings become primary only when nothing is wrong at error level.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from nccl_logsift.model import Finding, Kind, Severity
 CAUSAL_TIER: dict[Kind, int] = {
     Kind.DUPLICATE_GPU: 0,
     Kind.HOST_COLLISION: 0,
-    Kind.BOOTSTRAP_FAILURE: 1,
-    Kind.INTERFACE_MISCONFIG: 1,
-    Kind.CUDA_ERROR: 2,
-    Kind.NET_ERROR: 2,
-    Kind.COLLECTIVE_MISMATCH: 3,
-    Kind.PROCESS_EXIT: 4,
-    Kind.INIT_INCOMPLETE: 5,
-    Kind.RANK_BEHIND: 5,
-    Kind.TRANSPORT_FALLBACK: 6,
-    Kind.LATENCY_OUTLIER: 6,
-    Kind.NCCL_ERROR: 7,
-    Kind.WATCHDOG_TIMEOUT: 8,
+    Kind.INTERFACE_MISCONFIG: 1,  # a bad interface is why bootstrap connections fail
+    Kind.BOOTSTRAP_FAILURE: 2,
+    Kind.CUDA_ERROR: 3,
+    Kind.NET_ERROR: 3,
+    Kind.COLLECTIVE_MISMATCH: 4,
+    Kind.PROCESS_EXIT: 5,
+    Kind.INIT_INCOMPLETE: 6,
+    Kind.RANK_BEHIND: 6,
+    Kind.TRANSPORT_FALLBACK: 7,
+    Kind.LATENCY_OUTLIER: 7,
+    Kind.NCCL_ERROR: 8,
+    Kind.WATCHDOG_TIMEOUT: 9,
 }
 _UNKNOWN_POSITION = 1 << 62
 
@@ -39,8 +39,9 @@ def triage(findings: list[Finding]) -> list[Finding]:
     if not findings:
         return []
     top = max(f.severity for f in findings)
-    floor = Severity.ERROR if top >= Severity.ERROR else Severity.WARNING
-    candidates = [f for f in findings if f.severity >= floor]
+    # Rules grade their own findings: what certainly stops a job is critical, fallout is error or lower.
+    # So the candidates are the findings of the worst severity (warnings when nothing is worse).
+    candidates = [f for f in findings if f.severity == max(top, Severity.WARNING)]
     primary_ids: set[int] = set()
     if candidates:
         best_tier = min(CAUSAL_TIER[f.kind] for f in candidates)

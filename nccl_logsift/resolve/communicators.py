@@ -34,16 +34,19 @@ def with_seq(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
 
 
 def number_instances(comms: pl.DataFrame) -> pl.DataFrame:
-    """Give every Init/Destroy row the ``generation`` of its (host, pid, comm) instance."""
+    """Give every Init/Destroy/summary row the ``generation`` of its (host, pid, comm) instance."""
     rows = with_seq(comms).sort(SEQ)
-    init = pl.col("what") == "Init"
-    prev_phase = pl.col("phase").shift(1).over(["host", "pid", "comm"], order_by=SEQ)
-    prev_init = init.shift(1).over(["host", "pid", "comm"], order_by=SEQ)
-    # A new instance starts at START, or at a COMPLETE not preceded by its own START (pre-2.18.3).
-    opens = init & ((pl.col("phase") == "START") | ~((prev_phase == "START") & prev_init.fill_null(False)))
-    return rows.with_columns(
-        generation=opens.fill_null(False).cast(pl.Int32).cum_sum().over(["host", "pid", "comm"], order_by=SEQ)
+    key = ["host", "pid", "comm"]
+    inits = rows.filter(pl.col("what") == "Init")
+    prev_phase = pl.col("phase").shift(1).over(key, order_by=SEQ)
+    # A new instance starts at START, or at a COMPLETE not preceded by its own START (pre-2.18.3). Only Init
+    # rows count here: the per-comm summary line (2.20.3+) sits between START and COMPLETE.
+    opens = (pl.col("phase") == "START") | (prev_phase != "START").fill_null(True)
+    inits = inits.with_columns(generation=opens.cast(pl.Int32).cum_sum().over(key, order_by=SEQ))
+    others = rows.filter(pl.col("what") != "Init").join_asof(
+        inits.select(*key, SEQ, "generation"), on=SEQ, by=key, strategy="backward", check_sortedness=False
     )
+    return pl.concat([inits, others.select(inits.columns)]).sort(SEQ)
 
 
 def instances(comms: pl.DataFrame) -> pl.DataFrame:
