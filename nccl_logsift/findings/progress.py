@@ -357,7 +357,8 @@ class CollectiveMismatch(Rule):
         disagree on (op, count, datatype, redop, root) is the divergence, and the minority signature names
         the culprits. For point-to-point pairs, both sides sending (or both receiving) at the same position
         is a deadlock. From PyTorch: watchdog timeouts of one process group at the same SeqNum with
-        different OpType or sizes.
+        different OpType or sizes. A divergence in a log with no sign of a hang is reported as a warning
+        only: a COLL line lost to interleaved output shifts the counted positions the same way.
 
     Example:
         Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
@@ -388,6 +389,10 @@ class CollectiveMismatch(Rule):
         coll = job.table("collectives")
         if coll.is_empty() or "comm_uid" not in coll.columns:
             return
+        # A real mismatch hangs the job. Without any sign of failure, a divergence is more likely a COLL line
+        # lost to interleaved output (which shifts the counted positions), so it is only a warning then.
+        severity = Severity.CRITICAL if hang_evidence(job) else Severity.WARNING
+        suspect = "" if severity is Severity.CRITICAL else " (no sign of a hang: possibly a log line lost to interleaving)"
         coll = positioned(coll.filter(pl.col("comm_uid").is_not_null())).with_columns(ordinal=pl.col("position"))
         signature = pl.concat_str([pl.col(c).cast(pl.String).fill_null("-") for c in self.SIGNATURE], separator="|")
         coll = coll.with_columns(sig=signature, is_p2p=pl.col("op").is_in(P2P_OPS))
@@ -414,8 +419,8 @@ class CollectiveMismatch(Rule):
             before = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"] - 1))
             rows = pl.concat([minority.head(2), at.filter(pl.col("sig") == majority["sig"]).head(2), before.head(1)])
             yield self.finding(
-                job, title, evidence_rows=rows.select("source_id", "line_no", "part"), ranks=ranks,
-                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=odd["op"], advice=self._advice(),
+                job, title + suspect, evidence_rows=rows.select("source_id", "line_no", "part"), ranks=ranks,
+                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=odd["op"], advice=self._advice(), severity=severity,
             )
         pairs = per_position.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
         for row in pairs.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).iter_rows(named=True):
@@ -430,8 +435,8 @@ class CollectiveMismatch(Rule):
             )
             title = f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call #{row['ordinal'] + 1}: a send/recv deadlock ({who})"
             yield self.finding(
-                job, title, evidence_rows=at.select("source_id", "line_no", "part"), ranks=ranks,
-                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=op, advice=self._advice(),
+                job, title + suspect, evidence_rows=at.select("source_id", "line_no", "part"), ranks=ranks,
+                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=op, advice=self._advice(), severity=severity,
             )
 
     @staticmethod

@@ -23,13 +23,13 @@ CAUSAL_TIER: dict[Kind, int] = {
     Kind.CUDA_ERROR: 3,
     Kind.NET_ERROR: 3,
     Kind.COLLECTIVE_MISMATCH: 4,
-    Kind.PROCESS_EXIT: 5,
-    Kind.INIT_INCOMPLETE: 6,
-    Kind.RANK_BEHIND: 6,
-    Kind.TRANSPORT_FALLBACK: 7,
-    Kind.LATENCY_OUTLIER: 7,
-    Kind.NCCL_ERROR: 8,
-    Kind.WATCHDOG_TIMEOUT: 9,
+    Kind.INIT_INCOMPLETE: 5,  # processes that exit during a stuck init are its fallout
+    Kind.PROCESS_EXIT: 6,
+    Kind.RANK_BEHIND: 7,  # a rank that died is also behind: the death is the cause
+    Kind.TRANSPORT_FALLBACK: 8,
+    Kind.LATENCY_OUTLIER: 8,
+    Kind.NCCL_ERROR: 9,
+    Kind.WATCHDOG_TIMEOUT: 10,
 }
 _UNKNOWN_POSITION = 1 << 62
 
