@@ -15,7 +15,7 @@ import polars as pl
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader
-from nccl_logsift.io.sources import Source, SourceProblem, require_sources
+from nccl_logsift.io.sources import SourceProblem, require_sources
 from nccl_logsift.errors import InputError
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.resolve.communicators import process_ranks

@@ -28,7 +28,6 @@ def test_parse_reads_stdin(run_cli, tmp_path):
 
 
 def test_parse_missing_path_is_a_clear_error(tmp_path):
-    from click.testing import CliRunner
 
     from nccl_logsift.cli import cli, main  # noqa: F401
 

@@ -95,7 +95,6 @@ class Narrator:
 
     # -------------------------------------------------------------------------------- the story
     def tell(self) -> list[Record]:
-        job = self.job
         for run in self.tl.runs:
             self.process(run)
         self.launcher()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from conftest import CORPUS, FIXTURES
+from builders import job_of, only
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.nccl import NcclError
 from nccl_logsift.model import Kind, Severity
@@ -25,20 +25,8 @@ BASE = init("dgx1", 3001, 0) + init("dgx1", 3002, 1)
 FAILED = ["srun: error: dgx1: task 0: Aborted (core dumped)"]
 
 
-def job_of(tmp_path: Path, lines: list[str]):
-    path = tmp_path / "job.log"
-    path.write_text("\n".join(lines) + "\n")
-    return load_job([str(path)])
-
-
 def check(job):
     return list(NcclError().check(job))
-
-
-def only(findings, **attrs):
-    found = [f for f in findings if all(getattr(f, k) == v for k, v in attrs.items())]
-    assert len(found) == 1, [(f.severity, f.ranks, f.title) for f in findings]
-    return found[0]
 
 
 def warn(host: str, pid: int, dev: int, site: str, text: str) -> list[str]:

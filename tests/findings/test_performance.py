@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from conftest import CORPUS, FIXTURES
+from builders import job_of
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.findings.performance import LatencyOutlier
 from nccl_logsift.model import Kind, Severity
@@ -19,12 +20,6 @@ COMM_ID = "0x6a5b4c3d2e1f0a9b"
 
 def check(job):
     return list(LatencyOutlier().check(job))
-
-
-def job_of(tmp_path: Path, lines: list[str], name: str = "job.log"):
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return load_job([str(path)])
 
 
 def timed_job(tmp_path: Path, hosts: list[str], late: dict[int, list[float]], calls: int = 10,

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, corpus_files
+from builders import fixture_job, job_of, simulate
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.placement import RULES, CudaError, DuplicateGpu, HostCollision
 from nccl_logsift.model import Kind, Severity
-from nccl_logsift.simulate import Options, write
 
 COMM_ID = "0x394622afabc41fde"
 
@@ -53,18 +52,6 @@ def rank_lines(host, pid, rank, nranks, dev, ip, *, bus=None, complete=True, ifn
     return lines
 
 
-def job_of(tmp_path: Path, lines: list[str], name: str = "job.log"):
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return load_job([str(path)])
-
-
-def simulate(tmp_path: Path, scenario: str, **options):
-    out, truth = tmp_path / f"{scenario}.log", tmp_path / f"{scenario}.json"
-    write(Options(scenario=scenario, noise=False, **options), str(out), str(truth))
-    return load_job([str(out)]), json.loads(truth.read_text())
-
-
 def truth_ranks(truth: dict, kind: str) -> list[int]:
     return next(sorted(f["ranks"]) for f in truth["faults"] if f["kind"] == kind and f["primary"])
 
@@ -79,11 +66,6 @@ def serious(findings):
 
 def all_findings(job):
     return [f for rule in RULES for f in rule().check(job)]
-
-
-@functools.cache
-def fixture_job(name: str):
-    return load_job([str(FIXTURES / name)])
 
 
 def fixture_truth(name: str) -> dict:

@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from conftest import CORPUS, FIXTURES
+from builders import job_of, only
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.process import ProcessExit
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.simulate import Options, write
 
 
-def job_of(tmp_path: Path, lines: list[str]):
-    path = tmp_path / "job.log"
-    path.write_text("\n".join(lines) + "\n")
-    return load_job([str(path)])
-
-
 def check(job):
     return list(ProcessExit().check(job))
-
-
-def only(findings, **attrs):
-    found = [f for f in findings if all(getattr(f, k) == v for k, v in attrs.items())]
-    assert len(found) == 1, [(f.severity, f.ranks, f.title) for f in findings]
-    return found[0]
 
 
 def watchdog(rank: int, seq: int = 8) -> str:

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, corpus_files
+from builders import fixture_job, job_of, simulate
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.startup import RULES, BootstrapFailure, InitIncomplete, InterfaceMisconfig
 from nccl_logsift.model import Kind, Severity
-from nccl_logsift.simulate import Options, write
 
 COMM_ID = "0x7bbff3add302d34a"
 
@@ -55,18 +54,6 @@ def rank_lines(host, pid, rank, nranks, dev, ip, *, ifname="ens1f0np0", complete
     return lines
 
 
-def job_of(tmp_path: Path, lines: list[str], name: str = "job.log"):
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return load_job([str(path)])
-
-
-def simulate(tmp_path: Path, scenario: str, **options):
-    out, truth = tmp_path / f"{scenario}.log", tmp_path / f"{scenario}.json"
-    write(Options(scenario=scenario, noise=False, **options), str(out), str(truth))
-    return load_job([str(out)]), json.loads(truth.read_text())
-
-
 def truth_ranks(truth: dict, kind: str, primary: bool | None = None) -> list[list[int]]:
     return [sorted(f["ranks"]) for f in truth["faults"] if f["kind"] == kind and (primary is None or f["primary"] == primary)]
 
@@ -81,11 +68,6 @@ def serious(findings):
 
 def all_findings(job):
     return [f for rule in RULES for f in rule().check(job)]
-
-
-@functools.cache
-def fixture_job(name: str):
-    return load_job([str(FIXTURES / name)])
 
 
 def fixture_truth(name: str) -> dict:

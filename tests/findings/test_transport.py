@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, FIXTURES
+from builders import job_of, only
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.transport import NetError, TransportFallback
 from nccl_logsift.model import Kind, Severity
@@ -31,12 +32,6 @@ def proc(host, pid, rank, nranks, dev, ip, comm, *, channels=(), net="IB", extra
         *[f"{pre} {c}" for c in channels],
         f"{pre} {init} - Init COMPLETE",
     ]
-
-
-def job_of(tmp_path: Path, lines: list[str], name: str = "job.log"):
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return load_job([str(path)])
 
 
 def simulate(tmp_path: Path, scenario: str, **options):
@@ -64,12 +59,6 @@ def two_node_ib(gdr_on_b: bool = True) -> list[str]:
         *proc("node-b", 2002, 3, 4, 1, "10.0.0.2", "0x55bb00000020", channels=[
             f"Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0{g_b}"]),
     ]
-
-
-def only(findings, **attrs):
-    found = [f for f in findings if all(getattr(f, k) == v for k, v in attrs.items())]
-    assert len(found) == 1, [(f.severity, f.title) for f in findings]
-    return found[0]
 
 
 # ---------------------------------------------------------------------------------------------- LS301
