@@ -36,3 +36,19 @@ def only(findings, **attrs):
     found = [f for f in findings if all(getattr(f, k) == v for k, v in attrs.items())]
     assert len(found) == 1, [(f.severity, f.ranks, f.title) for f in findings]
     return found[0]
+
+
+def run(rule, job) -> list:
+    """The findings of one rule class on a job."""
+    return list(rule().check(job))
+
+
+def serious(findings) -> list:
+    """Findings at error or critical."""
+    from nccl_logsift.model import Severity
+
+    return [f for f in findings if f.severity >= Severity.ERROR]
+
+
+def fixture_truth(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.truth.json").read_text())

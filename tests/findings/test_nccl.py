@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CORPUS, FIXTURES
+from conftest import FIXTURES
 from builders import job_of, only
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.nccl import NcclError
@@ -117,19 +117,6 @@ def test_ls901_healthy_fixture_has_no_nccl_error():
 
 
 # ---------------------------------------------------------------------------------------------- real corpus
-@pytest.fixture(scope="module")
-def corpus_job():
-    cache: dict[str, object] = {}
-
-    def get(name: str):
-        path = CORPUS / name
-        if not path.exists():
-            pytest.skip("real corpus not available")
-        if name not in cache:
-            cache[name] = load_job([str(path)])
-        return cache[name]
-
-    return get
 
 
 def test_corpus_oracle_teardown_warns_at_512_ranks_are_one_info_finding(corpus_job):

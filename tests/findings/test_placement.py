@@ -8,12 +8,11 @@ healthy logs, simulated and real, must yield nothing at error level.
 from __future__ import annotations
 
 import functools
-import json
 
 import pytest
 
-from conftest import FIXTURES, corpus_files
-from builders import fixture_job, job_of, simulate
+from conftest import corpus_files
+from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.placement import RULES, CudaError, DuplicateGpu, HostCollision
@@ -56,20 +55,8 @@ def truth_ranks(truth: dict, kind: str) -> list[int]:
     return next(sorted(f["ranks"]) for f in truth["faults"] if f["kind"] == kind and f["primary"])
 
 
-def run(rule, job):
-    return list(rule().check(job))
-
-
-def serious(findings):
-    return [f for f in findings if f.severity >= Severity.ERROR]
-
-
 def all_findings(job):
     return [f for rule in RULES for f in rule().check(job)]
-
-
-def fixture_truth(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.truth.json").read_text())
 
 
 TIMEOUT = (

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import CORPUS, FIXTURES
+from conftest import FIXTURES
 from builders import job_of, only
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.process import ProcessExit
@@ -165,19 +165,6 @@ def test_ls501_slurm_node_failure_and_time_limit(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- real corpus
-@pytest.fixture(scope="module")
-def corpus_job():
-    cache: dict[str, object] = {}
-
-    def get(name: str):
-        path = CORPUS / name
-        if not path.exists():
-            pytest.skip("real corpus not available")
-        if name not in cache:
-            cache[name] = load_job([str(path)])
-        return cache[name]
-
-    return get
 
 
 LAMBDA = "LambdaLabsML__training_results_v4.0__Lambda__benchmarks__llama2_70b_lora__implementations__nemo__results_old__"
