@@ -135,12 +135,9 @@ def _processes(maps: RankMaps) -> pl.DataFrame:
 def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions()):
     """Read the logs, resolve ranks, run every rule, triage, and return the Report."""
     from nccl_logsift.findings import run_rules
-    from nccl_logsift.findings.context import Job
+    from nccl_logsift.findings.context import parse_job
     from nccl_logsift.findings.triage import triage
     from nccl_logsift.report import build_report
-    from nccl_logsift.tables import MemorySink
 
-    sink = MemorySink()
-    summary = parse_paths(paths, sink, options)
-    job = Job(sink.tables, tuple(i.path for i in summary.inputs))
+    summary, job = parse_job(paths, options)
     return build_report(summary, job, triage(run_rules(job)))

@@ -101,11 +101,16 @@ class Job:
         return frame.with_columns(job_rank=pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in candidates]))
 
 
-def load_job(paths) -> Job:
-    """Parse ``paths`` into memory and wrap the tables as a Job (what analysis and rule tests use)."""
-    from nccl_logsift.pipeline import parse_paths
+def parse_job(paths, options=None):
+    """Parse ``paths`` into memory: the parse summary and the tables wrapped as a Job."""
+    from nccl_logsift.pipeline import ParseOptions, parse_paths
     from nccl_logsift.tables import MemorySink
 
     sink = MemorySink()
-    summary = parse_paths(list(paths), sink)
-    return Job(sink.tables, tuple(i.path for i in summary.inputs))
+    summary = parse_paths(list(paths), sink, options or ParseOptions())
+    return summary, Job(sink.tables, tuple(i.path for i in summary.inputs))
+
+
+def load_job(paths) -> Job:
+    """Parse ``paths`` into a Job (what rule tests use)."""
+    return parse_job(paths)[1]

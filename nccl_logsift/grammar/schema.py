@@ -49,7 +49,7 @@ MESSAGE_KEYS = (
 )
 LOCATION_COLUMNS = ("source_id", "line_no", "part")
 # Columns the resolver adds to tables (the world rank of the line's process, the comm instance of a call).
-RESOLVED_COLUMNS = ("global_rank", "generation", "rank_in_comm", "comm_uid", "ordinal")
+RESOLVED_COLUMNS = ("global_rank", "generation", "comm_uid", "ordinal")
 RESERVED_MESSAGE_COLUMNS = frozenset((*LOCATION_COLUMNS, *MESSAGE_KEYS, *RESOLVED_COLUMNS, "family", "pattern", "row"))
 
 
