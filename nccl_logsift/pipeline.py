@@ -8,14 +8,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import polars as pl
 
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader
-from nccl_logsift.io.sources import SourceProblem, require_sources
+from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.resolve.communicators import process_ranks
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 class ParseOptions:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     keep_text: bool = True  # keep each line's text in the lines table
+    max_wait: float | None = None  # live input: hand out a batch at least this often (seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,77 @@ class ParseSummary:
         return sum(i.lines for i in self.inputs)
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Tables parsed from consecutive lines of one source, collectives already numbered."""
+
+    tables: dict[str, pl.DataFrame]
+    source: Source
+    bytes_read: int  # decompressed bytes read so far, over all sources
+
+
+class TableStream:
+    """Parse sources batch by batch: iterate for the :class:`Batch` es, then :meth:`finish` into a sink.
+
+    This is the one place the parsing stages meet; ``parse_paths`` (files into a sink), ``analyze`` and
+    the live ``watch`` all consume it.
+    """
+
+    def __init__(self, paths: Sequence[str], options: ParseOptions = ParseOptions(), grammars: GrammarSet | None = None):
+        self.options = options
+        self.sources, self.skipped = require_sources(paths)
+        self.parser = LineParser(grammars or load_grammars(), keep_text=options.keep_text)
+        self.numbering = CollectiveNumbering()
+        self.inputs: list[InputSummary] = []
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        parser, numbering = self.parser, self.numbering
+        for source in self.sources:
+            unparsed_before = parser.state.unparsed_envelope_lines
+            reader = LineReader(source, self.options.chunk_bytes, self.options.max_wait)
+            read_before = self.bytes_read
+            for chunk in reader:
+                tables = parser.parse(chunk)
+                numbering.observe(tables["comms"])
+                tables["collectives"] = numbering.number(tables["collectives"])
+                self.bytes_read = read_before + reader.stats.bytes
+                yield Batch(tables, source, self.bytes_read)
+            stats = reader.stats
+            self.inputs.append(
+                InputSummary(
+                    path=source.path,
+                    bytes=stats.bytes,
+                    lines=stats.lines,
+                    unparsed_lines=parser.state.unparsed_envelope_lines - unparsed_before,
+                    compression=stats.compression,
+                    invalid_utf8_lines=stats.invalid_utf8_lines,
+                    problem=stats.problem,
+                )
+            )
+
+    def finish(self, sink: TableSink) -> ParseSummary:
+        """Attach ranks in ``sink`` and summarise; raise InputError when nothing at all could be read."""
+        inputs = self.inputs
+        if not any(i.lines for i in inputs):
+            reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in inputs)
+            raise InputError(f"no log lines could be read ({reasons})")
+        instances = self.numbering.instances
+        maps = RankMaps(processes=process_ranks(instances), instances=instances)
+        rows = sink.finish(maps, {"communicators": instances, "processes": _processes(maps)})
+        state = self.parser.state
+        return ParseSummary(
+            inputs=inputs,
+            skipped=self.skipped,
+            table_rows=rows,
+            family_counts=state.family_counts,
+            envelope_lines=state.envelope_lines,
+            unparsed_envelope_lines=state.unparsed_envelope_lines,
+            torn_fragments=state.torn_fragments,
+            unparsed_shapes=state.unparsed_shapes.most_common(20),
+        )
+
+
 def parse_paths(
     paths: Sequence[str],
     sink: TableSink,
@@ -69,50 +141,13 @@ def parse_paths(
     progress: Callable[[int], None] | None = None,
 ) -> ParseSummary:
     """Parse every input into ``sink``; raise InputError only when nothing at all could be read."""
-    sources, skipped = require_sources(paths)
-    parser = LineParser(grammars or load_grammars(), keep_text=options.keep_text)
-    numbering = CollectiveNumbering()
-    inputs = []
-    for source in sources:
-        unparsed_before = parser.state.unparsed_envelope_lines
-        reader = LineReader(source, options.chunk_bytes)
-        for chunk in reader:
-            tables = parser.parse(chunk)
-            numbering.observe(tables["comms"])
-            tables["collectives"] = numbering.number(tables["collectives"])
-            for name, frame in tables.items():
-                sink.write(name, frame)
-            if progress is not None:
-                progress(reader.stats.bytes)
-        stats = reader.stats
-        inputs.append(
-            InputSummary(
-                path=source.path,
-                bytes=stats.bytes,
-                lines=stats.lines,
-                unparsed_lines=parser.state.unparsed_envelope_lines - unparsed_before,
-                compression=stats.compression,
-                invalid_utf8_lines=stats.invalid_utf8_lines,
-                problem=stats.problem,
-            )
-        )
-    if not any(i.lines for i in inputs):
-        reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in inputs)
-        raise InputError(f"no log lines could be read ({reasons})")
-    instances = numbering.instances
-    maps = RankMaps(processes=process_ranks(instances), instances=instances)
-    rows = sink.finish(maps, {"communicators": instances, "processes": _processes(maps)})
-    state = parser.state
-    return ParseSummary(
-        inputs=inputs,
-        skipped=skipped,
-        table_rows=rows,
-        family_counts=state.family_counts,
-        envelope_lines=state.envelope_lines,
-        unparsed_envelope_lines=state.unparsed_envelope_lines,
-        torn_fragments=state.torn_fragments,
-        unparsed_shapes=state.unparsed_shapes.most_common(20),
-    )
+    stream = TableStream(paths, options, grammars)
+    for batch in stream:
+        for name, frame in batch.tables.items():
+            sink.write(name, frame)
+        if progress is not None:
+            progress(batch.bytes_read)
+    return stream.finish(sink)
 
 
 def _processes(maps: RankMaps) -> pl.DataFrame:

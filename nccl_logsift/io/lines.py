@@ -8,6 +8,9 @@ number and the byte offset where it starts (in the decompressed stream). ``\\r\\
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
@@ -25,6 +28,7 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"))
 _BINARY_SNIFF_BYTES = 64 << 10
 _BINARY_CONTROL_RATIO = 0.05
+_LIVE_READ_BYTES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +57,17 @@ class ReadStats:
 
 
 class LineReader:
-    """Iterate over the :class:`LineChunk` s of one source; ``stats`` is complete after iteration."""
+    """Iterate over the :class:`LineChunk` s of one source; ``stats`` is complete after iteration.
 
-    def __init__(self, source: Source, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+    With ``max_wait`` (seconds) the reader is live: a chunk is also handed out when that much time has
+    passed since the previous one and some complete lines are waiting, so a slow pipe is parsed as it
+    arrives instead of when ``chunk_bytes`` have accumulated.
+    """
+
+    def __init__(self, source: Source, chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_wait: float | None = None):
         self.source = source
         self.chunk_bytes = chunk_bytes
+        self.max_wait = max_wait
         self.stats = ReadStats()
 
     def __iter__(self) -> Iterator[LineChunk]:
@@ -72,22 +82,32 @@ class LineReader:
             if not self.source.is_stdin:
                 raw.close()
 
+    def _blocks(self, stream) -> Iterator[bytes | OSError | pa.ArrowException | EOFError]:
+        """Blocks of bytes as read; a read error is yielded (once, last) instead of raised."""
+        if self.max_wait is None:
+            while True:
+                try:
+                    block = stream.read(self.chunk_bytes)
+                except (OSError, pa.ArrowException, EOFError) as exc:
+                    yield exc
+                    return
+                yield block
+                if not block:
+                    return
+        yield from _timed_blocks(stream, self.chunk_bytes, self.max_wait)
+
     def _chunks(self, raw: BinaryIO) -> Iterator[LineChunk]:
         stream = self._decompressing(raw)
         pending = b""
         line_no = 1
         offset = 0
         first = True
-        while True:
-            try:
-                block = stream.read(self.chunk_bytes)
-            except (OSError, pa.ArrowException, EOFError) as exc:
+        for block in self._blocks(stream):
+            if isinstance(block, BaseException):
                 what = f"{self.stats.compression} stream" if self.stats.compression else "file"
-                self.stats.problem = f"{what} is truncated or corrupt after {self.stats.bytes + len(pending)} bytes ({exc})"
+                self.stats.problem = f"{what} is truncated or corrupt after {self.stats.bytes + len(pending)} bytes ({block})"
                 block = b""
-                eof = True
-            else:
-                eof = not block
+            eof = not block
             if first:
                 first = False
                 if block and _looks_binary(block[:_BINARY_SNIFF_BYTES]):
@@ -98,7 +118,7 @@ class LineReader:
                 pending = b""
             else:
                 cut = data.rfind(b"\n") + 1
-                if cut == 0:  # one huge line: keep reading until it ends
+                if cut == 0:  # one huge line (or a live block without a newline): keep reading until it ends
                     pending = data
                     continue
                 data, pending = data[:cut], data[cut:]
@@ -140,6 +160,55 @@ class LineReader:
             byte_offset=pl.Series("byte_offset", offsets[:-1] + first_offset, dtype=pl.UInt64),
             text=pl.Series("text", text).str.strip_suffix("\n").str.strip_suffix("\r"),
         )
+
+
+def _timed_blocks(stream, size: int, max_wait: float) -> Iterator[bytes | BaseException]:
+    """Blocks of at most ``size`` bytes, each handed out no later than ``max_wait`` s after its first byte.
+
+    A thread reads what the stream has (``read1``: a pipe returns what is waiting instead of blocking for
+    ``size`` bytes) into a bounded queue; the consumer joins pieces until the block is full or late.
+    """
+    pieces: queue.Queue = queue.Queue(maxsize=64)
+
+    def pump() -> None:
+        read = getattr(stream, "read1", stream.read)
+        try:
+            while True:
+                piece = read(_LIVE_READ_BYTES)
+                pieces.put(piece)
+                if not piece:
+                    return
+        except (OSError, ValueError, pa.ArrowException, EOFError) as exc:
+            pieces.put(exc)
+
+    threading.Thread(target=pump, name="logsift-reader", daemon=True).start()
+    block: list[bytes] = []
+    held = 0
+    deadline = None
+    while True:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            piece = pieces.get(timeout=timeout)
+        except queue.Empty:
+            piece = None
+        if isinstance(piece, bytes) and piece:
+            block.append(piece)
+            held += len(piece)
+            if deadline is None:
+                deadline = time.monotonic() + max_wait
+            if held < size:
+                continue
+        if block:
+            yield b"".join(block)
+            block, held, deadline = [], 0, None
+        if piece is None:
+            continue
+        if not isinstance(piece, bytes):
+            yield piece if isinstance(piece, BaseException) else b""
+            return
+        if not piece:
+            yield b""
+            return
 
 
 def _line_offsets(data: bytes) -> np.ndarray:
