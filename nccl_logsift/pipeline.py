@@ -167,12 +167,44 @@ def _processes(maps: RankMaps) -> pl.DataFrame:
     )
 
 
-def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions()):
-    """Read the logs, resolve ranks, run every rule, triage, and return the Report."""
-    from nccl_logsift.findings import run_rules
-    from nccl_logsift.findings.context import parse_job
-    from nccl_logsift.findings.triage import triage
-    from nccl_logsift.report import build_report
+class Analysis:
+    """The diagnosis of a stream: feed it batches with :meth:`add`, then ask for the :meth:`report`.
 
-    summary, job = parse_job(paths, options)
-    return build_report(summary, job, triage(run_rules(job)))
+    ``analyze`` feeds it every batch at once; ``watch`` feeds it as a live job writes its log.
+    """
+
+    def __init__(self, stream: TableStream):
+        from nccl_logsift.tables import MemorySink
+
+        self.stream = stream
+        self.sink = MemorySink()
+
+    def add(self, batch: Batch) -> None:
+        for name, frame in batch.tables.items():
+            self.sink.write(name, frame)
+
+    def job(self):
+        """The summary and the Job of everything added so far (call once, at the end)."""
+        from nccl_logsift.findings.context import Job
+
+        summary = self.stream.finish(self.sink)
+        return summary, Job(self.sink.tables, tuple(i.path for i in summary.inputs))
+
+    def report(self):
+        """Run every rule and triage: the same Report whether the batches came from a file or a pipe."""
+        from nccl_logsift.findings import run_rules
+        from nccl_logsift.findings.triage import triage
+        from nccl_logsift.report import build_report
+
+        summary, job = self.job()
+        return build_report(summary, job, triage(run_rules(job)))
+
+
+def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions(), progress: Callable[[int], None] | None = None):
+    """Read the logs, resolve ranks, run every rule, triage, and return the Report."""
+    analysis = Analysis(TableStream(paths, options))
+    for batch in analysis.stream:
+        analysis.add(batch)
+        if progress is not None:
+            progress(batch.bytes_read)
+    return analysis.report()

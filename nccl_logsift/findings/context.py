@@ -103,12 +103,12 @@ class Job:
 
 def parse_job(paths, options=None):
     """Parse ``paths`` into memory: the parse summary and the tables wrapped as a Job."""
-    from nccl_logsift.pipeline import ParseOptions, parse_paths
-    from nccl_logsift.tables import MemorySink
+    from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
 
-    sink = MemorySink()
-    summary = parse_paths(list(paths), sink, options or ParseOptions())
-    return summary, Job(sink.tables, tuple(i.path for i in summary.inputs))
+    analysis = Analysis(TableStream(list(paths), options or ParseOptions()))
+    for batch in analysis.stream:
+        analysis.add(batch)
+    return analysis.job()
 
 
 def load_job(paths) -> Job:
