@@ -17,6 +17,7 @@ from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
+from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.resolve.communicators import process_ranks
 from nccl_logsift.resolve.progress import CollectiveNumbering
@@ -30,6 +31,7 @@ class ParseOptions:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     keep_text: bool = True  # keep each line's text in the lines table
     max_wait: float | None = None  # live input: hand out a batch at least this often (seconds)
+    every_line: bool = True  # a lines row for every COLL call too (parse); the diagnosis does without
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +89,21 @@ class TableStream:
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[Batch]:
-        parser, numbering = self.parser, self.numbering
+        parser, options = self.parser, self.options
+        chunks = ChunkParser(parser, options.every_line)
+        live = options.max_wait is not None
         for source in self.sources:
             unparsed_before = parser.state.unparsed_envelope_lines
-            reader = LineReader(source, self.options.chunk_bytes, self.options.max_wait)
+            reader = LineReader(source, options.chunk_bytes, options.max_wait)
             read_before = self.bytes_read
             for chunk in reader:
-                tables = parser.parse(chunk)
-                numbering.observe(tables["comms"])
-                tables["collectives"] = numbering.number(tables["collectives"])
+                chunks.add(chunk)
                 self.bytes_read = read_before + reader.stats.bytes
-                yield Batch(tables, source, self.bytes_read)
+                if live or chunks.ready:
+                    yield self._batch(chunks.flush(), source)
+            tables = chunks.flush()
+            if tables is not None:
+                yield self._batch(tables, source)
             stats = reader.stats
             self.inputs.append(
                 InputSummary(
@@ -110,6 +116,11 @@ class TableStream:
                     problem=stats.problem,
                 )
             )
+
+    def _batch(self, tables: dict[str, pl.DataFrame], source: Source) -> Batch:
+        self.numbering.observe(tables["comms"])
+        tables["collectives"] = self.numbering.number(tables["collectives"])
+        return Batch(tables, source, self.bytes_read)
 
     def finish(self, sink: TableSink) -> ParseSummary:
         """Attach ranks in ``sink`` and summarise; raise InputError when nothing at all could be read."""

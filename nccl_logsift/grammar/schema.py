@@ -44,13 +44,15 @@ SCHEMA_ID = "nccl-logsift/grammar/v1"
 # Columns every message table carries from the line's location and envelope; a message field may not
 # reuse these names, or it would overwrite them.
 MESSAGE_KEYS = (
-    "host", "pid", "tid", "dev", "level", "severity", "ts", "src_file", "src_line", "logger",
+    "collector_ts", "host", "pid", "tid", "dev", "level", "severity", "ts", "src_file", "src_line", "logger",
     "torch_rank", "task", "local_rank", "mpi_rank",
 )
 LOCATION_COLUMNS = ("source_id", "line_no", "part")
 # Columns the resolver adds to tables (the world rank of the line's process, the comm instance of a call).
 RESOLVED_COLUMNS = ("global_rank", "generation", "comm_uid", "ordinal")
-RESERVED_MESSAGE_COLUMNS = frozenset((*LOCATION_COLUMNS, *MESSAGE_KEYS, *RESOLVED_COLUMNS, "family", "pattern", "row"))
+RESERVED_MESSAGE_COLUMNS = frozenset(
+    (*LOCATION_COLUMNS, "byte_offset", *MESSAGE_KEYS, *RESOLVED_COLUMNS, "family", "pattern", "row")
+)
 
 
 class Layer(StrEnum):

@@ -43,6 +43,90 @@ class LineChunk:
     def __len__(self) -> int:
         return len(self.text)
 
+    @staticmethod
+    def concat(chunks: list["LineChunk"]) -> "LineChunk":
+        """Consecutive chunks of one source as one."""
+        return LineChunk(
+            source_id=chunks[0].source_id,
+            line_no=pl.concat([c.line_no for c in chunks]),
+            byte_offset=pl.concat([c.byte_offset for c in chunks]),
+            text=pl.concat([c.text for c in chunks]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RawChunk:
+    """Consecutive lines of one source as bytes and line bounds, before any column is built.
+
+    The fast paths read ``data`` through ``starts``/``ends`` directly; :meth:`lines` builds the text
+    column as zero-copy string views for the general parser.
+    """
+
+    source_id: int
+    first_line_no: int
+    view: "ByteView"  # the bytes, valid UTF-8 (invalid sequences already replaced)
+    starts: np.ndarray  # int64: where each line starts in data
+    ends: np.ndarray  # int64: where its text ends (before "\n" or "\r\n")
+    byte_offset: np.ndarray  # uint64: where each line starts in the decompressed stream
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def data(self) -> bytes:
+        return self.view.data
+
+    def lines(self, index: np.ndarray | None = None) -> LineChunk:
+        """All lines, or those at ``index`` (sorted positions), as a :class:`LineChunk`."""
+        numbers = np.arange(len(self)) if index is None else index
+        pick = slice(None) if index is None else index
+        starts, ends = self.starts[pick], self.ends[pick]
+        return LineChunk(
+            source_id=self.source_id,
+            line_no=pl.Series("line_no", (numbers + self.first_line_no).astype(np.uint32)),
+            byte_offset=pl.Series("byte_offset", self.byte_offset[pick]),
+            text=self.view.strings(starts, ends - starts, "text"),
+        )
+
+
+class ByteView:
+    """A chunk's bytes, readable 8 at a time at any position: the base of the vectorised fast paths."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        padded = np.frombuffer(data + b"\0" * 16, dtype=np.uint8)
+        self.raw = padded[: len(data)]
+        # A strided view (stride 1 byte over 8-byte items): the little-endian word at every position.
+        self.words = np.ndarray(shape=(len(data) + 8,), dtype="<u8", buffer=padded, strides=(1,))
+
+    def strings(self, starts: np.ndarray, lengths: np.ndarray, name: str) -> pl.Series:
+        """A polars String column of the byte ranges ``data[start:start+length]``, without copying them.
+
+        Arrow's string-view layout (16 bytes per value: the length, then the bytes themselves when they
+        fit in 12, else a 4-byte prefix, a buffer index and an offset) is built with numpy; polars keeps
+        strings in the same layout, so the import is zero-copy. Every range must be valid UTF-8.
+        """
+        count = len(starts)
+        lengths = lengths.astype(np.int64)
+        low, high = self.words[starts], self.words[starts + 8]
+        inline = lengths <= 12
+        low = np.where(inline, low & _byte_mask(lengths), low)
+        high = np.where(inline, high & _byte_mask(lengths - 8), 0)
+        views = np.empty((count, 4), dtype=np.uint32)
+        views[:, 0] = lengths
+        views[:, 1] = low & 0xFFFFFFFF
+        views[:, 2] = np.where(inline, low >> np.uint64(32), 0)
+        views[:, 3] = np.where(inline, high & 0xFFFFFFFF, starts)
+        array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.data)])
+        return pl.Series(name, array)
+
+
+def _byte_mask(lengths: np.ndarray) -> np.ndarray:
+    """A uint64 keeping the first ``length`` bytes (0 to 8) of a little-endian word."""
+    bits = np.clip(lengths, 0, 8).astype(np.uint64) * np.uint64(8)
+    full = bits == 64
+    return np.where(full, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.where(full, np.uint64(0), bits)) - np.uint64(1))
+
 
 @dataclass(slots=True)
 class ReadStats:
@@ -70,7 +154,7 @@ class LineReader:
         self.max_wait = max_wait
         self.stats = ReadStats()
 
-    def __iter__(self) -> Iterator[LineChunk]:
+    def __iter__(self) -> Iterator[RawChunk]:
         try:
             raw = self.source.open()
         except OSError as exc:
@@ -96,7 +180,7 @@ class LineReader:
                     return
         yield from _timed_blocks(stream, self.chunk_bytes, self.max_wait)
 
-    def _chunks(self, raw: BinaryIO) -> Iterator[LineChunk]:
+    def _chunks(self, raw: BinaryIO) -> Iterator[RawChunk]:
         stream = self._decompressing(raw)
         pending = b""
         line_no = 1
@@ -140,25 +224,35 @@ class LineReader:
                 return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
         return raw
 
-    def _split(self, data: bytes, first_line_no: int, first_offset: int) -> LineChunk:
-        """Split at every newline with numpy (no Python loop per line) and decode to UTF-8."""
+    def _split(self, data: bytes, first_line_no: int, first_offset: int) -> RawChunk:
+        """Find every line with one vectorised newline scan; repair invalid UTF-8 (rare) first."""
         offsets = _line_offsets(data)
-        binary = _binary_lines(data, offsets)
-        text = binary.view(pa.large_string())
+        text = data
         try:
-            text.validate(full=True)
+            _binary_lines(data, offsets).view(pa.large_string()).validate(full=True)
         except pa.ArrowInvalid:
             # Invalid UTF-8 somewhere in the chunk: replace it (U+FFFD) and count the lines that changed.
-            repaired = data.decode("utf-8", errors="replace").encode("utf-8")
-            fixed = _binary_lines(repaired, _line_offsets(repaired))
-            self.stats.invalid_utf8_lines += int((pl.Series(binary) != pl.Series(fixed)).sum())
-            text = fixed.view(pa.large_string())
-        count = len(offsets) - 1
-        return LineChunk(
+            text = data.decode("utf-8", errors="replace").encode("utf-8")
+            repaired = _line_offsets(text)
+            before, after = pl.Series(_binary_lines(data, offsets)), pl.Series(_binary_lines(text, repaired))
+            self.stats.invalid_utf8_lines += int((before != after).sum())
+            offsets_in_text = repaired
+        else:
+            offsets_in_text = offsets
+        starts = offsets_in_text[:-1]
+        ends = offsets_in_text[1:].copy()
+        raw = np.frombuffer(text, dtype=np.uint8)
+        if len(ends):
+            newline = raw[ends - 1] == 10
+            ends -= newline
+            ends -= (ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13) & newline
+        return RawChunk(
             source_id=self.source.source_id,
-            line_no=pl.int_range(first_line_no, first_line_no + count, dtype=pl.UInt32, eager=True),
-            byte_offset=pl.Series("byte_offset", offsets[:-1] + first_offset, dtype=pl.UInt64),
-            text=pl.Series("text", text).str.strip_suffix("\n").str.strip_suffix("\r"),
+            first_line_no=first_line_no,
+            view=ByteView(text),
+            starts=starts,
+            ends=ends,
+            byte_offset=(offsets[:-1] + first_offset).astype(np.uint64),
         )
 
 

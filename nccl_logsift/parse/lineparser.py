@@ -111,7 +111,31 @@ class LineParser:
         self._account(frame, lines)
         return {"lines": lines, **tables}
 
+    def account_fast(self, family: str, rows: int) -> None:
+        """Count enveloped lines a fast path parsed (they never pass through :meth:`parse`)."""
+        state = self.state
+        state.lines += rows
+        state.envelope_lines += rows
+        state.family_counts[family] += rows
+
     # ------------------------------------------------------------------ prefixes
+    def parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
+        """Launcher and envelope fields of line heads that stop right before `` NCCL INFO ``.
+
+        The fast paths cut a line there and ask once per distinct head. ``producer`` is "nccl" only when
+        the head is exactly one INFO envelope with nothing left over; otherwise it is null and the line
+        goes to :meth:`parse`.
+        """
+        frame = pl.DataFrame({"prefix": pl.Series(prefixes, dtype=pl.String)}).with_columns(
+            rest=pl.col("prefix") + " NCCL INFO"
+        )
+        frame = self._match_envelopes(self._strip_launchers(frame))
+        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "")
+        columns = [c for c in self.schemas.prefix_columns if c in frame.columns]
+        parsed = frame.select("prefix", pl.when(clean).then(pl.lit("nccl")).alias("producer"), *columns)
+        self.state.known_hosts.update(parsed.filter(pl.col("producer").is_not_null())["host"].drop_nulls().to_list())
+        return parsed
+
     def _apply_prefix(self, frame: pl.DataFrame, spec: _Prefix, only: pl.Expr | None, strip: bool) -> pl.DataFrame:
         kinds = spec.grammar.field_kinds
         groups = pl.col("rest").str.extract_groups(spec.wrapped)
@@ -247,7 +271,7 @@ class LineParser:
 
     # ------------------------------------------------------------------ message families
     def _dispatch_messages(self, frame: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
-        keys = [c for c in (*LOCATION, *MESSAGE_KEYS) if c in frame.columns]
+        keys = [c for c in (*LOCATION, "byte_offset", *MESSAGE_KEYS) if c in frame.columns]
         selectors = {
             "nccl": pl.col("producer") == "nccl",
             "torch": pl.col("producer").is_in(TORCH_PRODUCERS),

@@ -64,7 +64,7 @@ class TableSchemas:
         lines.update({k: v for k, v in LINE_EXTRA.items() if k != "byte_offset"})
         if keep_text:
             lines["text"] = pl.String()
-        keys = {**LOCATION, **{k: prefix[k] for k in MESSAGE_KEYS if k in prefix}}
+        keys = {**LOCATION, "byte_offset": LINE_EXTRA["byte_offset"], **{k: prefix[k] for k in MESSAGE_KEYS if k in prefix}}
         tables = {}
         for name, members in sorted(grammars.tables.items()):
             fields = grammar_columns(members)

@@ -13,7 +13,7 @@ def read_all(path, chunk_bytes=1 << 20):
     sources, problems = expand_paths([str(path)])
     assert not problems
     reader = LineReader(sources[0], chunk_bytes)
-    chunks = list(reader)
+    chunks = [c.lines() for c in reader]
     texts = [t for c in chunks for t in c.text.to_list()]
     numbers = [n for c in chunks for n in c.line_no.to_list()]
     offsets = [o for c in chunks for o in c.byte_offset.to_list()]

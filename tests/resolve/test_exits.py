@@ -49,7 +49,7 @@ def parse(tmp_path, lines: list[str]) -> pl.DataFrame:
     path = tmp_path / "job.log"
     path.write_text("\n".join(lines) + "\n")
     parser = LineParser(load_grammars())
-    frames = [parser.parse(chunk)["exits"] for chunk in LineReader(Source(0, str(path), path.stat().st_size))]
+    frames = [parser.parse(chunk.lines())["exits"] for chunk in LineReader(Source(0, str(path), path.stat().st_size))]
     return pl.concat(frames)
 
 

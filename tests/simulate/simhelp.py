@@ -35,7 +35,7 @@ def parse(path: Path) -> tuple[LineParser, dict[str, pl.DataFrame]]:
     parts: dict[str, list[pl.DataFrame]] = {}
     for source in sources:
         for chunk in LineReader(source):
-            for name, frame in parser.parse(chunk).items():
+            for name, frame in parser.parse(chunk.lines()).items():
                 parts.setdefault(name, []).append(frame)
     return parser, {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in parts.items()}
 

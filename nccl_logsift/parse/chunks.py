@@ -1,0 +1,85 @@
+"""Raw chunks into tables: the COLL fast path takes the bulk, the grammar-driven parser the rest.
+
+The general parser (:class:`~nccl_logsift.parse.lineparser.LineParser`) costs a fixed few tens of
+milliseconds per call whatever the number of lines, so the lines the fast path leaves are gathered over
+several chunks and parsed together; the fast rows wait with them, so every batch comes out in line
+order with its communicator inits, as one chunk always did.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from nccl_logsift.io.lines import LineChunk, RawChunk
+from nccl_logsift.parse import fastcoll
+from nccl_logsift.parse.lineparser import LineParser
+from nccl_logsift.parse.schema import conform
+
+# A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
+REST_LINES = 50_000
+FAST_ROWS = 400_000
+
+
+class ChunkParser:
+    """Feed raw chunks with :meth:`add`; :meth:`flush` returns the tables of everything added since.
+
+    ``every_line`` keeps a ``lines`` row (and the sendbuff/recvbuff/stream addresses) for every COLL
+    call, as ``logsift parse`` writes them; the diagnosis does without, so its ``lines`` table holds
+    the other lines only and COLL calls live in ``collectives``.
+    """
+
+    def __init__(self, parser: LineParser, every_line: bool = True):
+        self.parser = parser
+        self.every_line = every_line
+        self.fast = fastcoll.CollFastPath(parser.parse_prefixes, pointers=every_line)
+        self._fast: list[pl.DataFrame] = []
+        self._rest: list[LineChunk] = []
+        self._source_id = 0
+        self._fast_rows = 0
+        self._rest_lines = 0
+
+    @property
+    def ready(self) -> bool:
+        return self._rest_lines >= REST_LINES or self._fast_rows >= FAST_ROWS
+
+    def add(self, chunk: RawChunk) -> None:
+        self._source_id = chunk.source_id
+        found = self.fast.read(chunk)
+        if len(found.index):
+            rows = found.rows
+            if self.every_line and self.parser.keep_text:
+                lines = found.index
+                rows = rows.with_columns(chunk.view.strings(chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text"))
+            self._fast.append(rows)
+            self._fast_rows += rows.height
+        rest = np.setdiff1d(np.arange(len(chunk)), found.index, assume_unique=True) if len(found.index) else None
+        if rest is None or len(rest):
+            self._rest.append(chunk.lines(rest))
+            self._rest_lines += len(self._rest[-1])
+
+    def flush(self) -> dict[str, pl.DataFrame] | None:
+        """Tables of the lines added since the last flush, or None when nothing is waiting."""
+        if not self._fast and not self._rest:
+            return None
+        parser = self.parser
+        if self._rest:
+            tables = parser.parse(LineChunk.concat(self._rest))
+        else:
+            tables = {name: conform(pl.DataFrame(), columns) for name, columns in parser.schemas.tables.items()}
+            tables["lines"] = conform(pl.DataFrame(), parser.schemas.lines)
+        if self._fast:
+            fast = pl.concat(self._fast, how="vertical_relaxed").with_columns(
+                source_id=pl.lit(self._source_id, pl.UInt16), part=pl.lit(0, pl.UInt8),
+                family=pl.lit(fastcoll.FAMILY), pattern=pl.lit(fastcoll.PATTERN),
+            )
+            table = fastcoll.TABLE
+            tables[table] = pl.concat([tables[table], conform(fast, parser.schemas.tables[table])]).sort("line_no", "part")
+            if self.every_line:
+                lines = fast.drop(*fastcoll.COLL_FIELDS).rename({fastcoll.LAUNCHER_STREAM: "stream"}).with_columns(
+                    producer=pl.lit("nccl"), torn=pl.lit(False)
+                )
+                tables["lines"] = pl.concat([tables["lines"], conform(lines, parser.schemas.lines)]).sort("line_no", "part")
+            parser.account_fast(fastcoll.FAMILY, fast.height)
+        self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
+        return tables
