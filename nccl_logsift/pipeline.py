@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 import polars as pl
@@ -213,7 +213,7 @@ class Analysis:
 
 def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions(), progress: Callable[[int], None] | None = None):
     """Read the logs, resolve ranks, run every rule, triage, and return the Report."""
-    analysis = Analysis(TableStream(paths, options))
+    analysis = Analysis(TableStream(paths, replace(options, every_line=False)))
     for batch in analysis.stream:
         analysis.add(batch)
         if progress is not None:

@@ -33,7 +33,7 @@ def summarize_job(job: Job) -> JobSummary:
         ).to_series()
         nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
     hosts: set[str] = set()
-    for name in ("processes", "lines"):
+    for name in ("processes", "lines", "collectives"):
         table = job.table(name)
         if not table.is_empty() and "host" in table.columns:
             hosts |= set(table.filter(pl.col("producer").is_not_null() if name == "lines" else pl.lit(True))["host"].drop_nulls().unique().to_list())

@@ -24,6 +24,7 @@ def cli(verbose: int) -> None:
     \b
     Start here:
       logsift analyze job.log              why did it hang? root cause first, evidence, what to do
+      ... | logsift watch                  follow a running job live: stalls and WARNs as they happen
       logsift explain LS101                what a finding code means
       logsift parse job.log -o tables/     turn the logs into Parquet tables you can query
       logsift tables                       what every table and column means
@@ -38,12 +39,14 @@ def _register() -> None:
     from nccl_logsift.cli.grammar import grammar
     from nccl_logsift.cli.parse import parse
     from nccl_logsift.cli.tables import tables
+    from nccl_logsift.cli.watch import watch
 
     cli.add_command(analyze)
     cli.add_command(explain)
     cli.add_command(parse)
     cli.add_command(tables)
     cli.add_command(grammar)
+    cli.add_command(watch)
     try:
         from nccl_logsift.cli.simulate import simulate
     except ImportError:  # the simulator is an optional part of a source checkout in progress

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from nccl_logsift.cli.options import input_paths
+from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Severity
 from nccl_logsift.pipeline import analyze as run_analysis
 from nccl_logsift.render.json import render_json
@@ -38,7 +39,8 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
       logsift analyze logs/ --format json -o findings.json
       kubectl logs -l job=train --prefix | logsift analyze --fail-on error
     """
-    report = run_analysis(paths)
+    with read_progress(paths) as progress:
+        report = run_analysis(paths, progress=progress)
     if fmt == "json":
         text = render_json(report)
         if output:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from nccl_logsift import __version__
 from nccl_logsift.cli.options import input_paths
+from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.errors import InputError
 from nccl_logsift.parse.schema import SCHEMA_VERSION
 from nccl_logsift.pipeline import ParseOptions, ParseSummary, parse_paths
@@ -42,7 +43,8 @@ def parse(paths: tuple[str, ...], output: Path, no_text: bool) -> None:
     except OSError as exc:
         raise InputError(f"cannot create output directory {output}: {exc.strerror}") from exc
     sink = ParquetSink(output)
-    summary = parse_paths(paths, sink, ParseOptions(keep_text=not no_text))
+    with read_progress(paths) as progress:
+        summary = parse_paths(paths, sink, ParseOptions(keep_text=not no_text), progress=progress)
     manifest = _manifest(summary, sink)
     (output / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     _print_summary(summary, output)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nccl_logsift.io.lines import COMPRESSED_MAGIC
 from nccl_logsift.model import Evidence
 from nccl_logsift.resolve.communicators import with_seq
 
@@ -35,10 +36,25 @@ class Job:
             (pl.col("part") if "part" in rows.columns else pl.lit(0)).cast(pl.UInt8).alias("part"),
         ).unique().sort("source_id", "line_no", "part").head(limit)
         found = keys.join(self.lines.select("source_id", "line_no", "part", "text"), on=["source_id", "line_no", "part"], how="left")
+        found = self._read_back(found)
         return tuple(
             Evidence(self.paths[s] if s < len(self.paths) else "?", int(n), t or "")
             for s, n, _, t in found.sort("source_id", "line_no", "part").iter_rows()
         )
+
+    def _read_back(self, found: pl.DataFrame) -> pl.DataFrame:
+        """Text of COLL calls, which the diagnosis keeps out of ``lines``: read again from the file at the
+        call's byte offset (a pipe or a compressed input cannot be read again; the text stays empty)."""
+        coll = self.table("collectives")
+        if coll.is_empty() or "byte_offset" not in coll.columns or found["text"].null_count() == 0:
+            return found
+        keys = ["source_id", "line_no", "part"]
+        found = found.join(coll.select(*keys, "byte_offset").unique(keys), on=keys, how="left")
+        texts = [
+            t if t is not None or offset is None else read_line(self.paths[s] if s < len(self.paths) else None, offset)
+            for s, t, offset in found.select("source_id", "text", "byte_offset").iter_rows()
+        ]
+        return found.with_columns(text=pl.Series(texts, dtype=pl.String)).drop("byte_offset")
 
     def first_seen(self, rows: pl.DataFrame) -> int | None:
         if rows.is_empty() or "line_no" not in rows.columns:
@@ -101,11 +117,25 @@ class Job:
         return frame.with_columns(job_rank=pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in candidates]))
 
 
+def read_line(path: str | None, offset: int) -> str | None:
+    """The line starting at ``offset`` of a plain (uncompressed) file, or None."""
+    if not path or path == "-":
+        return None
+    try:
+        with open(path, "rb") as handle:
+            if any(handle.read(4).startswith(magic) for magic in COMPRESSED_MAGIC):
+                return None
+            handle.seek(offset)
+            return handle.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+    except OSError:
+        return None
+
+
 def parse_job(paths, options=None):
     """Parse ``paths`` into memory: the parse summary and the tables wrapped as a Job."""
     from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
 
-    analysis = Analysis(TableStream(list(paths), options or ParseOptions()))
+    analysis = Analysis(TableStream(list(paths), options or ParseOptions(every_line=False)))
     for batch in analysis.stream:
         analysis.add(batch)
     return analysis.job()

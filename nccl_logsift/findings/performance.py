@@ -49,7 +49,7 @@ def arrival_times(job: Job) -> pl.DataFrame:
     coll = coll.filter(pl.col("comm_uid").is_not_null() & pl.col("ordinal").is_not_null())
     rank = pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in ("global_rank", "rank") if c in coll.columns])
     coll = coll.with_columns(job_rank=rank)
-    extra = [c for c in ("collector_ts", "tms") if c in job.lines.columns]
+    extra = [c for c in ("collector_ts", "tms") if c in job.lines.columns and c not in coll.columns]
     if extra:
         coll = coll.join(job.lines.select("source_id", "line_no", "part", *extra), on=["source_id", "line_no", "part"],
                          how="left")

@@ -220,12 +220,21 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
 
 @per_job
 def nccl_processes(job: Job) -> pl.DataFrame:
-    """Every (host, pid) that printed an NCCL line, with its first line's position."""
-    lines = job.lines
-    if lines.is_empty() or "producer" not in lines.columns:
+    """Every (host, pid) that printed an NCCL line, with its first line's position.
+
+    The diagnosis keeps COLL calls out of ``lines``, so their processes come from ``collectives``."""
+    frames = [
+        frame.filter(keep).select(*PROC, "source_id", "line_no", "part")
+        for frame, keep in (
+            (job.lines, pl.col("producer") == "nccl" if "producer" in job.lines.columns else pl.lit(False)),
+            (job.table("collectives"), pl.lit(True)),
+        )
+        if not frame.is_empty() and set(PROC) <= set(frame.columns)
+    ]
+    if not frames:
         return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
     return (
-        with_seq(lines.filter((pl.col("producer") == "nccl") & pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
+        with_seq(pl.concat(frames, how="vertical_relaxed").filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
         .group_by(PROC)
         .agg(first_seq=pl.col("seq").min())
     )

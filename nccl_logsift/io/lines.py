@@ -26,6 +26,7 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 
 # Magic numbers of the compressed formats read transparently (files and stdin alike).
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"))
+COMPRESSED_MAGIC = tuple(magic for magic, _ in _MAGIC)
 _BINARY_SNIFF_BYTES = 64 << 10
 _BINARY_CONTROL_RATIO = 0.05
 _LIVE_READ_BYTES = 1 << 16

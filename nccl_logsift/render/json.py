@@ -24,7 +24,7 @@ def to_dict(report: Report) -> dict[str, Any]:
             "communicators": job.communicators,
         },
         "verdict": report.verdict,
-        "findings": [_finding(f) for f in report.findings],
+        "findings": [finding_dict(f) for f in report.findings],
         "ranks": [_rank(r) for r in report.ranks],
     }
 
@@ -33,7 +33,8 @@ def _evidence(e: Evidence) -> dict[str, Any]:
     return {"path": e.path, "line": e.line, "text": e.text}
 
 
-def _finding(f: Finding) -> dict[str, Any]:
+def finding_dict(f: Finding) -> dict[str, Any]:
+    """One finding as the contract writes it (also the ``finding`` of each ``logsift watch`` event)."""
     return {
         "code": f.code,
         "kind": f.kind.value,
