@@ -1,0 +1,57 @@
+"""The benchmark harness runs end to end on a tiny log and writes the JSON the README describes.
+
+Timing targets are not tested here: the numbers only have to be sane, since the machine may be busy.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+RESULT_FIELDS = ["case", "size", "tool", "input", "input_bytes", "compressed", "seconds", "mb_per_s", "vs_naive",
+                 "peak_rss_mb", "exit_code"]
+MACHINE_FIELDS = ["cpu", "cores", "ram_gb", "load_average", "python", "polars", "pyarrow", "logsift_commit", "date"]
+
+
+def test_harness_measures_every_tool_on_plain_and_zst_logs(tmp_path):
+    out = tmp_path / "latest.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "run.py"), "--sizes", "2MB", "--cases", "coll32,coll32.zst", "--no-pipe",
+         "--cache", str(tmp_path / "cache"), "--out", str(out)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "× baseline" in proc.stdout
+    document = json.loads(out.read_text())
+    assert list(document["machine"]) == MACHINE_FIELDS and document["machine"]["cores"] >= 1
+    assert document["options"]["sizes"] == ["2MB"] and document["options"]["pipe_size"] is None
+    results = document["results"]
+    assert all(list(r) == RESULT_FIELDS for r in results)
+    assert {(r["case"], r["tool"]) for r in results} >= {
+        (case, tool) for case in ("coll32", "coll32.zst") for tool in ("analyze", "parse", "naive")
+    }
+    for r in results:
+        assert r["exit_code"] == 0 and r["seconds"] > 0 and r["peak_rss_mb"] > 1
+        assert 1.5e6 < r["input_bytes"] < 3e6  # the decompressed size, for .zst inputs too
+        assert r["mb_per_s"] > 0 and r["vs_naive"] > 0
+        assert r["compressed"] == (r["case"] == "coll32.zst" and r["tool"] != "naive")  # naive reads the plain file
+    assert {r["vs_naive"] for r in results if r["tool"] == "naive"} == {1.0}
+    assert len(list((tmp_path / "cache").glob("*.log*"))) == 2  # one plain log and its .zst, parse's tables gone
+
+
+def test_profile_charges_each_sample_to_the_innermost_logsift_function():
+    spec = importlib.util.spec_from_file_location("profile_analyze", BENCHMARKS / "profile_analyze.py")
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    stacks = [
+        "main (nccl_logsift/cli/__init__.py);parse (nccl_logsift/parse/lineparser.py);collect (polars/engine.py) 3",
+        "main (nccl_logsift/cli/__init__.py);report (nccl_logsift/pipeline.py) 1",
+        " 2",  # before the first Python frame
+    ]
+    own, total = profile.aggregate(stacks)
+    assert own == {"parse (nccl_logsift/parse/lineparser.py)": 3, "report (nccl_logsift/pipeline.py)": 1,
+                   profile.STARTUP: 2}
+    assert total["main (nccl_logsift/cli/__init__.py)"] == 4 and "collect (polars/engine.py)" not in total
