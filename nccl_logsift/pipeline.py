@@ -181,25 +181,37 @@ def _processes(maps: RankMaps) -> pl.DataFrame:
 class Analysis:
     """The diagnosis of a stream: feed it batches with :meth:`add`, then ask for the :meth:`report`.
 
-    ``analyze`` feeds it every batch at once; ``watch`` feeds it as a live job writes its log.
+    ``analyze`` feeds it every batch at once; ``watch`` feeds it as a live job writes its log. COLL calls
+    go to a :class:`~nccl_logsift.findings.digest.CollectiveDigest`, so memory stays bounded whatever
+    the size of the log.
     """
 
-    def __init__(self, stream: TableStream):
+    def __init__(self, stream: TableStream, budget: int | None = None):
+        from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
         from nccl_logsift.tables import MemorySink
 
         self.stream = stream
         self.sink = MemorySink()
+        self.digest = CollectiveDigest(budget or BUDGET_ROWS)
 
     def add(self, batch: Batch) -> None:
         for name, frame in batch.tables.items():
-            self.sink.write(name, frame)
+            if name == "collectives":
+                self.digest.add(frame)
+            else:
+                self.sink.write(name, frame)
 
     def job(self):
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.findings.context import Job
 
+        kept = self.digest.table()
+        if not kept.is_empty():
+            self.sink.write("collectives", kept)
         summary = self.stream.finish(self.sink)
-        return summary, Job(self.sink.tables, tuple(i.path for i in summary.inputs))
+        summary.table_rows["collectives"] = self.digest.calls
+        tables = {**self.sink.tables, "coll_stats": self.digest.stats()}
+        return summary, Job(tables, tuple(i.path for i in summary.inputs))
 
     def report(self):
         """Run every rule and triage: the same Report whether the batches came from a file or a pipe."""

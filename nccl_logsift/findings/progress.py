@@ -116,24 +116,53 @@ def _work_states(job: Job) -> pl.DataFrame:
     )
 
 
-def positioned(coll: pl.DataFrame) -> pl.DataFrame:
+def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.DataFrame:
     """Add ``position``: where a call sits in its communicator's sequence, comparable across ranks.
 
     The parser's ``ordinal`` counts COLL lines, which shifts when a line is lost (torn by another
     process's output, or cut off). Where opCount grows by exactly one per call on every member of a
     communicator (NCCL 2.4-2.7, and ungrouped calls of 2.9+ with network proxies, grammar §5.2), it survives
     such losses and is used instead; elsewhere (2.8, grouped calls, 2.27+ single node) the ordinal is.
+    ``stats`` (per comm_uid and rank: calls, steady, min_opcount) judges the whole run when ``coll``
+    holds only part of it (the digest of a large log).
     """
     if coll.is_empty():
         return coll.with_columns(position=pl.lit(None, pl.Int64))
-    per_rank = coll.sort("ordinal").group_by("comm_uid", "rank").agg(
-        steady=(pl.col("opcount").diff().drop_nulls() > 0).all() & (pl.col("opcount").min() <= 1),
-        calls=pl.len(),
-    )
+    if stats is None or stats.is_empty():
+        stats = coll.sort("ordinal").group_by("comm_uid", "rank").agg(
+            steady=(pl.col("opcount").diff().drop_nulls() > 0).all(),
+            min_opcount=pl.col("opcount").min(),
+            calls=pl.len(),
+        )
+    per_rank = stats.select("comm_uid", "calls", steady=pl.col("steady") & (pl.col("min_opcount") <= 1))
     reliable = per_rank.group_by("comm_uid").agg(use_opcount=pl.col("steady").all() & (pl.col("calls").max() > 1))
     return coll.join(reliable, on="comm_uid", how="left").with_columns(
         position=pl.when(pl.col("use_opcount")).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
     ).drop("use_opcount")
+
+
+SIGNATURE = ("op", "count", "datatype", "redop", "root")
+
+
+def with_signature(coll: pl.DataFrame) -> pl.DataFrame:
+    """Add ``sig`` (what must match across ranks at one position) and ``is_p2p``."""
+    return coll.with_columns(sig=pl.struct(SIGNATURE).hash(), is_p2p=pl.col("op").is_in(P2P_OPS))
+
+
+def per_position(coll: pl.DataFrame) -> pl.DataFrame:
+    """Per (comm_uid, ordinal) of positioned calls: how many, how many signatures, whether all are p2p."""
+    return with_signature(coll).group_by("comm_uid", "ordinal").agg(
+        n=pl.len(), kinds=pl.col("sig").n_unique(), p2p=pl.col("is_p2p").all(), nranks=pl.col("nranks").max(),
+        ops=pl.col("op").unique(),
+    )
+
+
+def first_divergences(positions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The first position per communicator where collectives disagree, and where a p2p pair deadlocks
+    (both sides send, or both receive)."""
+    collectives = positions.filter(~pl.col("p2p") & (pl.col("kinds") > 1))
+    pairs = positions.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
+    return tuple(frame.sort("ordinal").group_by("comm_uid").agg(pl.all().first()) for frame in (collectives, pairs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +179,9 @@ def comm_progress(job: Job) -> list[CommProgress]:
     comms = job.table("communicators")
     if coll.is_empty() or "comm_uid" not in coll.columns:
         return []
-    coll = positioned(coll.filter(pl.col("comm_uid").is_not_null())).with_columns(ordinal=pl.col("position"))
+    coll = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).with_columns(
+        ordinal=pl.col("position")
+    )
     last = (
         coll.sort("ordinal")
         .group_by("comm_uid", "rank")
@@ -319,7 +350,7 @@ class RankBehind(Rule):
 def _next_op(job: Job, uid: str, position: int) -> str | None:
     """The op the ranks that went ahead called at ``position`` (1-based) of communicator ``uid``."""
     coll = job.table("collectives")
-    coll = positioned(coll.filter(pl.col("comm_uid") == uid))
+    coll = positioned(coll.filter(pl.col("comm_uid") == uid), job.table("coll_stats"))
     at = coll.filter(pl.col("position") == position)
     return at["op"].mode().first() if at.height else None
 
@@ -375,8 +406,6 @@ class CollectiveMismatch(Rule):
     kind = Kind.COLLECTIVE_MISMATCH
     severity = Severity.CRITICAL
 
-    SIGNATURE = ("op", "count", "datatype", "redop", "root")
-
     def check(self, job: Job) -> Iterator[Finding]:
         found = list(self._from_collectives(job))
         yield from found
@@ -393,15 +422,11 @@ class CollectiveMismatch(Rule):
         # lost to interleaved output (which shifts the counted positions), so it is only a warning then.
         severity = Severity.CRITICAL if hang_evidence(job) else Severity.WARNING
         suspect = "" if severity is Severity.CRITICAL else " (no sign of a hang: possibly a log line lost to interleaving)"
-        coll = positioned(coll.filter(pl.col("comm_uid").is_not_null())).with_columns(ordinal=pl.col("position"))
-        signature = pl.concat_str([pl.col(c).cast(pl.String).fill_null("-") for c in self.SIGNATURE], separator="|")
-        coll = coll.with_columns(sig=signature, is_p2p=pl.col("op").is_in(P2P_OPS))
-        per_position = coll.group_by("comm_uid", "ordinal").agg(
-            n=pl.len(), kinds=pl.col("sig").n_unique(), p2p=pl.col("is_p2p").all(), nranks=pl.col("nranks").max(),
-            ops=pl.col("op").unique(),
+        coll = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).with_columns(
+            ordinal=pl.col("position")
         )
-        collectives = per_position.filter(~pl.col("p2p") & (pl.col("kinds") > 1))
-        first = collectives.sort("ordinal").group_by("comm_uid").agg(pl.all().first())
+        first, pairs = first_divergences(per_position(coll))
+        coll = with_signature(coll)
         for row in first.iter_rows(named=True):
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
             counts = at.group_by("sig").agg(pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first())
@@ -422,8 +447,7 @@ class CollectiveMismatch(Rule):
                 job, title + suspect, evidence_rows=rows.select("source_id", "line_no", "part"), ranks=ranks,
                 comm=row["comm_uid"], seq=row["ordinal"] + 1, op=odd["op"], advice=self._advice(), severity=severity,
             )
-        pairs = per_position.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
-        for row in pairs.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).iter_rows(named=True):
+        for row in pairs.iter_rows(named=True):
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
             op = at["op"].first()
             culprits = self._p2p_deviants(coll, row["comm_uid"], row["ordinal"])

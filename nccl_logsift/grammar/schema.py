@@ -33,6 +33,9 @@ A grammar file describes one line family::
 
 from __future__ import annotations
 
+import functools
+import re
+
 import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -186,3 +189,12 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
         near_misses=near,
     )
     return grammar, problems
+
+
+_GROUP = re.compile(r"\(\?P<(\w+)>")
+
+
+@functools.lru_cache(maxsize=None)
+def group_names(pattern: str) -> tuple[str, ...]:
+    """Named groups of a pattern in order, read from its text (compiling it in ``regex`` is far slower)."""
+    return tuple(dict.fromkeys(_GROUP.findall(pattern)))

@@ -74,7 +74,7 @@ class ChunkParser:
                 family=pl.lit(fastcoll.FAMILY), pattern=pl.lit(fastcoll.PATTERN),
             )
             table = fastcoll.TABLE
-            tables[table] = pl.concat([tables[table], conform(fast, parser.schemas.tables[table])]).sort("line_no", "part")
+            tables[table] = self._merge(tables[table], fast, parser.schemas.tables[table])
             if self.every_line:
                 lines = fast.drop(*fastcoll.COLL_FIELDS).rename({fastcoll.LAUNCHER_STREAM: "stream"}).with_columns(
                     producer=pl.lit("nccl"), torn=pl.lit(False)
@@ -83,3 +83,17 @@ class ChunkParser:
             parser.account_fast(fastcoll.FAMILY, fast.height)
         self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
         return tables
+
+    def _merge(self, general: pl.DataFrame, fast: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        """The general parser's COLL rows and the fast ones, in line order.
+
+        For the diagnosis the fast rows keep only the columns they have (the null launcher and envelope
+        columns of the full schema would be most of their size); ``logsift parse`` writes the full schema.
+        """
+        if self.every_line:
+            fast = conform(fast, schema)
+        else:
+            fast = fast.select([c for c in schema if c in fast.columns])
+        if general.is_empty():
+            return fast
+        return pl.concat([general, fast], how="diagonal_relaxed").sort("line_no", "part")

@@ -119,9 +119,13 @@ class CollFastPath:
         for name, k in _POINTERS.items():
             s, e = token(k)
             nil = (e - s == len(_NIL)) & ((words[s] & _mask(len(_NIL))) == _word(_NIL))
-            value, good = numbers.hexadecimal(view, s + 2, e)
-            ok &= (good & ((words[s] & _mask(2)) == _word(b"0x"))) | nil
-            addresses[name] = (value, nil)
+            hex_address = (e - s > 2) & ((words[s] & _mask(2)) == _word(b"0x"))
+            if self.pointers:
+                value, good = numbers.hexadecimal(view, s + 2, e)
+                hex_address &= good
+                addresses[name] = (value, nil)
+            # Without the values (the diagnosis does not use them) only the shape is checked: 0x... or (nil).
+            ok &= hex_address | nil
         if not ok.any():
             return _none()
         taken = lines[ok]

@@ -19,7 +19,7 @@ import polars as pl
 import regex
 
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.grammar.schema import Grammar, Layer, Pattern
+from nccl_logsift.grammar.schema import Grammar, Layer, Pattern, group_names
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.kinds import cast_field
 from nccl_logsift.grammar.schema import MESSAGE_KEYS
@@ -79,7 +79,7 @@ class LineParser:
     @staticmethod
     def _prefix(grammar: Grammar, pattern: Pattern) -> _Prefix:
         body = pattern.regex[1:] if pattern.regex.startswith("^") else pattern.regex
-        groups = regex.compile(pattern.regex).groupindex
+        groups = group_names(pattern.regex)
         fields = tuple(name for name in grammar.field_kinds if name in groups)
         return _Prefix(grammar, pattern, f"^(?P<{_MATCH}>{body})", fields, "keep" in groups)
 
@@ -314,7 +314,7 @@ class LineParser:
     @staticmethod
     def _extract(hit: pl.DataFrame, grammar: Grammar, pattern: Pattern) -> pl.DataFrame:
         kinds = grammar.field_kinds
-        groups = list(regex.compile(pattern.regex).groupindex)
+        groups = group_names(pattern.regex)
         out = hit.select("row", pl.col("msg").str.extract_groups(pattern.regex).alias("__g"))
         columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
         columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]

@@ -20,7 +20,7 @@ class CollectiveNumbering:
     def __init__(self) -> None:
         self._comms: list[pl.DataFrame] = []
         self._instances: pl.DataFrame | None = None
-        self._counts = pl.DataFrame(schema={**{k: v for k, v in _instance_schema().items()}, "next": pl.Int64})
+        self._counts = pl.DataFrame(schema={"__instance": pl.UInt64, "next": pl.Int64})
 
     def observe(self, comms: pl.DataFrame) -> None:
         if comms.height:
@@ -40,26 +40,23 @@ class CollectiveNumbering:
         starts = self.instances.select(
             "host", "pid", "comm", "generation", "start_seq", "rank", "comm_uid"
         ).sort("start_seq")
-        joined = (
-            with_seq(coll)
-            .sort(SEQ)
-            .join_asof(starts, left_on=SEQ, right_on="start_seq", by=["host", "pid", "comm"], strategy="backward", check_sortedness=False)
-            .join(self._counts, on=INSTANCE, how="left", nulls_equal=True)
-        )
-        local = pl.int_range(pl.len(), dtype=pl.Int64).over(INSTANCE, order_by=SEQ)
+        # Work on the key columns only (a batch can hold hundreds of thousands of calls with dozens of
+        # columns); batches come in line order, so the sort is usually a no-op check.
+        keys = with_seq(coll.select("source_id", "line_no", "part", "host", "pid", "comm")).with_row_index("__row")
+        in_order = keys[SEQ].is_sorted()
+        if not in_order:
+            keys = keys.sort(SEQ)
+        joined = keys.join_asof(
+            starts, left_on=SEQ, right_on="start_seq", by=["host", "pid", "comm"], strategy="backward", check_sortedness=False
+        ).with_columns(__instance=pl.struct(INSTANCE).hash())
+        joined = joined.join(self._counts, on="__instance", how="left")
+        local = pl.int_range(pl.len(), dtype=pl.Int64).over("__instance")
         joined = joined.with_columns(ordinal=pl.col("next").fill_null(0) + local)
-        seen = joined.group_by(INSTANCE).agg(next=pl.col("ordinal").max() + 1)
-        self._counts = (
-            pl.concat([self._counts, seen], how="vertical_relaxed")
-            .group_by(INSTANCE)
-            .agg(pl.col("next").max())
-        )
-        return joined.drop("start_seq", "next", SEQ).select(*coll.columns, *ADDED)
-
-
-def _instance_schema() -> dict[str, pl.DataType]:
-    return {"host": pl.String, "pid": pl.Int64, "comm": pl.UInt64, "generation": pl.Int32}
-
+        seen = joined.group_by("__instance").agg(next=pl.col("ordinal").max() + 1)
+        self._counts = pl.concat([self._counts, seen]).group_by("__instance").agg(pl.col("next").max())
+        if not in_order:
+            joined = joined.sort("__row")
+        return coll.with_columns(joined.select(*ADDED).get_columns())
 
 def _no_comms() -> pl.DataFrame:
     return pl.DataFrame(

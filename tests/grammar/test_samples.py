@@ -16,3 +16,10 @@ def test_grammar_sample_parses_as_declared(result):
 def test_every_grammar_has_samples():
     grammars = load_grammars().grammars
     assert grammars and all(g.samples for g in grammars)
+
+
+def test_shipped_grammars_pass_the_dialect_check():
+    """Runtime loading skips compiling every regex in both engines; the shipped files are checked here."""
+    from nccl_logsift.grammar.registry import grammar_root
+
+    assert load_grammars(grammar_root(), check_dialect=True).grammars
