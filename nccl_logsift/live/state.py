@@ -1,0 +1,393 @@
+"""What a running job is doing, batch by batch: how far each rank got, who stalled, which WARNs appeared.
+
+:class:`LiveState` keeps one row per (communicator, rank) with the last collective that rank logged and
+the wall-clock time its position last advanced. Each batch is folded into that table with polars
+expressions over the batch, so the work per batch grows with the batch and not with the job; the rules
+of ``analyze`` are not re-run. Stalls are judged on the small table whenever :meth:`LiveState.check` is
+called. The caller calls it on a timer, because a stalled job writes nothing that could trigger it.
+
+Positions are those ``analyze`` compares (findings/progress.py ``positioned``): the opCount where it
+rose on every call of every member of a communicator, else the parser's per-instance ``ordinal``
+(opCount does not count calls in 2.8 and stays 0 on single-node communicators from 2.27, grammar §5.2).
+
+Events are early warnings: the verdict at the end (``pipeline.Analysis``) runs every rule on the whole job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import polars as pl
+
+from nccl_logsift.findings import rule_for
+from nccl_logsift.findings.startup import BENIGN_KINDS
+from nccl_logsift.model import Evidence, Finding, Kind, Severity
+from nccl_logsift.pipeline import Batch
+
+KEY = ["comm_uid", "rank"]
+LINE_KEY = ["source_id", "line_no", "part"]
+MEMBER_SCHEMA = {
+    "comm_uid": pl.String, "rank": pl.Int64, "host": pl.String, "pid": pl.Int64, "nranks": pl.Int64,
+    "ordinal": pl.Int64, "opcount": pl.Int64, "rising": pl.Boolean, "calls": pl.Int64, "op": pl.String,
+    "path": pl.String, "line_no": pl.Int64, "text": pl.String, "advanced_at": pl.Float64,
+}
+PROCESS_SCHEMA = {
+    "host": pl.String, "pid": pl.Int64, "comm_rank": pl.Int64, "nranks": pl.Int64, "cuda_dev": pl.Int64,
+    "label": pl.Int64,
+}
+# Which rule of ``analyze`` reports a WARN of this ``error_kind`` (grammars/nccl/errors.toml): transport.py
+# owns network errors, placement.py CUDA errors and GPUs, startup.py bootstrap and interfaces; the rest is LS901.
+WARN_CODES = {
+    **dict.fromkeys(("ib_completion", "ib_async", "ib_mismatch", "socket_closed", "socket_io", "socket_truncated"), "LS302"),
+    **dict.fromkeys(("cuda", "alloc"), "LS401"),
+    **dict.fromkeys(("bootstrap", "socket_connect", "socket_handshake"), "LS202"),
+    "no_interface": "LS203",
+    "duplicate_gpu": "LS402",
+    **dict.fromkeys(("collnet", "nvls", "p2p", "plugin"), "LS301"),
+}
+OTHER_WARN_CODE = "LS901"
+STALL_CODE = "LS101"
+RECENT_EVENTS = 50
+
+
+class EventKind(StrEnum):
+    """A live finding (a stall or a WARN), or a stalled rank that advanced again."""
+
+    FINDING = "finding"
+    RECOVERED = "recovered"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    kind: EventKind
+    at: float  # seconds since the watch started
+    finding: Finding  # for RECOVERED: the stall finding that ended
+    note: str = ""  # for RECOVERED: where the rank is now
+
+
+@dataclass(frozen=True, slots=True)
+class RankRow:
+    """One rank of one communicator as the live table shows it."""
+
+    comm: str
+    rank: int | None  # global rank, when known
+    comm_rank: int
+    host: str | None
+    pid: int | None
+    op: str | None
+    call: int  # 1-based number of its last call (the position analyze prints)
+    behind: int  # calls behind the front of its communicator
+    idle: float  # seconds since its position last advanced
+    stalled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSnapshot:
+    """Everything the live view shows, computed once per refresh (renderers only lay it out)."""
+
+    elapsed: float
+    bytes_read: int
+    ranks_seen: int
+    world_size: int | None
+    calls_per_second: float
+    stall_after: float
+    rows: tuple[RankRow, ...]  # the most important first
+    more_rows: int  # rows left out of ``rows``
+    events: tuple[LiveEvent, ...]  # the most recent last
+
+
+@dataclass(frozen=True, slots=True)
+class _Episode:
+    ordinal: int  # where the rank stood when the stall was reported
+    finding: Finding
+
+
+class LiveState:
+    """Per-rank progress of a running job, fed with :meth:`add` and judged with :meth:`check`.
+
+    ``clock`` gives wall-clock seconds (``time.monotonic`` by default); tests pass a fake one.
+    """
+
+    def __init__(self, stall_after: float, clock: Callable[[], float] = time.monotonic, rate_window: float = 5.0):
+        self.stall_after = stall_after
+        self._clock = clock
+        self._started = clock()
+        self._rate_window = rate_window
+        self._members = pl.DataFrame(schema=MEMBER_SCHEMA)
+        self._processes = pl.DataFrame(schema=PROCESS_SCHEMA)
+        self._calls: deque[tuple[float, int]] = deque()
+        self._episodes: dict[tuple[str, int], _Episode] = {}
+        self._warn_signatures: set[str] = set()
+        self._pending: list[LiveEvent] = []
+        self._recent: deque[LiveEvent] = deque(maxlen=RECENT_EVENTS)
+        self.bytes_read = 0
+
+    # ----------------------------------------------------------------------------------------- input
+    def add(self, batch: Batch) -> None:
+        """Fold one batch in: progress per rank, the process → rank map, the call rate, new WARNs."""
+        now = self._clock()
+        tables = batch.tables
+        self.bytes_read = batch.bytes_read
+        last = _last_calls(tables, batch.source.path)
+        self._processes = _fold_processes(self._processes, tables, last)
+        if last.height:
+            self._members = _fold_calls(self._members, last, now)
+        self._calls.append((now, tables["collectives"].height))
+        self._pending.extend(self._warn_events(tables, batch.source.path, now))
+
+    # ---------------------------------------------------------------------------------------- output
+    def check(self) -> list[LiveEvent]:
+        """The events since the last check: WARNs added meanwhile, stalls that began or ended by now."""
+        now = self._clock()
+        events = self._pending + self._stall_events(now)
+        self._pending = []
+        self._recent.extend(events)
+        return events
+
+    def snapshot(self, max_rows: int = 200) -> LiveSnapshot:
+        """The numbers and rows of the live view: stalled and lagging ranks first, at most ``max_rows``."""
+        now = self._clock()
+        judged = self._judged(now).sort(
+            "stalled", "behind", "idle", "comm_uid", "rank", descending=[True, True, True, False, False]
+        )
+        rows = tuple(_rank_row(r) for r in judged.head(max_rows).iter_rows(named=True))
+        world = self._processes["nranks"].max()
+        return LiveSnapshot(
+            elapsed=now - self._started,
+            bytes_read=self.bytes_read,
+            ranks_seen=self._processes.height,
+            world_size=int(world) if world is not None else None,
+            calls_per_second=self._rate(now),
+            stall_after=self.stall_after,
+            rows=rows,
+            more_rows=max(0, judged.height - len(rows)),
+            events=tuple(self._recent),
+        )
+
+    # ---------------------------------------------------------------------------------------- stalls
+    def _judged(self, now: float) -> pl.DataFrame:
+        """Members with their position, the front of their communicator, idle time and the stall verdict."""
+        members = self._members
+        use_opcount = pl.col("rising").all().over("comm_uid") & (pl.col("calls").max().over("comm_uid") > 1)
+        members = members.with_columns(position=pl.when(use_opcount).then("opcount").otherwise("ordinal"))
+        members = members.with_columns(front=pl.col("position").max().over("comm_uid"))
+        judged = members.with_columns(
+            behind=pl.col("front") - pl.col("position"),
+            idle=pl.lit(now) - pl.col("advanced_at"),
+            at_front=(pl.col("position") == pl.col("front")).sum().over("comm_uid"),
+            size=pl.coalesce(pl.col("nranks").max().over("comm_uid"), pl.len().over("comm_uid")),
+        ).with_columns(stalled=(pl.col("behind") > 0) & (pl.col("idle") > self.stall_after))
+        return judged.join(_global_ranks(self._processes), on=["host", "pid"], how="left")
+
+    def _stall_events(self, now: float) -> list[LiveEvent]:
+        at = now - self._started
+        judged = self._judged(now)
+        events = [self._recovery(row, at) for row in self._recovered(judged).iter_rows(named=True)]
+        for row in judged.filter("stalled").iter_rows(named=True):
+            key = (row["comm_uid"], row["rank"])
+            if key not in self._episodes:
+                front = judged.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("position") == row["front"]))
+                finding = _stall_finding(row, front.sort("rank").row(0, named=True))
+                self._episodes[key] = _Episode(row["ordinal"], finding)
+                events.append(LiveEvent(EventKind.FINDING, at, finding))
+        return events
+
+    def _recovered(self, judged: pl.DataFrame) -> pl.DataFrame:
+        """Members of an open stall episode whose position advanced since it was reported."""
+        if not self._episodes:
+            return judged.clear()
+        open_ = pl.DataFrame(
+            [(uid, rank, e.ordinal) for (uid, rank), e in self._episodes.items()],
+            schema={"comm_uid": pl.String, "rank": pl.Int64, "reported_at": pl.Int64}, orient="row",
+        )
+        return judged.join(open_, on=KEY).filter(pl.col("ordinal") > pl.col("reported_at"))
+
+    def _recovery(self, row: dict, at: float) -> LiveEvent:
+        episode = self._episodes.pop((row["comm_uid"], row["rank"]))
+        note = f"{_who(row)} is advancing again: last call #{row['position'] + 1} ({row['op']}) on communicator {row['comm_uid']}"
+        return LiveEvent(EventKind.RECOVERED, at, episode.finding, note)
+
+    def _rate(self, now: float) -> float:
+        """Collectives per second over the last ``rate_window`` seconds (or since the start, if shorter)."""
+        while self._calls and self._calls[0][0] < now - self._rate_window:
+            self._calls.popleft()
+        span = min(self._rate_window, now - self._started)
+        return sum(n for _, n in self._calls) / span if span > 0 else 0.0
+
+    # ------------------------------------------------------------------------------------------ WARNs
+    def _warn_events(self, tables: dict[str, pl.DataFrame], path: str, now: float) -> list[LiveEvent]:
+        """One finding per new kind of WARN (numbers masked), the first time any rank prints it."""
+        rows = _warn_rows(tables)
+        if rows.is_empty():
+            return []
+        rows = rows.filter(~pl.col("sig").is_in(list(self._warn_signatures)))
+        self._warn_signatures.update(rows["sig"].to_list())
+        rows = rows.join(_global_ranks(self._processes), on=["host", "pid"], how="left")
+        at = now - self._started
+        return [LiveEvent(EventKind.FINDING, at, _warn_finding(r, path)) for r in rows.iter_rows(named=True)]
+
+
+# --------------------------------------------------------------------------------------- batch folds
+def _last_calls(tables: dict[str, pl.DataFrame], path: str) -> pl.DataFrame:
+    """Each (comm_uid, rank)'s last call in the batch, its line, and whether its opCount rose on every call."""
+    coll = tables["collectives"].filter(pl.col("comm_uid").is_not_null() & pl.col("rank").is_not_null())
+    if coll.is_empty():
+        return coll
+    latest, earliest = pl.col("ordinal").arg_max(), pl.col("ordinal").arg_min()
+    last = coll.group_by(KEY).agg(
+        *(pl.col(c).get(latest) for c in ("host", "pid", "ordinal", "opcount", "op", *LINE_KEY)),
+        nranks=pl.col("nranks").max(),
+        first_opcount=pl.col("opcount").get(earliest),
+        rising=(pl.col("opcount").sort_by("ordinal").diff() > 0).all() & pl.col("opcount").is_not_null().all(),
+        calls=pl.len(),
+    )
+    return _with_text(last, tables["lines"]).with_columns(path=pl.lit(path))
+
+
+def _fold_calls(members: pl.DataFrame, last: pl.DataFrame, now: float) -> pl.DataFrame:
+    """Merge a batch's last calls into the member table; a member advanced when its ordinal grew."""
+    new = last.select(*KEY, *(pl.col(c).alias(f"{c}_new") for c in last.columns if c not in KEY))
+    merged = members.join(new, on=KEY, how="full", coalesce=True)
+    seen, known = pl.col("ordinal_new").is_not_null(), pl.col("ordinal").is_not_null()
+    rising = (
+        pl.when(~seen).then(pl.col("rising"))
+        .when(~known).then(pl.col("rising_new") & (pl.col("first_opcount_new") <= 1))
+        .otherwise(pl.col("rising") & pl.col("rising_new") & (pl.col("first_opcount_new") > pl.col("opcount")))
+    )
+    kept = ("host", "pid", "nranks", "ordinal", "opcount", "op", "path", "line_no", "text")
+    return merged.with_columns(
+        advanced_at=pl.when(seen & (~known | (pl.col("ordinal_new") > pl.col("ordinal")))).then(pl.lit(now)).otherwise("advanced_at"),
+        rising=rising,
+        calls=pl.col("calls").fill_null(0) + pl.col("calls_new").fill_null(0),
+        **{c: pl.coalesce(f"{c}_new", c) for c in kept},
+    ).select(*(pl.col(c).cast(t) for c, t in MEMBER_SCHEMA.items()))
+
+
+def _fold_processes(processes: pl.DataFrame, tables: dict[str, pl.DataFrame], last: pl.DataFrame) -> pl.DataFrame:
+    """Every process seen (in Init lines, labelled lines, or ``last``: the batch's callers), with its rank in
+    the largest communicator it joined and any launcher label."""
+    comms = tables["comms"].filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
+    lines = tables["lines"]
+    label = pl.coalesce(pl.col("torch_rank"), pl.col("mpi_rank"), pl.col("task"))
+    found = [
+        comms.select("host", "pid", comm_rank="rank", nranks="nranks", cuda_dev="cuda_dev"),
+        lines.filter(label.is_not_null() & pl.col("host").is_not_null() & pl.col("pid").is_not_null())
+        .select("host", "pid", label=label).unique(["host", "pid"]),
+        last.select("host", "pid"),
+    ]
+    found = [f for f in found if f.height]
+    if not found:
+        return processes
+    return (
+        pl.concat([processes, *found], how="diagonal_relaxed")
+        .group_by("host", "pid", maintain_order=True)
+        .agg(
+            comm_rank=pl.col("comm_rank").filter(pl.col("nranks") == pl.col("nranks").max()).first(),
+            nranks=pl.col("nranks").max(),
+            cuda_dev=pl.col("cuda_dev").drop_nulls().first(),
+            label=pl.col("label").drop_nulls().first(),
+        )
+        .select(*(pl.col(c).cast(t) for c, t in PROCESS_SCHEMA.items()))
+    )
+
+
+def _global_ranks(processes: pl.DataFrame) -> pl.DataFrame:
+    """host, pid → global rank: the rank in a communicator as large as the world, else the launcher's label.
+
+    The batch tables carry no global rank (it is attached when the stream finishes), so the live view
+    works it out from the Init lines seen so far.
+    """
+    world = pl.col("nranks").max()
+    return processes.select(
+        "host", "pid", "cuda_dev",
+        global_rank=pl.when(pl.col("nranks") == world).then("comm_rank").otherwise("label"),
+    )
+
+
+def _warn_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """The batch's WARN (or glog E/F) rows of the errors table, with message, line text and a signature."""
+    errors = tables["errors"]
+    rows = errors.filter((pl.col("level") == "WARN") | pl.col("severity").is_in(["E", "F"]))
+    if rows.is_empty():
+        return rows
+    rows = _with_text(rows.select("host", "pid", "error_kind", "error_text", *LINE_KEY), tables["lines"])
+    message = pl.coalesce(pl.col("text").str.replace(r"^.*?NCCL WARN ", ""), pl.col("error_text"), pl.lit(""))
+    masked = pl.col("message").str.replace_all(r"0x[0-9a-fA-F]+", "0x").str.replace_all(r"\d+", "N")
+    return (
+        rows.with_columns(message=message.str.strip_chars())
+        .with_columns(sig=pl.concat_str(pl.col("error_kind").fill_null("?"), masked, separator="|"))
+        .unique("sig", keep="first", maintain_order=True)
+    )
+
+
+def _with_text(rows: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Add each row's line text: null when the stream keeps no text, or no lines rows for COLL calls
+    (``ParseOptions.every_line=False``, as ``watch`` and ``analyze`` parse)."""
+    if "text" not in lines.columns:
+        return rows.with_columns(text=pl.lit(None, pl.String))
+    wanted = lines.filter(pl.col("line_no").is_in(rows["line_no"].implode())).select(*LINE_KEY, "text")
+    return rows.join(wanted, on=LINE_KEY, how="left")
+
+
+# ------------------------------------------------------------------------------------------ findings
+def _who(row: dict) -> str:
+    """A rank as analyze names it: ``rank 1 (gpu-node-009, pid 3602651, GPU 1)``."""
+    rank = f"rank {row['global_rank']}" if row.get("global_rank") is not None else "a rank"
+    where = [row.get("host"), f"pid {row['pid']}" if row.get("pid") is not None else None]
+    if row.get("cuda_dev") is not None:
+        where.append(f"GPU {row['cuda_dev']}")
+    where = [w for w in where if w]
+    return f"{rank} ({', '.join(where)})" if where else rank
+
+
+def _evidence(row: dict) -> Evidence:
+    return Evidence(row["path"], int(row["line_no"]), row["text"] or "")
+
+
+def _stall_finding(row: dict, front: dict) -> Finding:
+    """LS101 in analyze's words, for a rank that has not advanced for ``idle`` seconds."""
+    rule = rule_for(STALL_CODE)
+    position = int(row["position"])
+    title = (
+        f"{_who(row)} has not called #{position + 2} on communicator {row['comm_uid']} ({row['size']} ranks) "
+        f"for {row['idle']:.0f} s: last call #{position + 1} ({row['op']}), while {row['at_front']} rank(s) "
+        f"went on to #{int(row['front']) + 1}"
+    )
+    advice = (
+        f"While it hangs, dump its Python stack: `py-spy dump --pid {row['pid']}` on {row['host']}. A rank that "
+        "stops calling collectives while its peers wait is usually in a data loader, checkpoint I/O or a "
+        "rank-dependent branch. The verdict at the end of the input confirms or revises this."
+    )
+    return Finding(
+        code=rule.code, name=rule.name, kind=Kind.RANK_BEHIND, severity=Severity.ERROR, title=title,
+        ranks=(row["global_rank"],) if row["global_rank"] is not None else (), hosts=(row["host"],),
+        comm=row["comm_uid"], seq=position + 2, evidence=(_evidence(row), _evidence(front)), advice=advice,
+    )
+
+
+def _warn_finding(row: dict, path: str) -> Finding:
+    """A WARN as a live finding of the rule that reports its kind; probe and fallback WARNs are warnings."""
+    kind = row["error_kind"]
+    rule = rule_for(WARN_CODES.get(kind, OTHER_WARN_CODE))
+    severity = Severity.WARNING if kind in BENIGN_KINDS else Severity.ERROR
+    return Finding(
+        code=rule.code, name=rule.name, kind=rule.kind, severity=severity,
+        title=f"{_who(row)}: NCCL WARN {row['message']}",
+        ranks=(row["global_rank"],) if row["global_rank"] is not None else (),
+        hosts=(row["host"],) if row["host"] else (),
+        evidence=(Evidence(path, int(row["line_no"]), row["text"] or ""),),
+        advice=f"`logsift explain {rule.code}` says what this kind of error means and what to do; the verdict "
+        "at the end of the input weighs it against the rest of the job.",
+    )
+
+
+def _rank_row(row: dict) -> RankRow:
+    return RankRow(
+        comm=row["comm_uid"], rank=row["global_rank"], comm_rank=row["rank"], host=row["host"], pid=row["pid"],
+        op=row["op"], call=int(row["position"]) + 1, behind=int(row["behind"]), idle=float(row["idle"]),
+        stalled=bool(row["stalled"]),
+    )

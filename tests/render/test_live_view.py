@@ -1,0 +1,73 @@
+"""The live view at a fixed width, and live events as JSON objects."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from nccl_logsift.live import EventKind, LiveEvent, LiveSnapshot, RankRow
+from nccl_logsift.model import Evidence, Finding, Kind, Severity
+from nccl_logsift.render.json import finding_dict
+from nccl_logsift.render.live import event_dict, live_view
+
+STALL = Finding(
+    code="LS101", name="rank-behind", kind=Kind.RANK_BEHIND, severity=Severity.ERROR,
+    title="rank 3 (trn-node-b, pid 40003, GPU 1) has not called #6 on communicator 0x7c3e91a5d2b4f608 (4 ranks)",
+    ranks=(3,), hosts=("trn-node-b",), comm="0x7c3e91a5d2b4f608", seq=6,
+    evidence=(Evidence("-", 12, "trn-node-b:40003:40003 [1] NCCL INFO AllReduce: opCount 4 ..."),),
+)
+
+
+def row(rank: int, call: int, behind: int = 0, stalled: bool = False) -> RankRow:
+    return RankRow(
+        comm="0x7c3e91a5d2b4f608", rank=rank, comm_rank=rank, host="trn-node-a", pid=40000 + rank, op="AllReduce",
+        call=call, behind=behind, idle=12.0 if stalled else 0.4, stalled=stalled,
+    )
+
+
+def snapshot(**changes) -> LiveSnapshot:
+    values = {
+        "elapsed": 75.2, "bytes_read": 12_500_000, "ranks_seen": 4, "world_size": 4, "calls_per_second": 1234.4,
+        "stall_after": 10.0, "rows": (row(3, 5, behind=2, stalled=True), row(0, 7), row(1, 7), row(2, 7)),
+        "more_rows": 0,
+        "events": (
+            LiveEvent(EventKind.FINDING, 20.5, STALL),
+            LiveEvent(EventKind.RECOVERED, 31.0, STALL, "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again"),
+        ),
+    }
+    return LiveSnapshot(**(values | changes))
+
+
+def render(view, width: int = 110) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(view)
+    return console.file.getvalue()
+
+
+def test_view_shows_the_header_the_rank_table_problem_first_and_the_events():
+    text = render(live_view(snapshot(), height=40))
+    lines = text.splitlines()
+    assert lines[0] == (
+        "logsift watch  4/4 ranks seen · 1,234 collectives/s · 12.5 MB read · 1:15 elapsed · stall after 10 s"
+    )
+    table_rows = [l for l in lines if "0x7c3e91a5d2b4f608" in l and l.startswith("│")]
+    assert table_rows[0].split("│")[2].strip() == "3" and table_rows[0].split("│")[7].strip() == "2"
+    assert "   20.5 s  LS101 error  rank 3 (trn-node-b, pid 40003, GPU 1) has not called #6" in text
+    assert "   31.0 s  recovered  rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again" in text
+
+
+def test_view_cuts_the_table_to_the_screen_and_says_how_many_more():
+    text = render(live_view(snapshot(more_rows=10), height=13))
+    table_rows = [l for l in text.splitlines() if "0x7c3e91a5d2b4f608" in l and l.startswith("│")]
+    assert len(table_rows) == 3
+    assert "11 more" in text
+
+
+def test_event_dicts_carry_a_finding_of_the_findings_contract():
+    finding, recovered = (event_dict(e) for e in snapshot().events)
+    assert finding == {"event": "finding", "at": 20.5, "finding": finding_dict(STALL)}
+    assert recovered == {
+        "event": "recovered", "at": 31.0, "note": "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again",
+        "finding": finding_dict(STALL),
+    }
