@@ -20,7 +20,7 @@ from nccl_logsift.errors import InputError
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.resolve.communicators import process_ranks
-from nccl_logsift.resolve.progress import CollectiveNumbering
+from nccl_logsift.resolve.progress import INSTANCE_KEY, CollectiveNumbering
 from nccl_logsift.tables import RankMaps, TableSink
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,8 @@ class TableStream:
 
     def _batch(self, tables: dict[str, pl.DataFrame], source: Source) -> Batch:
         self.numbering.observe(tables["comms"])
-        tables["collectives"] = self.numbering.number(tables["collectives"])
+        coll = self.numbering.number(tables["collectives"])
+        tables["collectives"] = coll.drop(INSTANCE_KEY) if self.options.every_line else coll
         return Batch(tables, source, self.bytes_read)
 
     def finish(self, sink: TableSink) -> ParseSummary:

@@ -5,14 +5,15 @@ A COLL-heavy log holds millions of calls; the rules need far less of them: where
 opCount counts every call (``positioned``). :class:`CollectiveDigest` keeps
 
 * a window of the most recent calls of every instance (``budget`` rows over all instances, at least
-  ``MIN_WINDOW`` per instance), trimmed as calls arrive;
-* the rows of the first divergent position of every communicator (and the position before it), found
-  in the window before older calls leave it;
+  ``min_window`` per instance), trimmed as calls arrive;
+* per communicator position still awaiting some member, a summary of the calls seen there (how many,
+  whether their signatures agree); a position is dropped once every member has called it, and the rows
+  of the first divergent position of each communicator (and of the one before it) are kept for good;
 * per (communicator, rank) running opCount statistics, so ``positioned`` judges the whole run.
 
-A divergence is only seen while the calls of both sides are in the window together: always for a job
-whose calls fit the budget, and for interleaved logs of any size; per-rank files larger than the budget
-are compared over their most recent calls.
+Each call goes through one hash aggregation, once. The rows of a divergence are those still in the
+window when it is found; with per-rank files larger than the window the earlier side's line may be gone
+(the divergence is still reported, from the side that is left).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from __future__ import annotations
 import polars as pl
 
 from nccl_logsift.findings.progress import P2P_OPS, SIGNATURE
+from nccl_logsift.resolve.progress import INSTANCE_KEY
 
 BUDGET_ROWS = 500_000  # calls held while reading
 FINAL_ROWS = 100_000  # calls handed to the rules
 MIN_WINDOW = 256  # recent calls kept per instance, whatever the budget
-INSTANCE = ["source_id", "host", "pid", "comm", "generation"]
+OPEN_POSITIONS = 2_000_000  # positions awaiting members; the oldest are forgotten beyond this
 STATS_KEY = ["comm_uid", "rank"]
 LOCATION = ["source_id", "line_no", "part"]
 # Columns no rule reads; dropping them keeps the window small.
@@ -42,6 +44,7 @@ class CollectiveDigest:
         self._rows = 0
         self._kept: list[pl.DataFrame] = []
         self._diverged: set[str] = set()
+        self._open: pl.DataFrame | None = None
         self._stats: pl.DataFrame | None = None
         self.calls = 0
 
@@ -49,10 +52,13 @@ class CollectiveDigest:
         if coll.is_empty():
             return
         coll = coll.drop([c for c in UNUSED if c in coll.columns])
+        if INSTANCE_KEY not in coll.columns:
+            coll = coll.with_columns(pl.struct("source_id", "host", "pid", "comm", "generation").hash().alias(INSTANCE_KEY))
         self.calls += coll.height
         self._update_stats(coll)
         self._window.append(coll)
         self._rows += coll.height
+        self._compare(coll)
         if self._rows > 2 * self.budget:
             self._trim(self.budget)
 
@@ -63,7 +69,7 @@ class CollectiveDigest:
         frames = self._kept + self._window
         if not frames:
             return pl.DataFrame()
-        merged = pl.concat(frames, how="diagonal_relaxed")
+        merged = pl.concat(frames, how="diagonal_relaxed").drop(INSTANCE_KEY)
         return merged.unique(LOCATION, keep="first").sort(LOCATION)
 
     def stats(self) -> pl.DataFrame:
@@ -73,6 +79,7 @@ class CollectiveDigest:
                                         "steady": pl.Boolean, "min_opcount": pl.Int64})
         return self._stats.select(*STATS_KEY, "calls", "steady", "min_opcount")
 
+    # ------------------------------------------------------------------ opCount statistics
     def _update_stats(self, coll: pl.DataFrame) -> None:
         batch = (
             coll.filter(pl.col("comm_uid").is_not_null())
@@ -95,49 +102,65 @@ class CollectiveDigest:
             & (pl.col("first") > pl.col("last")).fill_null(True),
         )
 
-    def _trim(self, budget: int) -> None:
-        """Keep the last ``budget / instances`` calls of every instance; look for divergences first."""
-        window = pl.concat(self._window, how="diagonal_relaxed").with_columns(__instance=pl.struct(INSTANCE).hash())
-        instances = window["__instance"].n_unique()
-        width = max(self.min_window, budget // max(instances, 1))
-        recent = pl.col("ordinal") > pl.col("ordinal").max().over("__instance") - width
-        window = window.with_columns(__recent=recent)
-        if not window["__recent"].all():
-            self._keep_divergences(window)
-        kept = window.filter(pl.col("__recent")).drop("__instance", "__recent")
-        self._window = [kept]
-        self._rows = kept.height
-
-    def _keep_divergences(self, window: pl.DataFrame) -> None:
-        """Rows of the first divergent position of each communicator among the calls about to leave.
-
-        The same test as ``CollectiveMismatch`` (see ``per_position``), reduced to one hash aggregation
-        because it runs over every call of the log: a position diverges when its calls' signatures differ
-        (collectives), or when both calls of a point-to-point pair are the same op (both send or receive).
-        """
+    def _positions(self, coll: pl.DataFrame) -> pl.DataFrame:
+        """Calls with ``position`` as ``positioned`` would give it, judged on the statistics so far."""
         steady = self.stats().group_by("comm_uid").agg(
             use=(pl.col("steady") & (pl.col("min_opcount") <= 1)).all() & (pl.col("calls").max() > 1)
         )
         by_opcount = steady.filter(pl.col("use"))["comm_uid"].to_list()
         position = pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
-        coll = window.filter(pl.col("comm_uid").is_not_null()).select(
-            *LOCATION, "comm_uid", "__recent", position.alias("position"),
-            sig=pl.struct(SIGNATURE).hash(), op=pl.col("op").hash(), p2p=pl.col("op").is_in(P2P_OPS),
-        ).with_columns(key=pl.struct("comm_uid", "position").hash())
-        per_key = coll.group_by("key").agg(
-            leaving=(~pl.col("__recent")).any(), n=pl.len(), p2p=pl.col("p2p").all(),
-            mixed=pl.col("sig").min() != pl.col("sig").max(), one_op=pl.col("op").min() == pl.col("op").max(),
+        return coll.filter(pl.col("comm_uid").is_not_null()).with_columns(position=position)
+
+    # ------------------------------------------------------------------ divergences
+    def _compare(self, coll: pl.DataFrame) -> None:
+        """Fold the batch into the open positions; keep the first divergence of each communicator.
+
+        The same test as ``CollectiveMismatch`` (``per_position``), as one hash aggregation: a position
+        diverges when its calls' signatures differ (collectives), or when both calls of a point-to-point
+        pair are the same op (both send, or both receive).
+        """
+        calls = self._positions(coll).select(
+            "comm_uid", "position", "nranks",
+            key=pl.struct("comm_uid", "position").hash(), sig=pl.struct(SIGNATURE).hash(),
+            op=pl.col("op").hash(), p2p=pl.col("op").is_in(P2P_OPS),
         )
-        diverged = per_key.filter(
-            pl.col("leaving") & ((~pl.col("p2p") & pl.col("mixed")) | (pl.col("p2p") & (pl.col("n") == 2) & pl.col("one_op")))
+        batch = calls.group_by("key").agg(
+            pl.col("comm_uid").first(), pl.col("position").first(), pl.col("nranks").max(), n=pl.len(),
+            p2p=pl.col("p2p").all(), sig_min=pl.col("sig").min(), sig_max=pl.col("sig").max(),
+            op_min=pl.col("op").min(), op_max=pl.col("op").max(),
         )
-        if diverged.is_empty():
-            return
-        at = coll.join(diverged.select("key"), on="key", how="semi")
-        first = at.group_by("comm_uid").agg(pl.col("position").min()).filter(~pl.col("comm_uid").is_in(list(self._diverged)))
-        if first.is_empty():
-            return
+        if self._open is not None:
+            batch = pl.concat([self._open, batch]).group_by("key").agg(
+                pl.col("comm_uid").first(), pl.col("position").first(), pl.col("nranks").max(), pl.col("n").sum(),
+                pl.col("p2p").all(), pl.col("sig_min").min(), pl.col("sig_max").max(),
+                pl.col("op_min").min(), pl.col("op_max").max(),
+            )
+        diverged = (~pl.col("p2p") & (pl.col("sig_min") != pl.col("sig_max"))) | (
+            pl.col("p2p") & (pl.col("n") == 2) & (pl.col("op_min") == pl.col("op_max"))
+        )
+        batch = batch.with_columns(diverged=diverged)
+        found = batch.filter(pl.col("diverged") & ~pl.col("comm_uid").is_in(list(self._diverged)))
+        if found.height:
+            self._keep_rows(found.group_by("comm_uid").agg(pl.col("position").min()))
+        still_open = ~pl.col("diverged") & (pl.col("n") < pl.col("nranks").fill_null(0))
+        self._open = batch.filter(still_open).drop("diverged")
+        if self._open.height > OPEN_POSITIONS:
+            self._open = self._open.sort("position").tail(OPEN_POSITIONS)
+
+    def _keep_rows(self, first: pl.DataFrame) -> None:
+        """Keep the window's rows at each newly divergent position and the position before it."""
         self._diverged |= set(first["comm_uid"].to_list())
         around = pl.concat([first, first.with_columns(pl.col("position") - 1)])
-        rows = coll.join(around, on=["comm_uid", "position"], how="semi").select(LOCATION)
-        self._kept.append(window.join(rows, on=LOCATION, how="semi").drop("__instance", "__recent"))
+        window = pl.concat(self._window, how="diagonal_relaxed")
+        rows = self._positions(window).join(around, on=["comm_uid", "position"], how="semi").drop("position")
+        self._kept.append(rows)
+
+    # ------------------------------------------------------------------ the window
+    def _trim(self, budget: int) -> None:
+        """Keep the last ``budget / instances`` calls of every instance."""
+        window = pl.concat(self._window, how="diagonal_relaxed")
+        instances = window[INSTANCE_KEY].n_unique()
+        width = max(self.min_window, budget // max(instances, 1))
+        kept = window.filter(pl.col("ordinal") > pl.col("ordinal").max().over(INSTANCE_KEY) - width)
+        self._window = [kept]
+        self._rows = kept.height

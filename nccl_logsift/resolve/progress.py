@@ -12,6 +12,8 @@ import polars as pl
 from nccl_logsift.resolve.communicators import INSTANCE, SEQ, instances, with_seq
 
 ADDED = {"generation": pl.Int32, "rank": pl.Int64, "comm_uid": pl.String, "ordinal": pl.Int64}
+# A hash of the instance (host, pid, comm, generation) for grouping in memory; dropped before tables are written.
+INSTANCE_KEY = "__instance"
 
 
 class CollectiveNumbering:
@@ -20,7 +22,7 @@ class CollectiveNumbering:
     def __init__(self) -> None:
         self._comms: list[pl.DataFrame] = []
         self._instances: pl.DataFrame | None = None
-        self._counts = pl.DataFrame(schema={"__instance": pl.UInt64, "next": pl.Int64})
+        self._counts = pl.DataFrame(schema={INSTANCE_KEY: pl.UInt64, "next": pl.Int64})
 
     def observe(self, comms: pl.DataFrame) -> None:
         if comms.height:
@@ -36,7 +38,7 @@ class CollectiveNumbering:
 
     def number(self, coll: pl.DataFrame) -> pl.DataFrame:
         if coll.is_empty():
-            return coll.with_columns([pl.lit(None, dtype=t).alias(n) for n, t in ADDED.items()])
+            return coll.with_columns([pl.lit(None, dtype=t).alias(n) for n, t in {**ADDED, INSTANCE_KEY: pl.UInt64}.items()])
         starts = self.instances.select(
             "host", "pid", "comm", "generation", "start_seq", "rank", "comm_uid"
         ).sort("start_seq")
@@ -48,15 +50,15 @@ class CollectiveNumbering:
             keys = keys.sort(SEQ)
         joined = keys.join_asof(
             starts, left_on=SEQ, right_on="start_seq", by=["host", "pid", "comm"], strategy="backward", check_sortedness=False
-        ).with_columns(__instance=pl.struct(INSTANCE).hash())
-        joined = joined.join(self._counts, on="__instance", how="left")
-        local = pl.int_range(pl.len(), dtype=pl.Int64).over("__instance")
+        ).with_columns(**{INSTANCE_KEY: pl.struct(INSTANCE).hash()})
+        joined = joined.join(self._counts, on=INSTANCE_KEY, how="left")
+        local = pl.int_range(pl.len(), dtype=pl.Int64).over(INSTANCE_KEY)
         joined = joined.with_columns(ordinal=pl.col("next").fill_null(0) + local)
-        seen = joined.group_by("__instance").agg(next=pl.col("ordinal").max() + 1)
-        self._counts = pl.concat([self._counts, seen]).group_by("__instance").agg(pl.col("next").max())
+        seen = joined.group_by(INSTANCE_KEY).agg(next=pl.col("ordinal").max() + 1)
+        self._counts = pl.concat([self._counts, seen]).group_by(INSTANCE_KEY).agg(pl.col("next").max())
         if not in_order:
             joined = joined.sort("__row")
-        return coll.with_columns(joined.select(*ADDED).get_columns())
+        return coll.with_columns(joined.select(*ADDED, INSTANCE_KEY).get_columns())
 
 def _no_comms() -> pl.DataFrame:
     return pl.DataFrame(
