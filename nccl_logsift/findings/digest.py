@@ -23,7 +23,7 @@ import polars as pl
 from nccl_logsift.findings.progress import P2P_OPS, SIGNATURE
 from nccl_logsift.resolve.progress import INSTANCE_KEY
 
-BUDGET_ROWS = 500_000  # calls held while reading
+BUDGET_ROWS = 200_000  # calls held while reading
 FINAL_ROWS = 100_000  # calls handed to the rules
 MIN_WINDOW = 256  # recent calls kept per instance, whatever the budget
 OPEN_POSITIONS = 2_000_000  # positions awaiting members; the oldest are forgotten beyond this

@@ -18,7 +18,7 @@ from nccl_logsift.parse.schema import conform
 
 # A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
 REST_LINES = 50_000
-FAST_ROWS = 400_000
+FAST_ROWS = 200_000
 
 
 class ChunkParser:
