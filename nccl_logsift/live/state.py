@@ -202,9 +202,9 @@ class LiveState:
             return judged.clear()
         open_ = pl.DataFrame(
             [(uid, rank, e.ordinal) for (uid, rank), e in self._episodes.items()],
-            schema={"comm_uid": pl.String, "rank": pl.Int64, "reported_at": pl.Int64}, orient="row",
+            schema={"comm_uid": pl.String, "rank": pl.Int64, "ordinal_reported": pl.Int64}, orient="row",
         )
-        return judged.join(open_, on=KEY).filter(pl.col("ordinal") > pl.col("reported_at"))
+        return judged.join(open_, on=KEY).filter(pl.col("ordinal") > pl.col("ordinal_reported"))
 
     def _recovery(self, row: dict, at: float) -> LiveEvent:
         episode = self._episodes.pop((row["comm_uid"], row["rank"]))
