@@ -64,20 +64,21 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
 
 
 def _follow(feed: Feed, state: LiveState, analysis: Analysis, output: JsonLines | LiveScreen, interval: float) -> None:
-    """Until the input ends: fold batches in as they arrive, judge stalls, and redraw at least every ``interval``.
+    """Until the input ends: fold batches in as they arrive and show their WARNs; every ``interval``, judge
+    stalls and redraw.
 
     The first Ctrl-C ends standard input, so what was read still reaches the verdict; a second one aborts.
     """
-    next_draw = 0.0
+    next_tick = time.monotonic()
     with InterruptOnce() as interrupt:
         while not feed.ended:
-            for batch in feed.take(timeout=interval):
+            for batch in feed.take(timeout=max(0.0, next_tick - time.monotonic())):
                 analysis.add(batch)
                 state.add(batch)
-            redraw = time.monotonic() >= next_draw
-            output.show(state, state.check(), redraw)
-            if redraw:
-                next_draw = time.monotonic() + interval
+            tick = time.monotonic() >= next_tick
+            output.show(state, state.check() if tick else state.warnings(), redraw=tick)
+            if tick:
+                next_tick = time.monotonic() + interval
             if interrupt.fresh() and not feed.stop():
                 click.echo("Reading the rest of the input for the verdict; press Ctrl-C again to quit.", err=True)
 

@@ -140,13 +140,18 @@ class LiveState:
         self._pending.extend(self._warn_events(tables, batch.source.path, now))
 
     # ---------------------------------------------------------------------------------------- output
-    def check(self) -> list[LiveEvent]:
-        """The events since the last check: WARNs added meanwhile, stalls that began or ended by now."""
-        now = self._clock()
-        events = self._pending + self._stall_events(now)
-        self._pending = []
+    def warnings(self) -> list[LiveEvent]:
+        """The WARN findings added since they were last asked for: cheap enough to ask after every batch."""
+        events, self._pending = self._pending, []
         self._recent.extend(events)
         return events
+
+    def check(self) -> list[LiveEvent]:
+        """The WARN findings added meanwhile, and the stalls that began or ended by now (call on a timer)."""
+        events = self.warnings()
+        stalls = self._stall_events(self._clock())
+        self._recent.extend(stalls)
+        return events + stalls
 
     def snapshot(self, max_rows: int = 200) -> LiveSnapshot:
         """The numbers and rows of the live view: stalled and lagging ranks first, at most ``max_rows``."""
@@ -234,7 +239,8 @@ class LiveState:
 # --------------------------------------------------------------------------------------- batch folds
 def _last_calls(tables: dict[str, pl.DataFrame], path: str) -> pl.DataFrame:
     """Each (comm_uid, rank)'s last call in the batch, its line, and whether its opCount rose on every call."""
-    coll = tables["collectives"].filter(pl.col("comm_uid").is_not_null() & pl.col("rank").is_not_null())
+    coll = tables["collectives"].select(*KEY, "host", "pid", "ordinal", "opcount", "op", "nranks", *LINE_KEY)
+    coll = coll.filter(pl.col("comm_uid").is_not_null() & pl.col("rank").is_not_null())
     if coll.is_empty():
         return coll
     latest, earliest = pl.col("ordinal").arg_max(), pl.col("ordinal").arg_min()

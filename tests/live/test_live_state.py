@@ -171,6 +171,16 @@ def test_warn_is_a_finding_at_once_and_the_same_warn_from_another_rank_is_not_re
     assert finding.evidence[0].line == len(startup()) + 1
 
 
+def test_warnings_hands_out_warns_at_once_and_leaves_stalls_to_the_timed_check(tmp_path, state, clock):
+    steps = [startup(), calls(0), calls(1, ranks=[0, 1, 2]), [ib_warn(0, 59644)]]
+    *before, warn = step_batches(tmp_path, steps)
+    feed(state, clock, before, seconds_apart=1.0)
+    clock.now += STALL_AFTER + 1
+    state.add(warn)
+    assert [e.finding.code for e in state.warnings()] == ["LS302"]
+    assert [e.finding.code for e in state.check()] == ["LS101"]
+
+
 def test_snapshot_puts_the_stalled_rank_first_and_counts_calls_per_second(tmp_path, state, clock):
     steps = [startup(), *(calls(k) for k in range(4)), calls(4, ranks=[0, 1, 2])]
     feed(state, clock, step_batches(tmp_path, steps), seconds_apart=1.0)
