@@ -25,8 +25,8 @@ from nccl_logsift.resolve.progress import INSTANCE_KEY
 
 BUDGET_ROWS = 200_000  # calls held while reading
 FINAL_ROWS = 100_000  # calls handed to the rules
-MIN_WINDOW = 256  # recent calls kept per instance, whatever the budget
-OPEN_POSITIONS = 2_000_000  # positions awaiting members; the oldest are forgotten beyond this
+MIN_WINDOW = 16  # recent calls kept per instance, whatever the budget
+OPEN_POSITIONS = 500_000  # positions awaiting members; the oldest are forgotten beyond this
 STATS_KEY = ["comm_uid", "rank"]
 LOCATION = ["source_id", "line_no", "part"]
 # Columns no rule reads; dropping them keeps the window small.
