@@ -26,11 +26,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from nccl_logsift.io.lines import COMPRESSED_MAGIC
 from nccl_logsift.io.sources import expand_paths
-
-# The pipeline counts decompressed bytes, so a compressed file's size on disk is no total for them. These are
-# the magic numbers the reader decompresses by (nccl_logsift.io.lines), checked here before reading starts.
-_COMPRESSED_MAGIC = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"BZh")
 
 ProgressCallback = Callable[[int], None]
 
@@ -65,7 +62,7 @@ def known_total(paths: Sequence[str]) -> int | None:
 def _is_compressed(path: str) -> bool:
     try:
         with open(path, "rb") as handle:
-            return handle.read(4).startswith(_COMPRESSED_MAGIC)
+            return handle.read(4).startswith(COMPRESSED_MAGIC)
     except OSError:  # unreadable: the pipeline reports it and reads nothing from it
         return False
 
