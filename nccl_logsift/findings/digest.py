@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from nccl_logsift.findings.progress import P2P_OPS, SIGNATURE
+from nccl_logsift.findings.progress import P2P_OPS, SIGNATURE, positioned
 from nccl_logsift.resolve.progress import INSTANCE_KEY
 
 BUDGET_ROWS = 200_000  # calls held while reading
@@ -103,13 +103,8 @@ class CollectiveDigest:
         )
 
     def _positions(self, coll: pl.DataFrame) -> pl.DataFrame:
-        """Calls with ``position`` as ``positioned`` would give it, judged on the statistics so far."""
-        steady = self.stats().group_by("comm_uid").agg(
-            use=(pl.col("steady") & (pl.col("min_opcount") <= 1)).all() & (pl.col("calls").max() > 1)
-        )
-        by_opcount = steady.filter(pl.col("use"))["comm_uid"].to_list()
-        position = pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
-        return coll.filter(pl.col("comm_uid").is_not_null()).with_columns(position=position)
+        """Calls with ``position`` as the rules will see it, judged on the statistics so far."""
+        return positioned(coll.filter(pl.col("comm_uid").is_not_null()), self.stats())
 
     # ------------------------------------------------------------------ divergences
     def _compare(self, coll: pl.DataFrame) -> None:

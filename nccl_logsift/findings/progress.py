@@ -134,11 +134,13 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
             min_opcount=pl.col("opcount").min(),
             calls=pl.len(),
         )
-    per_rank = stats.select("comm_uid", "calls", steady=pl.col("steady") & (pl.col("min_opcount") <= 1))
-    reliable = per_rank.group_by("comm_uid").agg(use_opcount=pl.col("steady").all() & (pl.col("calls").max() > 1))
-    return coll.join(reliable, on="comm_uid", how="left").with_columns(
-        position=pl.when(pl.col("use_opcount")).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
-    ).drop("use_opcount")
+    reliable = stats.group_by("comm_uid").agg(
+        use=(pl.col("steady") & (pl.col("min_opcount") <= 1)).all() & (pl.col("calls").max() > 1)
+    )
+    by_opcount = reliable.filter(pl.col("use"))["comm_uid"].to_list()
+    return coll.with_columns(
+        position=pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
+    )
 
 
 SIGNATURE = ("op", "count", "datatype", "redop", "root")

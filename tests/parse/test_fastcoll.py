@@ -16,6 +16,7 @@ from nccl_logsift.parse.fastcoll import CollFastPath
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.pipeline import ParseOptions, TableStream
 from nccl_logsift.simulate import Options, write
+from tests.simulate.simhelp import parse as parse_each_chunk
 from tests.conftest import FIXTURES, corpus_files
 
 GRAMMARS = load_grammars()
@@ -24,13 +25,8 @@ KEY = ["source_id", "line_no", "part"]
 
 def general(path: Path) -> tuple[dict[str, pl.DataFrame], object]:
     """Every line through LineParser.parse only: the reference."""
-    parser = LineParser(GRAMMARS)
-    parts: dict[str, list[pl.DataFrame]] = {}
-    for source in expand_paths([str(path)])[0]:
-        for chunk in LineReader(source):
-            for name, frame in parser.parse(chunk.lines()).items():
-                parts.setdefault(name, []).append(frame)
-    return {name: pl.concat(frames) for name, frames in parts.items()}, parser.state
+    parser, tables = parse_each_chunk(path)
+    return tables, parser.state
 
 
 def streamed(path: Path) -> tuple[dict[str, pl.DataFrame], object]:
