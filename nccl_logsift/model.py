@@ -112,7 +112,142 @@ class Report:
     ranks: tuple[RankState, ...]
     schema: str = FINDINGS_SCHEMA
     notes: tuple[str, ...] = field(default=())
+    views: "ReportViews | None" = None  # for the HTML report; not part of the JSON contract
 
     @property
     def worst_severity(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
+
+    @property
+    def lines(self) -> int:
+        """Lines read from all inputs."""
+        return sum(i.lines for i in self.inputs)
+
+    @property
+    def unparsed_lines(self) -> int:
+        """NCCL/PyTorch lines of all inputs that no grammar understood."""
+        return sum(i.unparsed_lines for i in self.inputs)
+
+    @property
+    def bytes(self) -> int:
+        return sum(i.bytes for i in self.inputs)
+
+
+# ---------------------------------------------------------------------------------------------- views
+# What the HTML report draws, computed by nccl_logsift.views. They are not part of the findings contract:
+# the JSON rendering leaves them out.
+
+
+class CellState(StrEnum):
+    """One cell of the rank × collective grid."""
+
+    ALL = "all"            # every member reached (NCCL) or completed (PyTorch) this position
+    REACHED = "reached"    # this rank reached it, some peers did not
+    PENDING = "pending"    # PyTorch: enqueued on this rank, not completed
+    MISSING = "missing"    # this rank never reached it while a peer did
+    MISMATCH = "mismatch"  # this rank called something else than the majority here
+    UNKNOWN = "unknown"    # nothing in the logs says
+
+
+@dataclass(frozen=True, slots=True)
+class GridColumn:
+    position: int | None  # 1-based call number (NCCL) or SeqNum (PyTorch); None marks a gap of skipped positions
+    op: str | None        # what most members called here, when the kept calls say
+    skipped: int = 0      # positions a gap column stands for
+    mark: str | None = None  # "divergence", "last-common" or "stuck"
+
+
+@dataclass(frozen=True, slots=True)
+class GridRow:
+    label: str
+    host: str | None
+    ranks: tuple[int, ...]     # global ranks this row stands for (one, or a node's ranks)
+    last: int | None           # last position reached (1-based; None: none)
+    culprit: bool
+    behind: bool               # some cell is not at the front (missing, pending, mismatch, unknown)
+    cells: tuple[CellState, ...]
+    notes: tuple[str, ...]     # one per cell: what a tooltip says
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    title: str
+    source: str                # "nccl" (COLL lines per communicator) or "pytorch" (work SeqNum per process group)
+    columns: tuple[GridColumn, ...]
+    rows: tuple[GridRow, ...]
+    by_node: bool              # rows are nodes, each aggregating its ranks
+    summary: str
+    culprit: bool              # a finding names a rank of this grid
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    t: float                   # seconds since the timeline's start
+    kind: str                  # "warn", "error", "timeout", "exit", "outlier"
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineLane:
+    label: str
+    host: str | None
+    culprit: bool
+    bins: tuple[int, ...]      # collectives logged per time bin
+    last: float | None         # seconds: the lane's last collective
+    events: tuple[TimelineEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    start: str                 # wall-clock time of t = 0, as printed
+    span: float                # seconds covered
+    clock: str                 # "timestamp", "collector" or "tms" (relative per process)
+    lanes: tuple[TimelineLane, ...]
+    peak: int                  # most collectives in one bin of one lane
+    by_node: bool
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNode:
+    rank: int | None
+    cuda_dev: int | None
+    bus_id: str | None
+    culprit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HostNode:
+    name: str
+    gpus: tuple[GpuNode, ...]
+    nics: tuple[str, ...]      # as NCCL printed them: mlx5_0:1/IB, eth0:10.0.0.1<0>
+    intra: tuple[str, ...]     # intra-node transports with counts: "P2P/CUMEM/read × 48"
+    culprit: bool
+    fallback: bool             # a transport finding names this host
+
+
+@dataclass(frozen=True, slots=True)
+class HostLink:
+    a: str
+    b: str
+    transport: str             # "NET/IB", "NET/Socket", "P2P", ...
+    gdr: bool | None           # GPUDirect RDMA on every connection (None: not a NET link)
+    connections: int
+    channels: int
+    fallback: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    hosts: tuple[HostNode, ...]
+    links: tuple[HostLink, ...]
+    rings: tuple[str, ...]     # "channel 0: 0 → 1 → … (2 hops between nodes)"
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReportViews:
+    grids: tuple[Grid, ...] = ()
+    timeline: Timeline | None = None
+    topology: Topology | None = None
+    notes: tuple[str, ...] = ()  # what could not be drawn, and why

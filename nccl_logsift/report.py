@@ -9,6 +9,7 @@ from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
 from nccl_logsift.findings.triage import verdict
 from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report
 from nccl_logsift.pipeline import ParseSummary
+from nccl_logsift.views import build_views
 
 MAX_RANK_ROWS = 4096 * 4  # enough for every rank of the largest jobs on a few communicators
 
@@ -21,7 +22,10 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding]) -> Re
         f"{s.path}: {s.reason}" for s in summary.skipped
     )
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
-    return Report(inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes)
+    return Report(
+        inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,
+        views=build_views(job, findings),
+    )
 
 
 def summarize_job(job: Job) -> JobSummary:

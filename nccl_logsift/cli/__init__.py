@@ -24,6 +24,7 @@ def cli(verbose: int) -> None:
     \b
     Start here:
       logsift analyze job.log              why did it hang? root cause first, evidence, what to do
+      logsift report job.log -o hang.html  the same as one HTML page to share: grid, timeline, topology
       ... | logsift watch                  follow a running job live: stalls and WARNs as they happen
       logsift explain LS101                what a finding code means
       logsift parse job.log -o tables/     turn the logs into Parquet tables you can query
@@ -34,7 +35,7 @@ def cli(verbose: int) -> None:
 
 
 def _register() -> None:
-    from nccl_logsift.cli.analyze import analyze
+    from nccl_logsift.cli.analyze import analyze, report
     from nccl_logsift.cli.explain import explain
     from nccl_logsift.cli.grammar import grammar
     from nccl_logsift.cli.parse import parse
@@ -42,6 +43,7 @@ def _register() -> None:
     from nccl_logsift.cli.watch import watch
 
     cli.add_command(analyze)
+    cli.add_command(report)
     cli.add_command(explain)
     cli.add_command(parse)
     cli.add_command(tables)

@@ -1,4 +1,5 @@
-"""``logsift analyze``: the diagnosis — who is stuck, at which collective, why, and what to do."""
+"""``logsift analyze``: the diagnosis — who is stuck, at which collective, why, and what to do.
+``logsift report`` is the same diagnosis written as one HTML page."""
 
 from __future__ import annotations
 
@@ -10,22 +11,27 @@ from rich.console import Console
 
 from nccl_logsift.cli.options import input_paths
 from nccl_logsift.cli.progress import read_progress
-from nccl_logsift.model import Severity
+from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
+from nccl_logsift.render.html import render_html
 from nccl_logsift.render.json import render_json
 from nccl_logsift.render.terminal import render_terminal
 
 SEVERITIES = [s.label for s in Severity]
+DEFAULT_REPORT = "logsift-report.html"
+
+fail_on_option = click.option(
+    "--fail-on", type=click.Choice(SEVERITIES), default=None,
+    help="Exit with status 1 when a finding of this severity or worse is found (for CI and schedulers).",
+)
 
 
 @click.command()
 @input_paths
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True,
+              help="Output format: a terminal report, the findings contract (JSON), or one self-contained HTML page.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of stdout.")
-@click.option(
-    "--fail-on", type=click.Choice(SEVERITIES), default=None,
-    help="Exit with status 1 when a finding of this severity or worse is found (for CI and schedulers).",
-)
+@fail_on_option
 @click.pass_context
 def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path | None, fail_on: str | None) -> None:
     """Diagnose a hung or failed job: the root cause first, then the evidence and what to do.
@@ -37,21 +43,60 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
     Examples:
       logsift analyze job.log
       logsift analyze logs/ --format json -o findings.json
+      logsift analyze job.log --format html -o report.html
       kubectl logs -l job=train --prefix | logsift analyze --fail-on error
     """
     with read_progress(paths) as progress:
         report = run_analysis(paths, progress=progress)
     if fmt == "json":
-        text = render_json(report)
-        if output:
-            output.write_text(text)
-        else:
-            click.echo(text, nl=False)
+        _write(render_json(report), output)
+    elif fmt == "html":
+        _write(render_html(report), output)
+    elif output:
+        with output.open("w") as handle:
+            render_terminal(report, Console(file=handle, width=120, highlight=False))
     else:
-        if output:
-            with output.open("w") as handle:
-                render_terminal(report, Console(file=handle, width=120, highlight=False))
-        else:
-            render_terminal(report, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
-    if fail_on and report.worst_severity is not None and report.worst_severity >= Severity.parse(fail_on):
+        render_terminal(report, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
+    _exit_status(ctx, report, fail_on)
+
+
+@click.command()
+@input_paths
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path(DEFAULT_REPORT),
+              show_default=True, help="The HTML file to write (- for standard output).")
+@fail_on_option
+@click.pass_context
+def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: str | None) -> None:
+    """Write the diagnosis as one self-contained HTML page to open, attach or share.
+
+    The page holds the verdict, the findings with their evidence lines, a rank × collective grid per
+    communicator, a timeline (when the lines carry timestamps) and the topology. It loads nothing from
+    anywhere and runs no code but its own, so it opens offline, years later. Same as
+    ``logsift analyze --format html -o FILE``.
+
+    \b
+    Examples:
+      logsift report job.log -o hang.html
+      logsift report logs/rank*.log.gz
+    """
+    with read_progress(paths) as progress:
+        result = run_analysis(paths, progress=progress)
+    page = render_html(result)
+    if str(output) == "-":
+        _write(page, None)
+    else:
+        _write(page, output)
+        click.echo(f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {result.verdict[:160]}", err=True)
+    _exit_status(ctx, result, fail_on)
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+def _exit_status(ctx: click.Context, result: Report, fail_on: str | None) -> None:
+    if fail_on and result.worst_severity is not None and result.worst_severity >= Severity.parse(fail_on):
         ctx.exit(1)

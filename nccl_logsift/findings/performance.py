@@ -36,6 +36,20 @@ def _time_ms(values: pl.Expr, fmt: str) -> pl.Expr:
     return values.str.to_datetime(fmt, strict=False).dt.epoch("us").cast(pl.Float64) / 1000.0
 
 
+def line_ms(frame: pl.DataFrame) -> pl.Expr:
+    """Milliseconds since the epoch from the line's own timestamp: NCCL 2.26+ ``[2025-06-02 14:12:55.218200]``,
+    or a glog ``E1003 18:37:01.832146`` (no year: counted from 1970, so only differences mean anything)."""
+    ts = pl.col("ts").cast(pl.String) if "ts" in frame.columns else pl.lit(None, pl.String)
+    return pl.coalesce(_time_ms(ts, "%Y-%m-%d %H:%M:%S%.f"), _time_ms(pl.lit("1970") + ts, "%Y%m%d %H:%M:%S%.f"))
+
+
+def collector_ms(frame: pl.DataFrame) -> pl.Expr:
+    """Milliseconds since the epoch from the collector's RFC 3339 prefix (docker, kubectl --timestamps)."""
+    if "collector_ts" not in frame.columns:
+        return pl.lit(None, pl.Float64)
+    return pl.col("collector_ts").cast(pl.String).str.to_datetime(time_zone="UTC", strict=False).dt.epoch("us").cast(pl.Float64) / 1000.0
+
+
 def arrival_times(job: Job) -> pl.DataFrame:
     """COLL rows with an absolute arrival time in ms (``t_ms``), the clock it came from and its resolution.
 
@@ -54,14 +68,9 @@ def arrival_times(job: Job) -> pl.DataFrame:
         coll = coll.join(job.lines.select("source_id", "line_no", "part", *extra), on=["source_id", "line_no", "part"],
                          how="left")
     ts = pl.col("ts").cast(pl.String) if "ts" in coll.columns else pl.lit(None, pl.String)
-    nccl = pl.coalesce(_time_ms(ts, "%Y-%m-%d %H:%M:%S%.f"), _time_ms(pl.lit("1970") + ts, "%Y%m%d %H:%M:%S%.f"))
-    collector = (
-        pl.col("collector_ts").cast(pl.String).str.to_datetime(time_zone="UTC", strict=False).dt.epoch("us").cast(pl.Float64) / 1000.0
-        if "collector_ts" in coll.columns else pl.lit(None, pl.Float64)
-    )
     digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)  # noqa: E731
     coll = coll.with_columns(
-        t_nccl=nccl, t_collector=collector,
+        t_nccl=line_ms(coll), t_collector=collector_ms(coll),
         res_nccl=pl.lit(10.0).pow(3 - digits(ts).fill_null(0)),
         res_collector=(pl.lit(10.0).pow(3 - digits(pl.col("collector_ts").cast(pl.String)).fill_null(0))
                        if "collector_ts" in coll.columns else pl.lit(None, pl.Float64)),

@@ -46,9 +46,10 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print(_rank_table(report))
     for note in report.notes:
         console.print(f"[yellow]note[/] {escape(note)}")
-    unparsed = sum(i.unparsed_lines for i in report.inputs)
-    lines = sum(i.lines for i in report.inputs)
-    console.print(Text(f"{lines:,} lines read from {len(report.inputs)} input(s); {unparsed:,} NCCL/PyTorch lines not understood.", style="dim"))
+    console.print(Text(
+        f"{report.lines:,} lines read from {len(report.inputs)} input(s); "
+        f"{report.unparsed_lines:,} NCCL/PyTorch lines not understood.", style="dim",
+    ))
 
 
 def _rank_table(report: Report) -> Table:
