@@ -32,6 +32,9 @@ def cases():
             marks = [pytest.mark.xfail(reason=KNOWN_GAPS[(name, layout, version)], strict=True)] if (name, layout, version) in KNOWN_GAPS else []
             yield pytest.param(name, layout, version, 8, i, marks=marks, id=f"{name}-{layout}-{version}")
     yield pytest.param("rank-stall", "srun", "2.21", 1024, 7, id="rank-stall-srun-2.21-1024ranks")
+    # 4 nodes with tensor, pipeline and data parallel groups: the ranks that time out in a pipeline group's
+    # SEND/RECV are waiting, neither mismatched nor behind in the default group.
+    yield pytest.param("rank-stall", "torchrun", "2.27", 32, 7, id="rank-stall-torchrun-2.27-32ranks")
 
 
 def simulate(tmp_path, name, layout, version, ranks, seed):

@@ -321,6 +321,7 @@ class RankBehind(Rule):
         world = job.world_size
         if timed_out.is_empty() and states.is_empty():
             return
+        waiting = set(timed_out["job_rank"].drop_nulls().to_list()) if not timed_out.is_empty() else set()
         for (pg,), group in _by_pg(timed_out, states):
             t_rows, s_rows = group
             reporters = set(t_rows["job_rank"].drop_nulls().to_list()) | set(s_rows["job_rank"].drop_nulls().to_list())
@@ -336,7 +337,8 @@ class RankBehind(Rule):
                     laggards = candidates["job_rank"].to_list()
                     evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
             if not laggards and pg.split(" ")[0] == DEFAULT_PG and world and len(reporters) * 2 > world:
-                laggards = sorted(set(range(world)) - reporters)
+                # A rank whose watchdog fired in another group was waiting there, not stuck outside NCCL.
+                laggards = sorted(set(range(world)) - reporters - waiting)
             laggards = [r for r in laggards if r not in reported]
             if not laggards:
                 continue
@@ -499,6 +501,10 @@ class CollectiveMismatch(Rule):
                         job, title, evidence_rows=per_rank.select("source_id", "line_no", "part"), ranks=ranks,
                         pg=pg, seq=seq, op=op, advice=self._advice(),
                     )
+                continue
+            if per_rank["op_type"].is_in(["SEND", "RECV"]).all():
+                # Point-to-point work: one stage sends while the next receives at the same SeqNum, and a PG id
+                # names a different pair on each pipeline, so a majority says nothing about who is wrong.
                 continue
             counts = per_rank.group_by("sig").agg(pl.len()).sort("len", descending=True)
             majority = counts["sig"].first()

@@ -92,11 +92,12 @@ MAX_DRAWN_HOSTS = 64
 
 
 def host_circle(topology: Topology) -> Drawing | None:
-    """Hosts evenly on a circle, in rank order, so ring neighbours sit side by side; None past 64 hosts."""
+    """Hosts evenly on a circle, in rank order, so ring neighbours sit side by side; None for fewer than three
+    hosts or more than 64."""
     n = len(topology.hosts)
-    if n < 2 or n > MAX_DRAWN_HOSTS:
+    if n < 3 or n > MAX_DRAWN_HOSTS:  # two hosts and their link read better as the cards and the table
         return None
-    size = 360 if n <= 8 else 520
+    size = 300 if n <= 8 else 520
     centre, radius = size / 2, size / 2 - 70
     at: dict[str, tuple[float, float]] = {}
     hosts = []
