@@ -251,3 +251,5 @@ class ReportViews:
     timeline: Timeline | None = None
     topology: Topology | None = None
     notes: tuple[str, ...] = ()  # what could not be drawn, and why
+    culprit_ranks: tuple[int, ...] = ()  # named by the root-cause findings, each once
+    culprit_hosts: tuple[str, ...] = ()

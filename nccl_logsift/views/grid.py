@@ -120,6 +120,10 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
         )
         .sort("pg", "job_rank")
     )
+    procs = job.processes
+    if not procs.is_empty():  # PyTorch lines often carry no host: take it from the rank's process
+        hosts = procs.select(pl.col("global_rank").alias("job_rank"), pl.col("host").alias("proc_host")).drop_nulls().unique("job_rank")
+        rows = rows.join(hosts, on="job_rank", how="left").with_columns(host=pl.coalesce("host", "proc_host")).drop("proc_host")
     out = []
     world = job.world_size
     for (pg,), group in rows.group_by("pg", maintain_order=True):
