@@ -39,8 +39,13 @@ def summarize_job(job: Job) -> JobSummary:
     hosts: set[str] = set()
     for name in ("processes", "lines", "collectives"):
         table = job.table(name)
-        if not table.is_empty() and "host" in table.columns:
-            hosts |= set(table.filter(pl.col("producer").is_not_null() if name == "lines" else pl.lit(True))["host"].drop_nulls().unique().to_list())
+        if table.is_empty() or "host" not in table.columns:
+            continue
+        if name != "processes":
+            # A host seen on one line only is the tail of a torn line ("e0365:2279249:…" for node0365).
+            table = table.filter(pl.col("producer").is_not_null() if name == "lines" else pl.lit(True))
+            table = table.filter(pl.len().over("host", "pid") > 1)
+        hosts |= set(table["host"].drop_nulls().unique().to_list())
     ranks = set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
     ranks |= set(job.torch_ranks["rank"].to_list())
     comms = job.table("communicators")

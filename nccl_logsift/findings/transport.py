@@ -107,10 +107,26 @@ def transport_rows(job: Job) -> pl.DataFrame:
             open_seq=pl.when(pl.col("init_started").fill_null(False)).then(pl.col("start_seq"))
             .otherwise(done.shift(1).over(["host", "pid"], order_by="start_seq").fill_null(-1) + 1),
         )
-        .select("host", "pid", "open_seq", "comm_uid").sort("open_seq")
+        .select("host", "pid", "open_seq", "comm_uid", pl.col("nranks").alias("owner_nranks")).sort("open_seq")
     )
     t = t.sort("seq").join_asof(owners, left_on="seq", right_on="open_seq", by=["host", "pid"], strategy="backward",
                                 check_sortedness=False)
+    # From NCCL 2.22 connections are made at a communicator's first collective (runtime connect), which may
+    # come after the process created smaller split communicators: a line naming a rank beyond the latest
+    # instance's size belongs to the latest earlier instance that is large enough.
+    top = pl.max_horizontal("from_rank", "to_rank")
+    misfit = t.filter(top >= pl.col("owner_nranks").fill_null(1 << 40))
+    if misfit.height:
+        fits = (
+            misfit.select("seq", "host", "pid", top.alias("top"))
+            .join(owners, on=["host", "pid"])
+            .filter((pl.col("open_seq") <= pl.col("seq")) & (pl.col("owner_nranks") > pl.col("top")))
+            .sort("open_seq").group_by("seq", "host", "pid").agg(pl.col("comm_uid").last().alias("fit_uid"))
+        )
+        t = t.join(fits, on=["seq", "host", "pid"], how="left").with_columns(
+            comm_uid=pl.when(top >= pl.col("owner_nranks").fill_null(1 << 40)).then("fit_uid").otherwise("comm_uid")
+        ).drop("fit_uid")
+    t = t.drop("owner_nranks")
     members = (
         inst.group_by("comm_uid", "rank")
         .agg(peer_global=pl.col("global_rank").unique(), peer_host=pl.col("host").unique())
