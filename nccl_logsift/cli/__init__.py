@@ -36,6 +36,7 @@ def cli(verbose: int) -> None:
 
 def _register() -> None:
     from nccl_logsift.cli.analyze import analyze, report
+    from nccl_logsift.cli.batch import batch
     from nccl_logsift.cli.explain import explain
     from nccl_logsift.cli.grammar import grammar
     from nccl_logsift.cli.parse import parse
@@ -43,6 +44,7 @@ def _register() -> None:
     from nccl_logsift.cli.watch import watch
 
     cli.add_command(analyze)
+    cli.add_command(batch)
     cli.add_command(report)
     cli.add_command(explain)
     cli.add_command(parse)
