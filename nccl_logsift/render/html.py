@@ -14,7 +14,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
@@ -22,6 +22,9 @@ from markupsafe import Markup
 from nccl_logsift import __version__
 from nccl_logsift.model import HostLink, HostNode, Report, Topology
 from nccl_logsift.render.json import to_dict
+
+if TYPE_CHECKING:
+    from nccl_logsift.batch.fleet import FleetSummary
 
 # Column headers of the grid: short names of NCCL's collectives (ncclFunc_t names as COLL lines print them).
 OP_SHORT = {
@@ -77,6 +80,12 @@ def render_html(report: Report) -> str:
         worst=worst.label if worst else "ok",
         contract=to_dict(report),
     )
+
+
+def render_fleet(summary: FleetSummary) -> str:
+    """The fleet page of ``logsift batch``: root causes by kind, culprit hosts/GPUs/NICs, kinds by NCCL version."""
+    template = environment().get_template("fleet.html.j2")
+    return template.render(**page_context(f"logsift fleet: {summary.jobs} jobs"), summary=summary)
 
 
 @dataclass(frozen=True)
