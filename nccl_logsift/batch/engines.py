@@ -14,7 +14,7 @@ import logging
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
@@ -52,11 +52,9 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 class LocalEngine:
     """A pool of ``workers`` processes on this machine (spawned fresh, never forked)."""
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, task: Callable[..., JobOutcome] | None = None) -> None:
         self.workers = max(1, workers or available_cpus())
-
-    def describe(self) -> str:
-        return f"local, {self.workers} worker(s)"
+        self.task = task  # run_job unless a test swaps it (it must be importable by the workers)
 
     def run(self, jobs: Sequence[JobInput], out: str, with_tables: bool) -> Iterator[JobOutcome]:
         suspects: list[JobInput] = []
@@ -75,6 +73,7 @@ class LocalEngine:
         """Run ``pending`` on a pool; when the pool breaks, set the jobs it lost aside and go on with a new one."""
         from nccl_logsift.batch.task import failed_outcome, run_job
 
+        task = self.task or run_job
         threads = max(1, available_cpus() // workers)
         while pending:
             pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker, initargs=(threads,))
@@ -84,7 +83,7 @@ class LocalEngine:
                 while (pending or in_flight) and not broken:
                     while pending and len(in_flight) < workers * IN_FLIGHT_PER_WORKER:
                         job = pending.popleft()
-                        in_flight[pool.submit(run_job, job, out, with_tables)] = job
+                        in_flight[pool.submit(task, job, out, with_tables)] = job
                     done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                     for future in done:
                         job = in_flight.pop(future)
@@ -109,9 +108,6 @@ class RayEngine:
         self.address = address
         self.workers = workers
 
-    def describe(self) -> str:
-        return f"ray at {self.address}" if self.address else f"ray (local, {self.workers or available_cpus()} CPU(s))"
-
     def run(self, jobs: Sequence[JobInput], out: str, with_tables: bool) -> Iterator[JobOutcome]:
         ray = import_ray()
         from nccl_logsift.batch.task import failed_outcome, run_job
@@ -120,7 +116,8 @@ class RayEngine:
         if started_here:
             self._init(ray)
         try:
-            slots = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            # --jobs caps the tasks running at once; by default Ray queues twice the cluster's CPUs.
+            limit = self.workers or IN_FLIGHT_PER_WORKER * max(1, int(ray.cluster_resources().get("CPU", 1)))
             # One CPU per task, so polars gets one thread; retry once if the node running it is lost.
             task = ray.remote(num_cpus=1, max_retries=1)(run_job).options(
                 runtime_env={"env_vars": {"POLARS_MAX_THREADS": "1"}}
@@ -128,7 +125,7 @@ class RayEngine:
             pending = deque(jobs)
             in_flight: dict = {}
             while pending or in_flight:
-                while pending and len(in_flight) < slots * IN_FLIGHT_PER_WORKER:
+                while pending and len(in_flight) < limit:
                     job = pending.popleft()
                     in_flight[task.remote(job, out, with_tables)] = job
                 done, _ = ray.wait(list(in_flight), num_returns=1)

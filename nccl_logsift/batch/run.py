@@ -12,6 +12,7 @@ from nccl_logsift import __version__
 from nccl_logsift.batch import dataset, fleet
 from nccl_logsift.batch.archive import JobInput, find_jobs
 from nccl_logsift.batch.task import JobOutcome, Status
+from nccl_logsift.render.html import render_fleet
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,4 +85,5 @@ def run_batch(options: BatchOptions, engine, work: Plan | None = None,
             on_outcome(outcome)
     summary = fleet.summarize(options.out)
     (options.out / "fleet.json").write_text(fleet.summary_json(summary))
+    (options.out / "fleet.html").write_text(render_fleet(summary))
     return BatchResult(len(work.todo) + work.skipped, work.skipped, len(work.todo), failed, summary)
