@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from itertools import chain, islice
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
@@ -14,11 +15,15 @@ import polars as pl
 
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader
+from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, ReadStats
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser
+from nccl_logsift.parse import parallel
+from nccl_logsift.parse.parallel import (
+    Segment, SegmentPool, file_segments, missed_hosts, parse_segment, shift_lines, sniff, worker_count,
+)
 from nccl_logsift.resolve.communicators import process_ranks
 from nccl_logsift.resolve.progress import INSTANCE_KEY, CollectiveNumbering
 from nccl_logsift.tables import RankMaps, TableSink
@@ -28,10 +33,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ParseOptions:
+    """How inputs are read and parsed.
+
+    ``workers`` is the number of processes that parse: ``None`` (the default) chooses one per core for
+    large inputs (files of 96 MB or more in total, standard input or compressed files longer than one
+    32 MB segment) and parses small and live inputs in this process; ``1`` always parses in this
+    process, which is what a caller that already runs analyses in a process pool should pass. The
+    tables are the same whatever the number (``parse/parallel.py``).
+    """
+
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     keep_text: bool = True  # keep each line's text in the lines table
     max_wait: float | None = None  # live input: hand out a batch at least this often (seconds)
     every_line: bool = True  # a lines row for every COLL call too (parse); the diagnosis does without
+    workers: int | None = None  # parsing processes; None: automatic, 1: this process only
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +98,8 @@ class TableStream:
     def __init__(self, paths: Sequence[str], options: ParseOptions = ParseOptions(), grammars: GrammarSet | None = None):
         self.options = options
         self.sources, self.skipped = require_sources(paths)
-        self.parser = LineParser(grammars or load_grammars(), keep_text=options.keep_text)
+        self.grammars = grammars or load_grammars()
+        self.parser = LineParser(self.grammars, keep_text=options.keep_text)
         self.numbering = CollectiveNumbering()
         self.inputs: list[InputSummary] = []
         self.bytes_read = 0
@@ -92,30 +108,87 @@ class TableStream:
         parser, options = self.parser, self.options
         chunks = ChunkParser(parser, options.every_line)
         live = options.max_wait is not None
-        for source in self.sources:
-            unparsed_before = parser.state.unparsed_envelope_lines
-            reader = LineReader(source, options.chunk_bytes, options.max_wait)
-            read_before = self.bytes_read
-            for chunk in reader:
-                chunks.add(chunk)
-                self.bytes_read = read_before + reader.stats.bytes
-                if live or chunks.ready:
-                    yield self._batch(chunks.flush(), source)
-            tables = chunks.flush()
-            if tables is not None:
-                yield self._batch(tables, source)
-            stats = reader.stats
-            self.inputs.append(
-                InputSummary(
-                    path=source.path,
-                    bytes=stats.bytes,
-                    lines=stats.lines,
-                    unparsed_lines=parser.state.unparsed_envelope_lines - unparsed_before,
-                    compression=stats.compression,
-                    invalid_utf8_lines=stats.invalid_utf8_lines,
-                    problem=stats.problem,
+        workers = worker_count(options.workers, self.sources, live)
+        pool = SegmentPool(workers, self.grammars, options.keep_text, options.every_line, options.chunk_bytes) if workers > 1 else None
+        try:
+            for source in self.sources:
+                unparsed_before = parser.state.unparsed_envelope_lines
+                stats = ReadStats()
+                if pool is None:
+                    batches = self._in_order(source, chunks, stats)
+                else:
+                    batches = self._by_segments(source, chunks, pool, stats)
+                yield from batches
+                self.inputs.append(
+                    InputSummary(
+                        path=source.path,
+                        bytes=stats.bytes,
+                        lines=stats.lines,
+                        unparsed_lines=parser.state.unparsed_envelope_lines - unparsed_before,
+                        compression=stats.compression,
+                        invalid_utf8_lines=stats.invalid_utf8_lines,
+                        problem=stats.problem,
+                    )
                 )
-            )
+        finally:
+            if pool is not None:
+                pool.close()
+
+    def _in_order(self, source: Source, chunks: ChunkParser, stats: ReadStats) -> Iterator[Batch]:
+        """One source read chunk by chunk in this process."""
+        options = self.options
+        reader = LineReader(source, options.chunk_bytes, options.max_wait)
+        reader.stats = stats
+        read_before = self.bytes_read
+        for chunk in reader:
+            chunks.add(chunk)
+            self.bytes_read = read_before + stats.bytes
+            if options.max_wait is not None or chunks.ready:
+                yield self._batch(chunks.flush(), source)
+        tables = chunks.flush()
+        if tables is not None:
+            yield self._batch(tables, source)
+
+    def _by_segments(self, source: Source, chunks: ChunkParser, pool: SegmentPool, stats: ReadStats) -> Iterator[Batch]:
+        """One source cut into segments that worker processes parse; batches still come out in line order.
+
+        A plain file is cut into byte ranges that the workers read; other inputs are read (and
+        decompressed) here. An input of one segment is parsed here without starting the workers.
+        """
+        parser = self.parser
+        reader = None
+        if not source.is_stdin and sniff(source) is None:
+            ranges = file_segments(source)
+            segments = (Segment(source.source_id, offset, length, source.path, None, frozenset(parser.state.known_hosts))
+                        for offset, length in ranges)
+        else:
+            reader = LineReader(source, parallel.SEGMENT_BYTES)
+            reader.stats = stats
+            segments = (Segment(source.source_id, offset, len(data), None, data, frozenset(parser.state.known_hosts))
+                        for offset, data in reader.texts())
+        head = list(islice(segments, 2))
+        if len(head) < 2:
+            results = ((segment, parse_segment(chunks, segment, self.options.chunk_bytes)) for segment in head)
+        else:
+            results = pool.map(chain(head, segments))
+        read_before, lines_before = self.bytes_read, 0
+        for segment, result in results:
+            if result.state is not parser.state:
+                if missed_hosts(result, segment, parser.state.known_hosts):
+                    result = parse_segment(chunks, segment, self.options.chunk_bytes)
+                else:
+                    parser.state.absorb(result.state)
+            if reader is None:
+                stats.bytes += result.bytes
+            self.bytes_read = read_before + stats.bytes
+            for tables in result.batches:
+                yield self._batch(shift_lines(tables, lines_before), source)
+            lines_before += result.lines
+            stats.lines += result.lines
+            stats.invalid_utf8_lines += result.invalid_utf8_lines
+            if result.problem:
+                stats.problem = result.problem
+                break
 
     def _batch(self, tables: dict[str, pl.DataFrame], source: Source) -> Batch:
         self.numbering.observe(tables["comms"])

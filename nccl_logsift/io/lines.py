@@ -27,7 +27,7 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 # Magic numbers of the compressed formats read transparently (files and stdin alike).
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"))
 COMPRESSED_MAGIC = tuple(magic for magic, _ in _MAGIC)
-_BINARY_SNIFF_BYTES = 64 << 10
+BINARY_SNIFF_BYTES = 64 << 10
 _BINARY_CONTROL_RATIO = 0.05
 _LIVE_READ_BYTES = 1 << 16
 
@@ -181,10 +181,34 @@ class LineReader:
                     return
         yield from _timed_blocks(stream, self.chunk_bytes, self.max_wait)
 
+    def texts(self) -> Iterator[tuple[int, bytes]]:
+        """The source as line-aligned blocks of about ``chunk_bytes``, each with its decompressed offset.
+
+        What :meth:`__iter__` splits into lines; the parallel parser hands these blocks to worker
+        processes whole. ``stats.lines`` and ``invalid_utf8_lines`` are left to whoever splits them.
+        """
+        try:
+            raw = self.source.open()
+        except OSError as exc:
+            self.stats.problem = f"cannot open: {exc.strerror or exc}"
+            return
+        try:
+            yield from self._texts(raw)
+        finally:
+            if not self.source.is_stdin:
+                raw.close()
+
     def _chunks(self, raw: BinaryIO) -> Iterator[RawChunk]:
+        line_no = 1
+        for offset, data in self._texts(raw):
+            chunk = split_lines(data, self.source.source_id, line_no, offset, self.stats)
+            line_no += len(chunk)
+            self.stats.lines += len(chunk)
+            yield chunk
+
+    def _texts(self, raw: BinaryIO) -> Iterator[tuple[int, bytes]]:
         stream = self._decompressing(raw)
         pending = b""
-        line_no = 1
         offset = 0
         first = True
         for block in self._blocks(stream):
@@ -195,7 +219,7 @@ class LineReader:
             eof = not block
             if first:
                 first = False
-                if block and _looks_binary(block[:_BINARY_SNIFF_BYTES]):
+                if block and looks_binary(block[:BINARY_SNIFF_BYTES]):
                     self.stats.problem = "looks like binary data, not a text log"
                     return
             data = pending + block
@@ -208,12 +232,9 @@ class LineReader:
                     continue
                 data, pending = data[:cut], data[cut:]
             if data:
-                chunk = self._split(data, line_no, offset)
-                line_no += len(chunk)
-                offset += len(data)
                 self.stats.bytes += len(data)
-                self.stats.lines += len(chunk)
-                yield chunk
+                yield offset, data
+                offset += len(data)
             if eof:
                 return
 
@@ -225,36 +246,40 @@ class LineReader:
                 return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
         return raw
 
-    def _split(self, data: bytes, first_line_no: int, first_offset: int) -> RawChunk:
-        """Find every line with one vectorised newline scan; repair invalid UTF-8 (rare) first."""
-        offsets = _line_offsets(data)
-        text = data
-        try:
-            _binary_lines(data, offsets).view(pa.large_string()).validate(full=True)
-        except pa.ArrowInvalid:
-            # Invalid UTF-8 somewhere in the chunk: replace it (U+FFFD) and count the lines that changed.
-            text = data.decode("utf-8", errors="replace").encode("utf-8")
-            repaired = _line_offsets(text)
-            before, after = pl.Series(_binary_lines(data, offsets)), pl.Series(_binary_lines(text, repaired))
-            self.stats.invalid_utf8_lines += int((before != after).sum())
-            offsets_in_text = repaired
-        else:
-            offsets_in_text = offsets
-        starts = offsets_in_text[:-1]
-        ends = offsets_in_text[1:].copy()
-        raw = np.frombuffer(text, dtype=np.uint8)
-        if len(ends):
-            newline = raw[ends - 1] == 10
-            ends -= newline
-            ends -= (ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13) & newline
-        return RawChunk(
-            source_id=self.source.source_id,
-            first_line_no=first_line_no,
-            view=ByteView(text),
-            starts=starts,
-            ends=ends,
-            byte_offset=(offsets[:-1] + first_offset).astype(np.uint64),
-        )
+
+def split_lines(data: bytes, source_id: int, first_line_no: int, first_offset: int, stats: ReadStats) -> RawChunk:
+    """Find every line of ``data`` with one vectorised newline scan; repair invalid UTF-8 (rare) first.
+
+    Lines whose bytes were repaired are counted in ``stats.invalid_utf8_lines``.
+    """
+    offsets = _line_offsets(data)
+    text = data
+    try:
+        _binary_lines(data, offsets).view(pa.large_string()).validate(full=True)
+    except pa.ArrowInvalid:
+        # Invalid UTF-8 somewhere in the chunk: replace it (U+FFFD) and count the lines that changed.
+        text = data.decode("utf-8", errors="replace").encode("utf-8")
+        repaired = _line_offsets(text)
+        before, after = pl.Series(_binary_lines(data, offsets)), pl.Series(_binary_lines(text, repaired))
+        stats.invalid_utf8_lines += int((before != after).sum())
+        offsets_in_text = repaired
+    else:
+        offsets_in_text = offsets
+    starts = offsets_in_text[:-1]
+    ends = offsets_in_text[1:].copy()
+    raw = np.frombuffer(text, dtype=np.uint8)
+    if len(ends):
+        newline = raw[ends - 1] == 10
+        ends -= newline
+        ends -= (ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13) & newline
+    return RawChunk(
+        source_id=source_id,
+        first_line_no=first_line_no,
+        view=ByteView(text),
+        starts=starts,
+        ends=ends,
+        byte_offset=(offsets[:-1] + first_offset).astype(np.uint64),
+    )
 
 
 def _timed_blocks(stream, size: int, max_wait: float) -> Iterator[bytes | BaseException]:
@@ -324,7 +349,7 @@ def _binary_lines(data: bytes, offsets: np.ndarray) -> pa.LargeBinaryArray:
     )
 
 
-def _looks_binary(sample: bytes) -> bool:
+def looks_binary(sample: bytes) -> bool:
     if not sample:
         return False
     if b"\x00" not in sample:

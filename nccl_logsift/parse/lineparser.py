@@ -51,6 +51,19 @@ class ParseState:
     envelope_lines: int = 0
     unparsed_envelope_lines: int = 0
     torn_fragments: int = 0
+    # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
+    # known, so a parser that started mid-file (parse/parallel.py) reports them to be checked.
+    unknown_glued_hosts: set[str] = field(default_factory=set)
+
+    def absorb(self, other: "ParseState") -> None:
+        """Add what another parser found (a worker's part of the same input) to this state."""
+        self.known_hosts |= other.known_hosts
+        self.family_counts.update(other.family_counts)
+        self.unparsed_shapes.update(other.unparsed_shapes)
+        self.lines += other.lines
+        self.envelope_lines += other.envelope_lines
+        self.unparsed_envelope_lines += other.unparsed_envelope_lines
+        self.torn_fragments += other.torn_fragments
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +271,7 @@ class LineParser:
                 continue
             host = m.group("host")
             if host not in self.state.known_hosts:
+                self.state.unknown_glued_hosts.add(host)
                 # The torn tail of the previous line is glued to the host name ("...CUMEM/rex3006c0s1b1n0:...").
                 shift = next((k for k in range(1, len(host)) if host[k:] in self.state.known_hosts), None)
                 if shift is None:
@@ -303,7 +317,8 @@ class LineParser:
             found = parts.get(name)
             if found:
                 merged = pl.concat(found, how="diagonal_relaxed").join(located, on="row", how="left")
-                tables[name] = conform(merged.sort("row"), columns)
+                # In line order, glued pieces (numbered after the batch's rows) beside their line.
+                tables[name] = conform(merged.sort("line_no", "part"), columns)
             else:
                 tables[name] = conform(pl.DataFrame(schema={"row": pl.UInt32}), columns)
         assignments = pl.concat(assigned) if assigned else pl.DataFrame(

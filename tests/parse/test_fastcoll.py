@@ -101,10 +101,25 @@ def test_fast_path_reads_every_field(tmp_path):
         "noise from another process" + LINE,  # glued onto the end of a torn line
         LINE.replace("gpu7:31842:31842 [3] NCCL INFO", "gpu7:31842:31842 [3] NCCL INFO Channel 00 x"),
         LINE.replace("NCCL INFO", "NCCL WARN"),
+        LINE.replace("comm 0x55d2e4b1a6c0", "comm 55d2e4b1a6c0"),
+        LINE.replace("comm 0x55d2e4b1a6c0", "comm 0x55D2E4B1A6C0"),
+        LINE.replace("root -1", "root --1"),
+        LINE.replace("op 0 root", "op x root"),
+        LINE.replace("[nranks=16]", "[nranks=]"),
+        LINE.replace("[nranks=16]", "[nranks=16"),
+        LINE.replace("datatype 7", "dtype 7"),
     ],
 )
 def test_fast_path_leaves_anything_unusual_to_the_general_parser(tmp_path, line):
     assert fast_rows(tmp_path, [LINE, line])["index"].to_list() == [0]
+
+
+def test_fast_path_reads_the_call_fields_of_every_op(tmp_path):
+    lines = [LINE.replace("AllReduce:", f"{op}:").replace("root -1", f"root {root}") for op, root in
+             [("ReduceScatter", 0), ("Send", 7), ("Recv", 12345)]]
+    rows = fast_rows(tmp_path, lines)
+    assert rows["op"].to_list() == ["ReduceScatter", "Send", "Recv"]
+    assert rows["root"].to_list() == [0, 7, 12345] and rows["nranks"].to_list() == [16] * 3
 
 
 def test_fast_path_reads_lines_behind_launcher_prefixes(tmp_path):
