@@ -29,7 +29,7 @@ _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"))
 COMPRESSED_MAGIC = tuple(magic for magic, _ in _MAGIC)
 BINARY_SNIFF_BYTES = 64 << 10
 _BINARY_CONTROL_RATIO = 0.05
-_LIVE_READ_BYTES = 1 << 16
+_LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,9 @@ class ChunkParser:
         self._rest: list[LineChunk] = []
         self._source_id = 0
         self._fast_rows = 0
+        # The tables of a batch without leftover lines (frames are immutable, so they are built once).
+        self._empty = {name: conform(pl.DataFrame(), columns) for name, columns in parser.schemas.tables.items()}
+        self._empty["lines"] = conform(pl.DataFrame(), parser.schemas.lines)
         self._rest_lines = 0
 
     @property
@@ -66,8 +69,7 @@ class ChunkParser:
         if self._rest:
             tables = parser.parse(LineChunk.concat(self._rest))
         else:
-            tables = {name: conform(pl.DataFrame(), columns) for name, columns in parser.schemas.tables.items()}
-            tables["lines"] = conform(pl.DataFrame(), parser.schemas.lines)
+            tables = dict(self._empty)
         if self._fast:
             fast = pl.concat(self._fast, how="vertical_relaxed").with_columns(
                 source_id=pl.lit(self._source_id, pl.UInt16), part=pl.lit(0, pl.UInt8),
