@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -68,6 +69,8 @@ class Run:
     peak_rss_mb: float
     exit_code: int
     stdout: str
+    cpu_seconds: float = 0.0  # user + system, with the children it waited for (parsing workers)
+    tree_rss_mb: float = 0.0  # the largest sum of RSS over the process and its children, sampled
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Result:
     vs_naive: float | None  # MB/s over the naive baseline's MB/s on the same log text
     peak_rss_mb: float
     exit_code: int
+    cpu_seconds: float = 0.0
+    tree_rss_mb: float = 0.0  # process + worker processes, sampled every 20 ms
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +167,8 @@ def measure_pipe(case: Case, size: str, repeat: int) -> Result:
 def _result(case: str, size: str, tool: str, log: Path, text_bytes: int, run: Run, naive: float | None) -> Result:
     mb_per_s = _mb_per_s(text_bytes, run)
     return Result(case, size, tool, str(log), text_bytes, log.suffix == ".zst", round(run.seconds, 3),
-                  round(mb_per_s, 1), round(mb_per_s / naive, 2) if naive else None, run.peak_rss_mb, run.exit_code)
+                  round(mb_per_s, 1), round(mb_per_s / naive, 2) if naive else None, run.peak_rss_mb, run.exit_code,
+                  round(run.cpu_seconds, 2), run.tree_rss_mb)
 
 
 def _mb_per_s(text_bytes: int, run: Run) -> float:
@@ -241,14 +247,63 @@ def run_piped(producer: list[str], consumer: list[str]) -> Run:
 
 
 def _waited(proc: subprocess.Popen, start: float, out: IO[str]) -> Run:
-    """Wait for ``proc`` with wait4, the one call that returns a child's own peak RSS (KB on Linux)."""
+    """Wait for ``proc`` with wait4, the one call that returns a child's own peak RSS (KB on Linux), and
+    its CPU time including the children it waited for; a thread samples the RSS of the whole process tree
+    meanwhile, since ``analyze`` parses large inputs in worker processes whose memory counts too."""
+    tree = TreeMemory(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
+    tree.stop()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         console.print(f"[red]exit {proc.returncode}[/]: {' '.join(proc.args)}")
     out.seek(0)
-    return Run(seconds, round(usage.ru_maxrss / 1024, 1), proc.returncode, out.read())
+    own = round(usage.ru_maxrss / 1024, 1)
+    return Run(seconds, own, proc.returncode, out.read(), usage.ru_utime + usage.ru_stime, max(own, tree.peak_mb))
+
+
+class TreeMemory:
+    """The largest total RSS of a process and its descendants, sampled every 20 ms from /proc (Linux)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak_mb = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        page_mb = os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+        while not self._done.wait(0.02):
+            pages = sum(_resident_pages(pid) for pid in _tree(self.pid))
+            self.peak_mb = max(self.peak_mb, round(pages * page_mb, 1))
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc/PID/task/*/children; [] once it has exited."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    todo.extend(int(child) for child in handle.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _resident_pages(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def best_of(repeat: int, measure: Callable[[], Run]) -> Run:
@@ -282,14 +337,15 @@ def _proc_field(path: str, name: str) -> str:
 
 
 def _print_table(results: list[Result]) -> None:
-    table = Table("case", "size", "tool", "seconds", "MB/s", "× baseline", "peak RSS MB", title="nccl-logsift benchmarks",
+    table = Table("case", "size", "tool", "seconds", "MB/s", "× baseline", "CPU s", "peak RSS MB", "with workers MB",
+                  title="nccl-logsift benchmarks",
                   caption="naive reads the plain file in .zst cases; rg -z decompresses through zstd.")
     for r in results:
         ratio = f"{r.vs_naive:.2f}" if r.vs_naive is not None else ""
         size = f"{r.input_bytes / 1e6:,.0f} MB"  # what was read, which the simulator makes about --size
-        table.add_row(r.case, size, r.tool, f"{r.seconds:.2f}", f"{r.mb_per_s:.1f}", ratio, f"{r.peak_rss_mb:.0f}",
-                      style="red" if r.exit_code else None)
-    Console(highlight=False, width=None if sys.stdout.isatty() else 100).print(table)
+        table.add_row(r.case, size, r.tool, f"{r.seconds:.2f}", f"{r.mb_per_s:.1f}", ratio, f"{r.cpu_seconds:.1f}",
+                      f"{r.peak_rss_mb:.0f}", f"{r.tree_rss_mb:.0f}", style="red" if r.exit_code else None)
+    Console(highlight=False, width=None if sys.stdout.isatty() else 120).print(table)
 
 
 def _write_json(path: Path, document: dict) -> None:

@@ -12,7 +12,7 @@ from conftest import ROOT
 
 BENCHMARKS = ROOT / "benchmarks"
 RESULT_FIELDS = ["case", "size", "tool", "input", "input_bytes", "compressed", "seconds", "mb_per_s", "vs_naive",
-                 "peak_rss_mb", "exit_code"]
+                 "peak_rss_mb", "exit_code", "cpu_seconds", "tree_rss_mb"]
 MACHINE_FIELDS = ["cpu", "cores", "ram_gb", "load_average", "python", "polars", "pyarrow", "logsift_commit", "date"]
 
 
@@ -35,6 +35,7 @@ def test_harness_measures_every_tool_on_plain_and_zst_logs(tmp_path):
     }
     for r in results:
         assert r["exit_code"] == 0 and r["seconds"] > 0 and r["peak_rss_mb"] > 1
+        assert r["tree_rss_mb"] >= r["peak_rss_mb"] and (r["cpu_seconds"] > 0 or r["tool"] == "rg")
         assert 1.5e6 < r["input_bytes"] < 3e6  # the decompressed size, for .zst inputs too
         assert r["mb_per_s"] > 0 and r["vs_naive"] > 0
         assert r["compressed"] == (r["case"] == "coll32.zst" and r["tool"] != "naive")  # naive reads the plain file
