@@ -147,8 +147,8 @@ class RayEngine:
                 ray.init(address=self.address, **settings)
             else:
                 ray.init(num_cpus=self.workers or available_cpus(), **settings)
-        except ConnectionError as exc:
-            raise LogsiftError(f"cannot connect to the Ray cluster at {self.address}: {exc}") from exc
+        except (ConnectionError, ValueError, RuntimeError) as exc:  # unreachable, malformed, or Ray Client missing
+            raise LogsiftError(f"cannot start or join Ray{f' at {self.address}' if self.address else ''}: {exc}") from exc
 
 
 def import_ray():

@@ -13,6 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 
 import polars as pl
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 ANALYZE_OPTIONS = ParseOptions()
 
 
-class Status:
+class Status(StrEnum):
     OK = "ok"
     INCOMPLETE = "incomplete"  # analysed, but some input could not be read (see message)
     FAILED = "failed"  # nothing could be analysed

@@ -35,7 +35,7 @@ from nccl_logsift.batch.task import JobOutcome
 @click.option("--tables", is_flag=True,
               help="Also write every job's parser tables (as `logsift parse` does), and resolve culprit GPUs and NICs.")
 @click.option("--address", metavar="ADDR", default=None,
-              help="Ray cluster to run on ('auto', or ray://head:10001); default: start Ray here.")
+              help="Ray cluster to run on ('auto' for the one this node belongs to, or HEAD:6379); default: start Ray here.")
 @click.option("--retry-failed", is_flag=True, help="Analyse jobs that failed before again, even when unchanged.")
 def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | None, job_pattern: str | None,
           tables: bool, address: str | None, retry_failed: bool) -> None:

@@ -156,11 +156,13 @@ def test_a_worker_that_dies_fails_its_job_only(tmp_path):
 
     from nccl_logsift.batch.engines import LocalEngine
 
-    root = archive(tmp_path / "a")
-    (root / "killed.log").write_bytes((FIXTURES / "ib_error_4ranks.log").read_bytes())
+    root = tmp_path / "a"
+    root.mkdir()
+    for name in ("killed.log", "ib.log"):
+        (root / name).write_bytes((FIXTURES / "ib_error_4ranks.log").read_bytes())
     options = BatchOptions((str(root),), tmp_path / "out")
     result = run_batch(options, LocalEngine(2, task=run_or_die))
     rows = {r["job_id"]: r for r in jobs_table(options.out).iter_rows(named=True)}
-    assert (result.found, result.failed) == (5, 3)
+    assert (result.found, result.failed) == (2, 1)
     assert rows["killed.log"]["status"] == "failed" and "worker process" in rows["killed.log"]["message"]
-    assert rows["stall"]["status"] == rows["ib.log.gz"]["status"] == "ok"
+    assert rows["ib.log"]["status"] == "ok" and rows["ib.log"]["primary_kinds"] == ["net_error"]
