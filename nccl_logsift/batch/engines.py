@@ -93,6 +93,7 @@ class LocalEngine:
                             suspects.append(job)
                             broken = True
                         except Exception as exc:  # the outcome could not come back; the batch goes on
+                            log.debug("job %s: no outcome", job.job_id, exc_info=True)
                             yield failed_outcome(job, out, f"{type(exc).__name__}: {exc}")
                 suspects.extend(in_flight.values())  # lost with a broken pool
                 in_flight.clear()

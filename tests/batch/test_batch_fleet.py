@@ -14,8 +14,8 @@ import polars as pl
 import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
-
 from fleet_archive import BAD_HOSTS, CORRUPT, DAYS, build
+
 from nccl_logsift.cli import cli
 
 
@@ -107,7 +107,7 @@ def test_fleet_breaks_root_causes_down_by_nccl_version(batch):
 
 
 def test_dataset_is_hive_partitioned_by_run_date_for_any_reader(batch):
-    _, out, truth = batch
+    _, out, _ = batch
     for table in ("jobs", "findings", "ranks", "gpus"):
         dataset = ds.dataset(out / table, format="parquet", partitioning="hive")  # how Spark and DuckDB see it
         assert "run_date" in dataset.schema.names and "job_key" in dataset.schema.names

@@ -12,8 +12,8 @@ import sys
 
 import polars as pl
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.batch import run as batch_run
 from nccl_logsift.batch import task
 from nccl_logsift.batch.engines import RAY_MISSING, engine_for
