@@ -30,8 +30,9 @@ from nccl_logsift.tables import ParquetSink, RankMaps
 
 log = logging.getLogger(__name__)
 
-# One process per job: the batch is parallel over jobs, so each analysis runs single-process.
-ANALYZE_OPTIONS = ParseOptions()
+# The batch is parallel over jobs, so each job is parsed in its worker alone: a job's own parsing
+# processes would only compete with the other workers for the same cores.
+ANALYZE_OPTIONS = ParseOptions(workers=1)
 
 
 class Status(StrEnum):
@@ -155,6 +156,6 @@ def _write_tables(root: Path, job: JobInput) -> None:
     """The tables ``logsift parse`` writes, one file per table in the job's partition (a second read)."""
     with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as staging:
         sink = _JobSink(Path(staging), job)
-        parse_paths(job.paths, sink, ParseOptions())
+        parse_paths(job.paths, sink, ParseOptions(workers=1))
         for name, path in sink.files.items():
             dataset.move_part(path, dataset.part_path(root, name, job.run_date, job.key))

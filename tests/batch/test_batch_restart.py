@@ -166,3 +166,7 @@ def test_a_worker_that_dies_fails_its_job_only(tmp_path):
     assert (result.found, result.failed) == (2, 1)
     assert rows["killed.log"]["status"] == "failed" and "worker process" in rows["killed.log"]["message"]
     assert rows["ib.log"]["status"] == "ok" and rows["ib.log"]["primary_kinds"] == ["net_error"]
+
+
+def test_each_job_is_parsed_in_its_worker_alone():
+    assert task.ANALYZE_OPTIONS.workers == 1  # the pool is the parallelism; no parsing processes per job
