@@ -6,7 +6,9 @@
 
 The archive is simulated once into the cache (COLL-heavy jobs of 8 ranks: healthy runs and rank stalls,
 every fourth job .zst-compressed) and reused. Each measurement is a fresh ``logsift batch`` into an empty
-output directory, start-up and the fleet summary included. MB/s is decimal megabytes of log text (the
+output directory, start-up and the fleet summary included, pinned (``taskset``) to as many cores as it
+has workers: the speed-up is that of adding cores, and one worker cannot borrow the second core through
+polars' threads. MB/s is decimal megabytes of log text (the
 decompressed size, from the ``jobs`` table) per wall-clock second; the speed-up is over one worker. The
 peak RSS of the whole process tree (driver and workers) comes from benchmarks/run.py's ``run_measured``;
 its CPU time is left out, since the workers are children of the forkserver, which the run never waits for.
@@ -42,7 +44,7 @@ SCENARIOS = ("healthy", "rank-stall")
 
 @dataclass(frozen=True)
 class Measurement:
-    workers: int
+    workers: int  # and cores: the run is pinned to that many
     jobs: int
     input_bytes: int  # decompressed log text over all jobs
     seconds: float
@@ -118,7 +120,8 @@ def measure(archive: Path, workers: int, cache: Path, baseline: float | None) ->
     load = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         out = Path(scratch) / "dataset"
-        run = run_measured([*LOGSIFT, "batch", str(archive), "-o", str(out), "--jobs", str(workers)])
+        pin = ["taskset", "-c", f"0-{workers - 1}"] if shutil.which("taskset") and workers <= os.cpu_count() else []
+        run = run_measured([*pin, *LOGSIFT, "batch", str(archive), "-o", str(out), "--jobs", str(workers)])
         jobs = pl.read_parquet(out / "jobs" / "*" / "*.parquet") if run.exit_code == 0 else pl.DataFrame()
         text = int(jobs["bytes"].sum()) if jobs.height else 0
     return Measurement(
