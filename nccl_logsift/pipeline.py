@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from itertools import chain, islice
 from dataclasses import dataclass, field, replace
@@ -159,7 +160,8 @@ class TableStream:
         reader = None
         if not source.is_stdin and sniff(source) is None:
             ranges = file_segments(source)
-            segments = (Segment(source.source_id, offset, length, source.path, None, frozenset(parser.state.known_hosts))
+            path = os.path.abspath(source.path)  # workers need not share this process's working directory
+            segments = (Segment(source.source_id, offset, length, path, None, frozenset(parser.state.known_hosts))
                         for offset, length in ranges)
         else:
             reader = LineReader(source, parallel.SEGMENT_BYTES)

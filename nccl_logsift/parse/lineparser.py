@@ -300,14 +300,18 @@ class LineParser:
                 for pattern in grammar.patterns:
                     if pool.is_empty():
                         break
-                    hit = pl.col("msg").str.contains(pattern.anchor, literal=True) & pl.col("msg").str.contains(pattern.regex)
+                    # The literal anchor over the pool, the regex only over the rows that contain it: an
+                    # expression "anchor & regex" would run the regex over every row for every pattern.
+                    candidate = pl.col("msg").str.contains(pattern.anchor, literal=True)
                     if pattern.level:
-                        hit = hit & (pl.col("level") == pattern.level)
-                    pool = pool.with_columns(__hit=hit)
-                    hit = pool.filter(pl.col("__hit"))
+                        candidate = candidate & (pl.col("level") == pattern.level)
+                    hit = pool.filter(candidate)
                     if hit.is_empty():
                         continue
-                    pool = pool.filter(~pl.col("__hit"))
+                    hit = hit.filter(pl.col("msg").str.contains(pattern.regex))
+                    if hit.is_empty():
+                        continue
+                    pool = pool.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
                     assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)

@@ -18,6 +18,7 @@ the same as those of one process reading the input in order.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import queue
@@ -29,7 +30,8 @@ import tempfile
 import threading
 from collections import deque
 from itertools import count
-from dataclasses import dataclass, field
+from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import polars as pl
@@ -47,6 +49,7 @@ SEGMENT_BYTES = 32 << 20
 MIN_PARALLEL_BYTES = 3 * SEGMENT_BYTES
 _NEWLINE_SCAN = 1 << 16
 _SHARED_MEMORY = "/dev/shm"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,7 @@ class Segment:
     path: str | None  # the file a worker reads the range from; None when ``data`` is given
     data: bytes | None = None
     known_hosts: frozenset[str] = frozenset()
+    spilled: bool = False  # ``path`` holds just this segment's bytes (from offset 0); the worker removes it
 
 
 @dataclass(slots=True)
@@ -115,7 +119,7 @@ def parse_segment(chunks: ChunkParser, segment: Segment, chunk_bytes: int) -> Se
 class SegmentPool:
     """Worker processes parsing segments; :meth:`map` yields each segment's tables in input order.
 
-    Each worker is ``python -m nccl_logsift.parse.worker``, fed pickled segments on its stdin and
+    Each worker runs ``nccl_logsift.parse.worker``, fed pickled segments on its stdin and
     answering on its stdout (``parse/worker.py``). A process of our own rather than ``multiprocessing``:
     nothing of the caller is imported again in the worker (an unguarded ``__main__`` would run twice), and
     nothing is forked after polars has started its threads. A thread per worker drains its answers, so
@@ -135,9 +139,10 @@ class SegmentPool:
             self._directory = tempfile.mkdtemp(prefix="logsift-", dir=_SHARED_MEMORY if os.path.isdir(_SHARED_MEMORY) else None)
             self._procs = [_Worker((*self._setup, self._directory)) for _ in range(self.workers)]
         pending: deque[tuple[Segment, _Worker]] = deque()
+        names = (os.path.join(self._directory, f"segment-{n}") for n in count())
         for segment in segments:
             worker = min(self._procs, key=lambda w: w.outstanding)
-            worker.send(segment)
+            worker.send(_spilled(segment, names) if segment.data is not None else segment)
             pending.append((segment, worker))
             if len(pending) >= 2 * self.workers:
                 first, owner = pending.popleft()
@@ -162,8 +167,11 @@ class _Worker:
         # One polars thread per worker: the workers already fill the cores, and idle polars threads
         # spin before they sleep, taking turns from the processes that have work.
         environment = {**os.environ, "POLARS_MAX_THREADS": "1"}
+        # The worker imports this very copy of nccl_logsift, not whichever one its working directory or
+        # the installed packages would give.
+        start = f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); from nccl_logsift.parse.worker import main; main()"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "nccl_logsift.parse.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
+            [sys.executable, "-c", start], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
         )
         self.outstanding = 0
         self._answers: queue.Queue = queue.Queue()
@@ -282,42 +290,73 @@ def serve(setup: tuple, segments: Iterator[Segment]) -> Iterator[SegmentTables]:
 
 @dataclass(frozen=True, slots=True)
 class Packed:
-    """A table on its way from a worker: its rows in an Arrow IPC file, all-null columns left out.
+    """A table on its way from a worker: its rows in an Arrow IPC file, constant columns left out.
 
     The file is written once and memory-mapped by the caller, so a segment's hundreds of thousands of
-    rows cross between processes without being copied through a pipe or pickled. Columns that are all
-    null (most launcher and envelope fields of COLL rows) would be most of the file.
+    rows cross between processes without being copied through a pipe or pickled. Columns with one value
+    in every row (null: most launcher and envelope fields of COLL rows; else the source, the level, the
+    family and pattern names) would be a third of the file; they travel as that value.
     """
 
     schema: dict[str, pl.DataType]
-    nulls: tuple[str, ...]
+    constants: dict[str, object]  # column: the value of every row (None for all-null columns)
     path: str | None  # None: no rows
 
     @staticmethod
     def of(frame: pl.DataFrame, names: Iterator[str]) -> "Packed":
         if frame.is_empty():
-            return Packed(dict(frame.schema), (), None)
-        nulls = tuple(c for c, n in zip(frame.columns, frame.null_count().row(0)) if n == frame.height)
+            return Packed(dict(frame.schema), {}, None)
+        nulls = frame.null_count().row(0)
+        same = frame.select((pl.col(c) == pl.col(c).first()).all().alias(c) for c in frame.columns).row(0)
+        constants = {}
+        for name, null_count, one in zip(frame.columns, nulls, same):
+            if null_count == frame.height:
+                constants[name] = None
+            elif null_count == 0 and one:
+                constants[name] = frame[name][0]
         path = next(names)
-        frame.drop(nulls).write_ipc(path, compression="uncompressed", compat_level=pl.CompatLevel.newest())
-        return Packed(dict(frame.schema), nulls, path)
+        frame.drop(list(constants)).write_ipc(path, compression="uncompressed", compat_level=pl.CompatLevel.newest())
+        return Packed(dict(frame.schema), constants, path)
 
     def open(self) -> pl.DataFrame:
         """The table, its columns mapped from the file (which is removed: the mapping keeps it readable)."""
         if self.path is None:
-            return pl.DataFrame(schema=self.schema)
+            return _empty(tuple(self.schema.items()))
         with pa.memory_map(self.path) as source:
             table = pa.ipc.open_file(source).read_all()
         os.unlink(self.path)
         frame = pl.from_arrow(table)
-        return frame.with_columns(pl.lit(None, self.schema[c]).alias(c) for c in self.nulls).select(list(self.schema))
+        constants = [pl.lit(value, self.schema[c]).alias(c) for c, value in self.constants.items()]
+        return frame.with_columns(constants).select(list(self.schema))
 
 
 # ---------------------------------------------------------------------- helpers
+@functools.lru_cache(maxsize=256)
+def _empty(schema: tuple[tuple[str, pl.DataType], ...]) -> pl.DataFrame:
+    """An empty table (most tables of most batches): built once per schema, frames being immutable."""
+    return pl.DataFrame(schema=dict(schema))
+
+
 def _read_range(segment: Segment) -> bytes:
     with open(segment.path, "rb") as handle:
+        if segment.spilled:
+            data = handle.read()
+            os.unlink(segment.path)
+            return data
         handle.seek(segment.offset)
         return handle.read() if segment.length is None else handle.read(segment.length)
+
+
+def _spilled(segment: Segment, names: Iterator[str]) -> Segment:
+    """A segment of bytes read here (stdin, decompressed) written to a file of the pool's directory.
+
+    Sent through the worker's stdin, 32 MB would block this process until the worker, still busy with its
+    previous segment, reads them: the diagnosis would wait on the parse instead of running beside it.
+    """
+    path = next(names)
+    with open(path, "wb") as handle:
+        handle.write(segment.data)
+    return replace(segment, path=path, data=None, spilled=True)
 
 
 def _pieces(data: bytes, size: int) -> Iterator[tuple[int, int]]:
