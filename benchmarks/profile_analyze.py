@@ -8,6 +8,9 @@ changes logsift's functions, not polars'; so each sample is charged to the inner
 the stack ("own" time: its Python code and the polars, pyarrow, regex calls it makes itself), and "total"
 adds the logsift functions it calls. ``--idle`` keeps the samples where the main thread waits for polars'
 worker threads with the GIL released; without it a third of the run, and most of the polars work, is lost.
+Samples of Python helper threads (stacks that start in ``threading``: the threads that wait for the parsing
+workers' answers) are left out, so the tables describe the main thread of the analyze process; the worker
+processes are not sampled (their CPU time is in benchmarks/run.py's "CPU s").
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP = "(start-up: interpreter and imports before logsift runs)"
+HELPER_THREAD = "Thread._bootstrap (threading.py)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,6 +57,8 @@ def aggregate(lines: list[str]) -> tuple[Counter, Counter]:
     total_time: Counter = Counter()
     for line in lines:
         stack, _, count = line.rpartition(" ")
+        if stack.startswith(HELPER_THREAD):
+            continue  # a reader thread waiting on a pipe (parsing workers' answers, live stdin): not the run's work
         ours = [frame for frame in stack.split(";") if "(nccl_logsift/" in frame] or [STARTUP]
         own_time[ours[-1]] += int(count)
         total_time.update(dict.fromkeys(set(ours), int(count)))
