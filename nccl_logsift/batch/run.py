@@ -54,8 +54,8 @@ def plan(options: BatchOptions) -> Plan:
     A job analysed before from other inputs (or by another version) has its old rows removed first, so
     that a changed run date cannot leave two versions of it in two partitions.
     """
-    dataset.prepare(options.out)
     jobs = find_jobs(options.archives, options.job_pattern)
+    dataset.prepare(options.out)
     done = fleet.scan(options.out, "jobs").select(
         "job_key", "fingerprint", "logsift_version", "status", dataset.PARTITION
     ).collect()

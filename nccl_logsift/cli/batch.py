@@ -36,12 +36,13 @@ from nccl_logsift.batch.task import JobOutcome
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where jobs run: a process pool here, or tasks on a Ray cluster.")
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), default=None,
-              help="Jobs analysed at once (default: one per core; with Ray, the cluster's CPUs).")
+              help="Jobs analysed at once (default: one per core; with Ray, as many as the cluster's CPUs run).")
 @click.option("--job-pattern", metavar="GLOB", default=None,
               help="Group files into jobs by a glob over paths inside ARCHIVE; {job} marks the job's name, "
                    "e.g. '{job}.rank*.log*' (default: one job per directory or file in ARCHIVE).")
 @click.option("--tables", is_flag=True,
-              help="Also write every job's parser tables (as `logsift parse` does), and resolve culprit GPUs and NICs.")
+              help="Also write every job's parser tables (as `logsift parse` does; a second read of each job), "
+                   "which name the culprits' NICs.")
 @click.option("--address", metavar="ADDR", default=None,
               help="Ray cluster to run on ('auto' for the one this node belongs to, or HEAD:6379); default: start Ray here.")
 @click.option("--retry-failed", is_flag=True, help="Analyse jobs that failed before again, even when unchanged.")
@@ -57,9 +58,9 @@ def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | N
 
     \b
     Writes to OUTPUT (Hive-partitioned by run_date, readable by polars, DuckDB, Spark):
-      jobs/ findings/ ranks/      one row per job / finding / rank, keyed by job_key
-      tables/<table>/             with --tables: the tables `logsift parse` writes
-      fleet.json, fleet.html      root causes by kind, culprit hosts/GPUs/NICs, kinds by NCCL version
+      jobs/ findings/ ranks/ gpus/   one row per job / finding / rank / process, keyed by job_key
+      tables/<table>/                with --tables: the tables `logsift parse` writes
+      fleet.json, fleet.html         root causes by kind, culprit hosts/GPUs/NICs, kinds by NCCL version
 
     \b
     Examples:
