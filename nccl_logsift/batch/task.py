@@ -81,7 +81,7 @@ def run_job(job: JobInput, out: str, with_tables: bool = False) -> JobOutcome:
     seconds = time.perf_counter() - started
     row = job_row(job, status, message, report, analysed_at, seconds)
     dataset.write_part(dataset.part_path(root, "jobs", job.run_date, job.key), pa.Table.from_pylist([row], dataset.JOBS))
-    read = sum(i.bytes for i in report.inputs) if report is not None else job.bytes
+    read = report.bytes if report is not None else job.bytes
     return JobOutcome(job.key, job.job_id, status, message, read, seconds)
 
 
@@ -105,9 +105,9 @@ def job_row(job: JobInput, status: str, message: str | None, report: Report | No
     summary = contract["job"]
     worst = report.worst_severity
     return row | {
-        "bytes": sum(i.bytes for i in report.inputs),
-        "lines": sum(i.lines for i in report.inputs),
-        "unparsed_lines": sum(i.unparsed_lines for i in report.inputs),
+        "bytes": report.bytes,
+        "lines": report.lines,
+        "unparsed_lines": report.unparsed_lines,
         "nccl_version": summary["nccl_versions"][0] if summary["nccl_versions"] else None,
         "nccl_versions": summary["nccl_versions"],
         "world_size": summary["world_size"],
