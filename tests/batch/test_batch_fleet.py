@@ -117,3 +117,21 @@ def test_dataset_is_hive_partitioned_by_run_date_for_any_reader(batch):
     assert not list(out.rglob("*.tmp")) and not list(out.glob(".staging*"))
     joined = read(out, "findings").join(read(out, "jobs").select("job_key", "nccl_version"), on="job_key")
     assert joined.height == read(out, "findings").height  # job_key joins every table
+
+
+def test_fleet_page_in_chromium_names_the_failing_hosts(batch, tmp_path):
+    """The fleet page opens in headless Chromium: its script runs, no CSP violation, the worst host leads."""
+    from tests.render import browser
+    from tests.render.dom import parse
+
+    _, out, _ = batch
+    loaded = browser.load(out / "fleet.html")
+    dom = parse(loaded.dom)
+    assert dom.find("html").attrs.get("data-js") == "ready"
+    assert "Refused to" not in loaded.console, loaded.console
+    first_host = dom.by_id("hosts").find("tbody").find("td").text
+    assert first_host == next(iter(BAD_HOSTS))
+    kinds = [row.find("td").text for row in dom.by_id("kinds").find("tbody").find_all("tr")]
+    assert kinds, "no kind in the fleet page"
+    shot = browser.screenshot(out / "fleet.html", tmp_path / "fleet.png")
+    assert shot.stat().st_size > 20_000
