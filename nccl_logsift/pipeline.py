@@ -36,11 +36,13 @@ log = logging.getLogger(__name__)
 class ParseOptions:
     """How inputs are read and parsed.
 
-    ``workers`` is the number of processes that parse: ``None`` (the default) chooses one per core for
-    large inputs (files of 96 MB or more in total, standard input or compressed files longer than one
-    32 MB segment) and parses small and live inputs in this process; ``1`` always parses in this
-    process, which is what a caller that already runs analyses in a process pool should pass. The
-    tables are the same whatever the number (``parse/parallel.py``).
+    ``workers`` is the number of processes that parse. ``1`` parses in this process: what a caller that
+    already runs analyses in a pool of processes should pass, and what live input always gets. ``N`` > 1
+    starts N worker processes that parse 16 MB segments of the input while this process numbers the
+    calls and runs the diagnosis in input order. ``None`` (the default) chooses: workers only for large
+    inputs (files of 96 MB or more, standard input, compressed files) on machines with 3 or more cores,
+    ``cores - 1`` of them up to 3 (``parse/parallel.py``, ``worker_count``). The tables are the same
+    whatever the number; only speed and memory differ (each worker holds 150-250 MB).
     """
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES

@@ -149,9 +149,11 @@ class CollFastPath:
         frame = self._calls.join(frame)
         # A prefix that is not one clean NCCL INFO envelope, an op that is not a word, or a call that is
         # not in the exact format sends the line back to the general parser.
-        clean = pl.col("producer").is_not_null() & pl.col("nranks").is_not_null() & pl.col("op").str.contains(r"^[A-Za-z]+$")
-        keep = frame.select(clean.alias("keep"))["keep"].to_numpy()
-        return FastRows(taken[keep], frame.filter(clean).drop("prefix", "call", "producer"))
+        clean = frame["producer"].is_not_null() & frame["nranks"].is_not_null() & frame["op"].str.contains(r"^[A-Za-z]+$")
+        frame = frame.drop("prefix", "call", "producer")
+        if clean.all():  # the usual case: no copy of the columns
+            return FastRows(taken, frame)
+        return FastRows(taken[clean.to_numpy()], frame.filter(clean))
 
     def _prefix_rows(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._parse_prefixes(prefixes).filter(pl.col("producer").is_not_null())

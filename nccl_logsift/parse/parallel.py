@@ -44,9 +44,10 @@ from nccl_logsift.io.sources import Source
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser, ParseState
 
-SEGMENT_BYTES = 32 << 20
+SEGMENT_BYTES = 16 << 20
 # Inputs smaller than this are parsed in the calling process: starting workers costs more than it saves.
-MIN_PARALLEL_BYTES = 3 * SEGMENT_BYTES
+MIN_PARALLEL_BYTES = 6 * SEGMENT_BYTES
+MAX_AUTO_WORKERS = 3
 _NEWLINE_SCAN = 1 << 16
 _SHARED_MEMORY = "/dev/shm"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -77,22 +78,28 @@ class SegmentTables:
     problem: str | None = None
 
 
-def worker_count(requested: int | None, sources: list[Source], live: bool) -> int:
-    """How many worker processes to use: ``requested``, or automatically one per core for large inputs.
+def worker_count(requested: int | None, sources: list[Source], live: bool, cores: int | None = None) -> int:
+    """How many processes parse: ``requested``, or automatically.
 
-    Automatic means 1 (no workers) for live input and when every input is a file smaller in total than
-    ``MIN_PARALLEL_BYTES``; standard input and compressed files count as large.
+    Automatically, worker processes are used only where a core is left for this process, which numbers
+    the calls and runs the diagnosis while they parse: with 3 or more cores, ``cores - 1`` workers, at
+    most ``MAX_AUTO_WORKERS`` (each holds 150-250 MB), for large inputs (files of ``MIN_PARALLEL_BYTES``
+    or more in total, standard input, compressed files); otherwise 1 (this process). On 2 cores the
+    workers measured slower than one process: parsing elsewhere costs a third more CPU (the tables are
+    written and mapped back), and the diagnosis already fills a core (benchmarks/README.md).
     """
     if requested is not None:
         return max(1, requested)
     if live:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cores < 2:
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 3:
         return 1
-    large = any(s.is_stdin or s.size is None or s.size >= MIN_PARALLEL_BYTES or _compressed(s) for s in sources)
-    total = sum(s.size or 0 for s in sources)
-    return cores if large or total >= MIN_PARALLEL_BYTES else 1
+    large = any(s.is_stdin or s.size is None or _compressed(s) for s in sources)
+    if not large and sum(s.size or 0 for s in sources) < MIN_PARALLEL_BYTES:
+        return 1
+    return min(cores - 1, MAX_AUTO_WORKERS)
 
 
 def parse_segment(chunks: ChunkParser, segment: Segment, chunk_bytes: int) -> SegmentTables:
@@ -133,7 +140,7 @@ class SegmentPool:
         self._directory: str | None = None
 
     def map(self, segments: Iterator[Segment]) -> Iterator[tuple[Segment, SegmentTables]]:
-        """Keep every worker busy with one segment and one waiting; results come back in order."""
+        """Keep every worker busy, one segment ahead; results come back in order."""
         if not self._procs:
             # Shared memory where there is some: the tables are written and read back without touching a disk.
             self._directory = tempfile.mkdtemp(prefix="logsift-", dir=_SHARED_MEMORY if os.path.isdir(_SHARED_MEMORY) else None)
@@ -144,7 +151,7 @@ class SegmentPool:
             worker = min(self._procs, key=lambda w: w.outstanding)
             worker.send(_spilled(segment, names) if segment.data is not None else segment)
             pending.append((segment, worker))
-            if len(pending) >= 2 * self.workers:
+            if len(pending) > self.workers:
                 first, owner = pending.popleft()
                 yield first, owner.receive()
         while pending:

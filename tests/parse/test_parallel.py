@@ -147,13 +147,17 @@ def test_a_glued_line_naming_a_host_the_worker_had_not_seen_is_parsed_again():
     assert not parallel.missed_hosts(result, segment, {"node1", "node3"})
 
 
-def test_worker_count_is_one_for_small_live_or_declined_inputs(tmp_path):
+def test_worker_count_is_one_for_small_live_or_declined_inputs_and_on_two_cores(tmp_path):
     small = Source(0, str(tmp_path / "a.log"), 1000)
     large = Source(0, str(tmp_path / "b.log"), parallel.MIN_PARALLEL_BYTES)
-    assert parallel.worker_count(None, [small], live=False) == 1
-    assert parallel.worker_count(None, [large], live=True) == 1
-    assert parallel.worker_count(1, [large], live=False) == 1
-    assert parallel.worker_count(3, [small], live=False) == 3
+    stdin = Source(0, "-", None)
+    assert parallel.worker_count(None, [large], live=False, cores=8) == parallel.MAX_AUTO_WORKERS
+    assert parallel.worker_count(None, [stdin], live=False, cores=3) == 2
+    assert parallel.worker_count(None, [small], live=False, cores=8) == 1
+    assert parallel.worker_count(None, [large], live=False, cores=2) == 1  # the diagnosis needs a core
+    assert parallel.worker_count(None, [large], live=True, cores=8) == 1
+    assert parallel.worker_count(1, [large], live=False, cores=8) == 1
+    assert parallel.worker_count(3, [small], live=False, cores=2) == 3
 
 
 def test_file_segments_cut_at_line_starts(tmp_path):
