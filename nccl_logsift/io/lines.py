@@ -156,16 +156,12 @@ class LineReader:
         self.stats = ReadStats()
 
     def __iter__(self) -> Iterator[RawChunk]:
-        try:
-            raw = self.source.open()
-        except OSError as exc:
-            self.stats.problem = f"cannot open: {exc.strerror or exc}"
-            return
-        try:
-            yield from self._chunks(raw)
-        finally:
-            if not self.source.is_stdin:
-                raw.close()
+        line_no = 1
+        for offset, data in self.texts():
+            chunk = split_lines(data, self.source.source_id, line_no, offset, self.stats)
+            line_no += len(chunk)
+            self.stats.lines += len(chunk)
+            yield chunk
 
     def _blocks(self, stream) -> Iterator[bytes | OSError | pa.ArrowException | EOFError]:
         """Blocks of bytes as read; a read error is yielded (once, last) instead of raised."""
@@ -197,14 +193,6 @@ class LineReader:
         finally:
             if not self.source.is_stdin:
                 raw.close()
-
-    def _chunks(self, raw: BinaryIO) -> Iterator[RawChunk]:
-        line_no = 1
-        for offset, data in self._texts(raw):
-            chunk = split_lines(data, self.source.source_id, line_no, offset, self.stats)
-            line_no += len(chunk)
-            self.stats.lines += len(chunk)
-            yield chunk
 
     def _texts(self, raw: BinaryIO) -> Iterator[tuple[int, bytes]]:
         stream = self._decompressing(raw)
