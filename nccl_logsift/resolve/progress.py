@@ -14,6 +14,8 @@ from nccl_logsift.resolve.communicators import INSTANCE, SEQ, instances, with_se
 ADDED = {"generation": pl.Int32, "rank": pl.Int64, "comm_uid": pl.String, "ordinal": pl.Int64}
 # A hash of the instance (host, pid, comm, generation) for grouping in memory; dropped before tables are written.
 INSTANCE_KEY = "__instance"
+_KEY = "__process_comm"
+_PROCESS_COMM = ["host", "pid", "comm"]
 
 
 class CollectiveNumbering:
@@ -22,12 +24,14 @@ class CollectiveNumbering:
     def __init__(self) -> None:
         self._comms: list[pl.DataFrame] = []
         self._instances: pl.DataFrame | None = None
+        self._start_table: pl.DataFrame | None = None
         self._counts = pl.DataFrame(schema={INSTANCE_KEY: pl.UInt64, "next": pl.Int64})
 
     def observe(self, comms: pl.DataFrame) -> None:
         if comms.height:
             self._comms.append(comms)
             self._instances = None
+            self._start_table = None
 
     @property
     def instances(self) -> pl.DataFrame:
@@ -39,18 +43,25 @@ class CollectiveNumbering:
     def number(self, coll: pl.DataFrame) -> pl.DataFrame:
         if coll.is_empty():
             return coll.with_columns([pl.lit(None, dtype=t).alias(n) for n, t in {**ADDED, INSTANCE_KEY: pl.UInt64}.items()])
-        starts = self.instances.select(
-            "host", "pid", "comm", "generation", "start_seq", "rank", "comm_uid"
-        ).sort("start_seq")
+        starts = self._starts()
         # Work on the key columns only (a batch can hold hundreds of thousands of calls with dozens of
-        # columns); batches come in line order, so the sort is usually a no-op check.
-        keys = with_seq(coll.select("source_id", "line_no", "part", "host", "pid", "comm")).with_row_index("__row")
+        # columns), with (host, pid, comm) hashed once into one integer to match on; batches come in line
+        # order, so the sort is usually a no-op check.
+        keys = with_seq(coll.select("source_id", "line_no", "part", "host", "pid", "comm")).select(
+            SEQ, pl.struct(_PROCESS_COMM).hash().alias(_KEY)
+        ).with_row_index("__row")
         in_order = keys[SEQ].is_sorted()
         if not in_order:
             keys = keys.sort(SEQ)
         joined = keys.join_asof(
-            starts, left_on=SEQ, right_on="start_seq", by=["host", "pid", "comm"], strategy="backward", check_sortedness=False
-        ).with_columns(**{INSTANCE_KEY: pl.struct(INSTANCE).hash()})
+            starts, left_on=SEQ, right_on="start_seq", by=_KEY, strategy="backward", check_sortedness=False
+        )
+        if joined[INSTANCE_KEY].null_count():
+            # Calls of a comm whose init was never logged: one instance per (host, pid, comm), generation null.
+            orphan = coll.select(*_PROCESS_COMM, generation=pl.lit(None, pl.Int32)).select(pl.struct(INSTANCE).hash())
+            if not in_order:
+                orphan = orphan[joined["__row"]]
+            joined = joined.with_columns(pl.col(INSTANCE_KEY).fill_null(orphan.to_series()))
         joined = joined.join(self._counts, on=INSTANCE_KEY, how="left")
         local = pl.int_range(pl.len(), dtype=pl.Int64).over(INSTANCE_KEY)
         joined = joined.with_columns(ordinal=pl.col("next").fill_null(0) + local)
@@ -59,6 +70,17 @@ class CollectiveNumbering:
         if not in_order:
             joined = joined.sort("__row")
         return coll.with_columns(joined.select(*ADDED, INSTANCE_KEY).get_columns())
+
+    def _starts(self) -> pl.DataFrame:
+        """Where each instance starts, keyed by its hashed (host, pid, comm), with its instance hash: the
+        calls of a batch look their instance up here (a few thousand rows, rebuilt when comms arrive)."""
+        if self._start_table is None:
+            # The instance hash is taken here, per instance, not per call.
+            self._start_table = self.instances.select(
+                pl.struct(_PROCESS_COMM).hash().alias(_KEY), "start_seq", "generation", "rank", "comm_uid",
+                pl.struct(INSTANCE).hash().alias(INSTANCE_KEY),
+            ).sort("start_seq")
+        return self._start_table
 
 def _no_comms() -> pl.DataFrame:
     return pl.DataFrame(
