@@ -210,15 +210,17 @@ class LineReader:
                 if block and looks_binary(block[:BINARY_SNIFF_BYTES]):
                     self.stats.problem = "looks like binary data, not a text log"
                     return
-            data = pending + block
             if eof:
-                pending = b""
+                data, pending = pending, b""
             else:
-                cut = data.rfind(b"\n") + 1
+                # pending holds no newline, so the block's last one ends the data: one copy of the block
+                # (joined to what was pending), not two (joined, then cut).
+                cut = block.rfind(b"\n") + 1
                 if cut == 0:  # one huge line (or a live block without a newline): keep reading until it ends
-                    pending = data
+                    pending += block
                     continue
-                data, pending = data[:cut], data[cut:]
+                data = block if not pending and cut == len(block) else b"".join((pending, memoryview(block)[:cut]))
+                pending = block[cut:]
             if data:
                 self.stats.bytes += len(data)
                 yield offset, data

@@ -167,16 +167,17 @@ class _Cache:
         self._parse = parse
         self._key = key
         self._known: pl.DataFrame | None = None
-        self._seen: set[str] = set()
+        self._seen = pl.Series(dtype=pl.String)  # every text parsed, including those that did not parse
 
     def join(self, frame: pl.DataFrame) -> pl.DataFrame:
         distinct = frame[self._key].unique()
-        missing = [text for text in distinct.to_list() if text not in self._seen]
-        if missing:
+        # A hash lookup of the chunk's distinct texts (thousands for a 4096-rank job), not a Python loop.
+        missing = distinct.filter(~distinct.is_in(self._seen.implode()))
+        if len(missing):
             if len(self._seen) + len(missing) > _MAX_CACHE:
-                self._seen, self._known = set(), None
-            parsed = self._parse(missing)
-            self._seen.update(missing)
+                self._seen, self._known = pl.Series(dtype=pl.String), None
+            parsed = self._parse(missing.to_list())
+            self._seen = pl.concat([self._seen, missing.rename(self._seen.name)])
             self._known = parsed if self._known is None else pl.concat([self._known, parsed], how="vertical_relaxed")
         known = self._known
         if known is None or known.is_empty():

@@ -29,9 +29,9 @@ import sys
 import tempfile
 import threading
 from collections import deque
+from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
-from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import polars as pl

@@ -7,7 +7,6 @@ import io
 import pickle
 import sys
 from collections import deque
-from pathlib import Path
 
 import polars as pl
 import pytest
