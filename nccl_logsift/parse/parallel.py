@@ -50,6 +50,9 @@ MIN_PARALLEL_BYTES = 6 * SEGMENT_BYTES
 MAX_AUTO_WORKERS = 3
 _NEWLINE_SCAN = 1 << 16
 _SHARED_MEMORY = "/dev/shm"
+# Free space /dev/shm must have: the tables of the segments in flight, and every non-COLL table, which the
+# diagnosis keeps (mapped) until the end — a few hundred MB for a 4096-rank job.
+_SHARED_MEMORY_NEEDED = 1 << 30
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -142,8 +145,7 @@ class SegmentPool:
     def map(self, segments: Iterator[Segment]) -> Iterator[tuple[Segment, SegmentTables]]:
         """Keep every worker busy, one segment ahead; results come back in order."""
         if not self._procs:
-            # Shared memory where there is some: the tables are written and read back without touching a disk.
-            self._directory = tempfile.mkdtemp(prefix="logsift-", dir=_SHARED_MEMORY if os.path.isdir(_SHARED_MEMORY) else None)
+            self._directory = tempfile.mkdtemp(prefix="logsift-", dir=scratch_directory())
             self._procs = [_Worker((*self._setup, self._directory)) for _ in range(self.workers)]
         pending: deque[tuple[Segment, _Worker]] = deque()
         names = (os.path.join(self._directory, f"segment-{n}") for n in count())
@@ -234,6 +236,16 @@ def read_frame(stream) -> bytes | None:
     (length,) = struct.unpack("<Q", head)
     data = stream.read(length)
     return data if len(data) == length else None
+
+
+def scratch_directory() -> str | None:
+    """Where workers hand over tables: shared memory when it has room (a container's /dev/shm is often
+    64 MB), else the temporary directory (None), whose files the page cache mostly keeps in memory too."""
+    try:
+        free = os.statvfs(_SHARED_MEMORY)
+    except OSError:
+        return None
+    return _SHARED_MEMORY if free.f_bavail * free.f_frsize >= _SHARED_MEMORY_NEEDED else None
 
 
 def file_segments(source: Source, segment_bytes: int | None = None) -> Iterator[tuple[int, int | None]]:

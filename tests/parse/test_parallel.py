@@ -169,3 +169,11 @@ def test_file_segments_cut_at_line_starts(tmp_path):
     assert ranges[0][0] == 0 and ranges[-1][1] is None
     for (start, length), (following, _) in zip(ranges, ranges[1:]):
         assert start + length == following and data[following - 1:following] == b"\n"
+
+
+def test_tables_are_handed_over_on_disk_when_shared_memory_is_small(monkeypatch):
+    class Small:
+        f_bavail, f_frsize = 64, 1 << 20  # a container's 64 MB /dev/shm
+
+    monkeypatch.setattr(parallel.os, "statvfs", lambda path: Small)
+    assert parallel.scratch_directory() is None
