@@ -190,19 +190,19 @@ def comm_progress(job: Job) -> list[CommProgress]:
         .agg(pl.all().last())
         .select("comm_uid", "rank", "global_rank", "ordinal", "op", "source_id", "line_no", "part", "host", "pid", "dev", "nranks")
     )
-    out = []
-    for uid, group in last.group_by("comm_uid"):
-        nranks = int(group["nranks"].max())
-        members = comms.filter(pl.col("comm_uid") == uid[0]) if not comms.is_empty() else comms
-        if members.height:
-            silent = members.join(group.select("rank"), on="rank", how="anti").select(
-                "rank", "global_rank", pl.lit(-1, pl.Int64).alias("ordinal"), pl.lit(None, pl.String).alias("op"),
-                "source_id", "line_no", pl.lit(0, pl.UInt8).alias("part"), "host", "pid",
-                pl.col("cuda_dev").alias("dev"), "nranks",
-            )
-            group = pl.concat([group, silent], how="diagonal_relaxed")
-        out.append(CommProgress(uid[0], nranks, group.sort("rank")))
-    return out
+    if not comms.is_empty():
+        # Members that initialised a communicator with calls but never logged one of them: ordinal -1.
+        members = comms.join(last.select("comm_uid").unique(), on="comm_uid", how="semi")
+        silent = members.join(last.select("comm_uid", "rank"), on=["comm_uid", "rank"], how="anti").select(
+            "comm_uid", "rank", "global_rank", pl.lit(-1, pl.Int64).alias("ordinal"), pl.lit(None, pl.String).alias("op"),
+            "source_id", "line_no", pl.lit(0, pl.UInt8).alias("part"), "host", "pid",
+            pl.col("cuda_dev").alias("dev"), "nranks",
+        )
+        last = pl.concat([last, silent], how="diagonal_relaxed")
+    return [
+        CommProgress(uid, int(group["nranks"].max()), group.sort("rank"))
+        for (uid,), group in last.group_by("comm_uid")
+    ]
 
 
 def hang_evidence(job: Job) -> bool:

@@ -50,11 +50,15 @@ class _Members:
 def grids(job: Job, findings: list[Finding]) -> tuple[tuple[Grid, ...], tuple[str, ...]]:
     """The grids worth drawing, those a finding names first; and notes on what was left out."""
     culprits = culprit_ranks(findings)
-    groups = _nccl_groups(job, findings) + _torch_groups(job, findings)
+    named = {f.comm for f in findings if f.ranks}
+    # Choose the communicators before looking at their calls: a 4096-rank job has hundreds of them.
+    progress = sorted(comm_progress(job), key=lambda c: (c.uid not in named, -c.nranks))
+    groups = _nccl_groups(job, findings, progress[:MAX_GRIDS]) + _torch_groups(job, findings)
     groups.sort(key=lambda g: (not g.finding, -len(g.ranks)))
+    hidden = len(groups) + max(len(progress) - MAX_GRIDS, 0) - MAX_GRIDS
     notes = ()
-    if len(groups) > MAX_GRIDS:
-        notes = (f"{len(groups) - MAX_GRIDS} more communicator(s) or process group(s) not drawn: "
+    if hidden > 0:
+        notes = (f"{hidden} more communicator(s) or process group(s) not drawn: "
                  "those a finding names and the largest come first.",)
     return tuple(_grid(g, culprits) for g in groups[:MAX_GRIDS] if g.enqueued.max(initial=0) > 0), notes
 
@@ -65,14 +69,12 @@ def culprit_ranks(findings: list[Finding]) -> frozenset[int]:
 
 
 # ---------------------------------------------------------------------------------------------- sources
-def _nccl_groups(job: Job, findings: list[Finding]) -> list[_Members]:
-    coll = job.table("collectives")
-    progress = comm_progress(job)
+def _nccl_groups(job: Job, findings: list[Finding], progress) -> list[_Members]:
     if not progress:
         return []
-    calls = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).select(
-        "comm_uid", "rank", pl.col("position") + 1, "op",
-    )
+    uids = [comm.uid for comm in progress]
+    coll = job.table("collectives").filter(pl.col("comm_uid").is_in(uids))
+    calls = positioned(coll, job.table("coll_stats")).select("comm_uid", "rank", pl.col("position") + 1, "op")
     out = []
     for comm in progress:
         last = comm.last
