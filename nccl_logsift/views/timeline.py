@@ -45,12 +45,12 @@ def timeline(job: Job, findings: list[Finding], culprits: frozenset[int]) -> tup
     per_lane = binned.group_by("lane").agg(
         last=pl.col("t_ms").max(), rank=pl.col("job_rank").min(), host=pl.col("host").drop_nulls().first(),
         ranks=pl.col("job_rank").unique(),
-    ).sort("rank")
+    ).join(counts.group_by("lane").agg(pl.col("bin"), pl.col("len")), on="lane").sort("rank")
     late = {r for f in findings if f.kind is Kind.LATENCY_OUTLIER for r in f.ranks}
     lanes = []
     for row in per_lane.iter_rows(named=True):
         bins = [0] * BINS
-        for b, n in counts.filter(pl.col("lane") == row["lane"]).select("bin", "len").iter_rows():
+        for b, n in zip(row["bin"], row["len"]):
             bins[b] = n
         ranks = set(row["ranks"])
         mine = events.filter(pl.col("job_rank").is_in(list(ranks))) if events.height else events

@@ -54,8 +54,7 @@ def test_simulated_scenario_report_in_chromium(tmp_path, name):
     report = report_of(str(log))
     culprits = primary_ranks(fixture_truth(name))
     page, loaded, dom = _open(report, tmp_path)
-    grid_culprits = culprits if any(g.culprit for g in report.views.grids) else []
-    _check_page(report, page, loaded, dom, grid_culprits)
+    _check_page(report, page, loaded, dom, culprits)
     findings = dom.find_all("details", cls="finding")
     assert len(findings) == len(report.findings)
     assert "open" in findings[0].attrs and findings[0].find("span", cls="root") is not None
