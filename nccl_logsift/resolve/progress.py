@@ -1,21 +1,31 @@
-"""Number the collectives of each communicator instance, chunk by chunk, with counts carried across chunks.
+"""Number the collectives of each communicator instance, batch by batch, with counts carried across batches.
 
 ``ordinal`` is the 0-based position of a COLL line among the calls one process made on one communicator
 instance. It is the position to compare across ranks: opCount does not count calls in 2.8, and stays 0
 on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
+
+A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
+address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
+per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
+(:func:`_number`): a hash lookup of the call's (host, pid, comm) among the instance starts and a running
+count per instance.
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
 import polars as pl
 
+from nccl_logsift import keymap
+from nccl_logsift.keymap import KeyMap
 from nccl_logsift.resolve.communicators import INSTANCE, SEQ, instances, with_seq
 
 ADDED = {"generation": pl.Int32, "rank": pl.Int64, "comm_uid": pl.String, "ordinal": pl.Int64}
 # A hash of the instance (host, pid, comm, generation) for grouping in memory; dropped before tables are written.
 INSTANCE_KEY = "__instance"
-_KEY = "__process_comm"
 _PROCESS_COMM = ["host", "pid", "comm"]
+_ORPHAN = np.uint64(0x6A09E667F3BCC909)  # mixed into the (host, pid, comm) key of calls without an init
 
 
 class CollectiveNumbering:
@@ -24,63 +34,119 @@ class CollectiveNumbering:
     def __init__(self) -> None:
         self._comms: list[pl.DataFrame] = []
         self._instances: pl.DataFrame | None = None
-        self._start_table: pl.DataFrame | None = None
-        self._counts = pl.DataFrame(schema={INSTANCE_KEY: pl.UInt64, "next": pl.Int64})
+        self._starts: _Starts | None = None
+        self._counts = KeyMap()
+        self._next = np.zeros(len(self._counts.keys), dtype=np.int64)
 
     def observe(self, comms: pl.DataFrame) -> None:
         if comms.height:
             self._comms.append(comms)
             self._instances = None
-            self._start_table = None
+            self._starts = None
 
     @property
     def instances(self) -> pl.DataFrame:
         if self._instances is None:
             merged = pl.concat(self._comms, how="vertical_relaxed") if self._comms else None
+            self._comms = [merged] if merged is not None else []
             self._instances = instances(merged) if merged is not None else instances(_no_comms())
         return self._instances
 
     def number(self, coll: pl.DataFrame) -> pl.DataFrame:
         if coll.is_empty():
             return coll.with_columns([pl.lit(None, dtype=t).alias(n) for n, t in {**ADDED, INSTANCE_KEY: pl.UInt64}.items()])
-        starts = self._starts()
-        # Work on the key columns only (a batch can hold hundreds of thousands of calls with dozens of
-        # columns), with (host, pid, comm) hashed once into one integer to match on; batches come in line
-        # order, so the sort is usually a no-op check.
-        keys = with_seq(coll.select("source_id", "line_no", "part", "host", "pid", "comm")).select(
-            SEQ, pl.struct(_PROCESS_COMM).hash().alias(_KEY)
-        ).with_row_index("__row")
-        in_order = keys[SEQ].is_sorted()
-        if not in_order:
-            keys = keys.sort(SEQ)
-        joined = keys.join_asof(
-            starts, left_on=SEQ, right_on="start_seq", by=_KEY, strategy="backward", check_sortedness=False
+        if self._starts is None:
+            self._starts = _Starts(self.instances)
+        starts = self._starts
+        keys = coll.select(pl.struct(_PROCESS_COMM).hash()).to_series().to_numpy()
+        seq = _seq(coll)
+        # Batches come in line order, so this is usually the identity.
+        order = np.arange(len(seq)) if _ascending(seq) else np.argsort(seq, kind="stable")
+        self._counts.reserve(len(seq))
+        if len(self._next) < len(self._counts.keys):
+            self._next = np.resize(self._next, len(self._counts.keys))
+        found, instance, ordinal, self._counts.count = _number(
+            keys, seq, order, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq, starts.instance,
+            self._counts.keys, self._counts.slots, self._next, self._counts.count,
         )
-        if joined[INSTANCE_KEY].null_count():
-            # Calls of a comm whose init was never logged: one instance per (host, pid, comm), generation null.
-            orphan = coll.select(*_PROCESS_COMM, generation=pl.lit(None, pl.Int32)).select(pl.struct(INSTANCE).hash())
-            if not in_order:
-                orphan = orphan[joined["__row"]]
-            joined = joined.with_columns(pl.col(INSTANCE_KEY).fill_null(orphan.to_series()))
-        joined = joined.join(self._counts, on=INSTANCE_KEY, how="left")
-        local = pl.int_range(pl.len(), dtype=pl.Int64).over(INSTANCE_KEY)
-        joined = joined.with_columns(ordinal=pl.col("next").fill_null(0) + local)
-        seen = joined.group_by(INSTANCE_KEY).agg(next=pl.col("ordinal").max() + 1)
-        self._counts = pl.concat([self._counts, seen]).group_by(INSTANCE_KEY).agg(pl.col("next").max())
-        if not in_order:
-            joined = joined.sort("__row")
-        return coll.with_columns(joined.select(*ADDED, INSTANCE_KEY).get_columns())
+        index = pl.Series(found).set(pl.Series(found < 0), None)
+        resolved = starts.table.select(pl.all().gather(index))
+        return coll.with_columns(
+            *resolved.get_columns(),
+            pl.Series("ordinal", ordinal),
+            pl.Series(INSTANCE_KEY, instance),
+        )
 
-    def _starts(self) -> pl.DataFrame:
-        """Where each instance starts, keyed by its hashed (host, pid, comm), with its instance hash: the
-        calls of a batch look their instance up here (a few thousand rows, rebuilt when comms arrive)."""
-        if self._start_table is None:
-            # The instance hash is taken here, per instance, not per call.
-            self._start_table = self.instances.select(
-                pl.struct(_PROCESS_COMM).hash().alias(_KEY), "start_seq", "generation", "rank", "comm_uid",
-                pl.struct(INSTANCE).hash().alias(INSTANCE_KEY),
-            ).sort("start_seq")
-        return self._start_table
+
+class _Starts:
+    """The instances' starts grouped by hashed (host, pid, comm), sorted by start within a group, as arrays."""
+
+    def __init__(self, instance_table: pl.DataFrame):
+        table = instance_table.select(
+            pl.struct(_PROCESS_COMM).hash().alias("key"), "start_seq", "generation", "rank", "comm_uid",
+            pl.struct(INSTANCE).hash().alias(INSTANCE_KEY),
+        ).sort("key", "start_seq")
+        key = table["key"].to_numpy()
+        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
+        self.lo = first.astype(np.int64)
+        self.hi = np.r_[first[1:], len(key)].astype(np.int64)
+        self.map = KeyMap(len(first))
+        self.map.reserve(len(first))
+        _fill(self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64))
+        self.map.count = len(first)
+        self.seq = table["start_seq"].to_numpy().astype(np.int64)
+        self.instance = table[INSTANCE_KEY].to_numpy()
+        self.table = table.select(*(pl.col(name).cast(dtype) for name, dtype in ADDED.items() if name != "ordinal"))
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill(keys, slots, group_keys):
+    for g in range(len(group_keys)):
+        keymap.find_or_add(keys, slots, group_keys[g], g)
+
+
+@numba.njit(cache=True, nogil=True)
+def _number(keys, seq, order, start_keys, start_slots, lo, hi, start_seq, start_instance,
+            count_keys, count_slots, next_ordinal, counted):
+    n = len(keys)
+    found = np.full(n, -1, dtype=np.int64)
+    instance = np.empty(n, dtype=np.uint64)
+    ordinal = np.empty(n, dtype=np.int64)
+    for i in order:
+        group = keymap.find(start_keys, start_slots, keys[i])
+        at = -1
+        if group >= 0:
+            # The latest start at or before the call (usually the only one).
+            j = hi[group] - 1
+            while j >= lo[group] and start_seq[j] > seq[i]:
+                j -= 1
+            if j >= lo[group]:
+                at = j
+        if at >= 0:
+            found[i] = at
+            instance[i] = start_instance[at]
+        else:
+            instance[i] = keys[i] ^ _ORPHAN
+        slot = keymap.find_or_add(count_keys, count_slots, instance[i], counted)
+        if slot == counted:
+            next_ordinal[slot] = 0
+            counted += 1
+        ordinal[i] = next_ordinal[slot]
+        next_ordinal[slot] += 1
+    return found, instance, ordinal, counted
+
+
+@numba.njit(cache=True, nogil=True)
+def _ascending(seq) -> bool:
+    for i in range(1, len(seq)):
+        if seq[i] < seq[i - 1]:
+            return False
+    return True
+
+
+def _seq(coll: pl.DataFrame) -> np.ndarray:
+    return with_seq(coll.select("source_id", "line_no", "part"))[SEQ].to_numpy()
+
 
 def _no_comms() -> pl.DataFrame:
     return pl.DataFrame(

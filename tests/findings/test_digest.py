@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from nccl_logsift.findings.digest import CollectiveDigest
@@ -49,3 +50,43 @@ def test_an_early_divergence_survives_the_window(tmp_path):
     mismatch = [f for f in bounded.findings if f.code == "LS102"]
     assert mismatch and mismatch[0].seq == [f for f in full.findings if f.code == "LS102"][0].seq
     assert "count 12345" in " ".join(e.text for e in mismatch[0].evidence)
+
+
+def test_per_rank_files_keep_every_ranks_last_calls(tmp_path):
+    """Per-rank files: the most recent calls are all the last rank's; each rank still keeps its last ones."""
+    out = tmp_path / "logs"
+    write(Options(scenario="rank-stall", ranks=8, nodes=2, ops=600, noise=False, layout="per-rank"), str(out))
+    analysis = Analysis(TableStream([str(out)], ParseOptions(every_line=False)))
+    analysis.digest = CollectiveDigest(budget=400, final=200, min_window=16)
+    for batch in analysis.stream:
+        analysis.add(batch)
+    kept = analysis.digest.table()
+    per_instance = kept.group_by("host", "pid", "comm", "generation").len()
+    assert per_instance["len"].min() >= 16
+    assert kept.height < analysis.digest.calls / 4
+
+
+def test_open_positions_beyond_the_cap_forget_the_lowest(tmp_path, monkeypatch):
+    """Per-rank files open a whole rank's run at once; past the cap the lowest positions are dropped, and
+    the diagnosis of the stalled rank is the one the uncapped digest gives."""
+    from nccl_logsift.findings import digest
+
+    out = tmp_path / "logs"
+    write(Options(scenario="rank-stall", ranks=8, nodes=2, ops=600, noise=False, layout="per-rank"), str(out))
+    full, _ = diagnose(out)
+    monkeypatch.setattr(digest, "OPEN_POSITIONS", 100)
+    cut = []
+    keep_highest = digest._keep_highest
+
+    def counted(position, aggregate, keys, slots, count, limit):
+        lowest_kept = np.sort(position[:count])[count - limit]
+        kept = keep_highest(position, aggregate, keys, slots, count, limit)
+        cut.append((count, (position[:kept] >= lowest_kept).all()))
+        return kept
+
+    monkeypatch.setattr(digest, "_keep_highest", counted)
+    capped, kept = diagnose(out)
+    assert cut and all(highest for _, highest in cut) and max(count for count, _ in cut) > 100
+    assert kept._state.open.count <= 100
+    key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]  # noqa: E731
+    assert key(capped) == key(full)

@@ -1,0 +1,83 @@
+"""Dense slots for 64-bit keys, for the compiled per-call loops (numbering, the collective digest).
+
+A log of millions of calls is reduced by loops compiled with numba; each loop needs "which instance,
+which communicator, which position is this key" once per call, which a polars join per batch answers
+at ~50 ns a row and a Python dict cannot be used for inside compiled code. :class:`KeyMap` is an
+open-addressing table (linear probing, power-of-two capacity, at most half full) held in numpy arrays,
+so it lives across batches and is passed to the kernels as plain arrays. Keys are hashes already
+(polars ``hash``); they are mixed once more (SplitMix64's finaliser) because polars' integer hashes
+are not guaranteed to spread over the low bits.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+EMPTY = -1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _home(key: np.uint64, mask: np.uint64) -> np.int64:
+    z = key + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.int64(z & mask)
+
+
+@numba.njit(cache=True, nogil=True)
+def find(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
+    """The slot of ``key``, or EMPTY."""
+    mask = np.uint64(len(keys) - 1)
+    at = _home(key, mask)
+    while slots[at] != EMPTY:
+        if keys[at] == key:
+            return slots[at]
+        at = (at + 1) & np.int64(mask)
+    return EMPTY
+
+
+@numba.njit(cache=True, nogil=True)
+def find_or_add(keys: np.ndarray, slots: np.ndarray, key: np.uint64, new_slot: np.int64) -> np.int64:
+    """The slot of ``key``; if absent it is added with ``new_slot`` (the caller checks ``== new_slot``)."""
+    mask = np.uint64(len(keys) - 1)
+    at = _home(key, mask)
+    while slots[at] != EMPTY:
+        if keys[at] == key:
+            return slots[at]
+        at = (at + 1) & np.int64(mask)
+    keys[at] = key
+    slots[at] = new_slot
+    return new_slot
+
+
+@numba.njit(cache=True, nogil=True)
+def _rehash(old_keys: np.ndarray, old_slots: np.ndarray, keys: np.ndarray, slots: np.ndarray) -> None:
+    for i in range(len(old_keys)):
+        if old_slots[i] != EMPTY:
+            find_or_add(keys, slots, old_keys[i], old_slots[i])
+
+
+class KeyMap:
+    """Keys to slots 0, 1, 2, … in order of first sight. ``reserve`` before a kernel may add keys."""
+
+    def __init__(self, capacity: int = 1024):
+        size = 1 << max(4, (capacity - 1).bit_length())
+        self.keys = np.zeros(size, dtype=np.uint64)
+        self.slots = np.full(size, EMPTY, dtype=np.int64)
+        self.count = 0
+
+    def reserve(self, more: int) -> None:
+        """Make room for ``more`` new keys while staying at most half full."""
+        need = 2 * (self.count + more)
+        if need <= len(self.keys):
+            return
+        size = 1 << (need - 1).bit_length()
+        keys, slots = np.zeros(size, dtype=np.uint64), np.full(size, EMPTY, dtype=np.int64)
+        _rehash(self.keys, self.slots, keys, slots)
+        self.keys, self.slots = keys, slots
+
+    def clear(self) -> None:
+        self.slots.fill(EMPTY)
+        self.count = 0
