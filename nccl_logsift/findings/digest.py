@@ -292,44 +292,43 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
         if pos < 0 or pos >= (1 << _POSITION_BITS):
             continue
         p = keymap.find_or_add(open_keys, open_slots, _open_key(c, pos), opened)
-        a = aggregate[p]
         if p == opened:
             opened += 1
             position[p] = pos
-            a[_COMM] = c
-            a[_CALLS] = 0
-            a[_NRANKS] = 0
-            a[_P2P] = 1
-            a[_SIG_MIN] = sig[i]
-            a[_SIG_MAX] = sig[i]
-            a[_OP_MIN] = op[i]
-            a[_OP_MAX] = op[i]
-        a[_CALLS] += 1
-        a[_NRANKS] = max(a[_NRANKS], nranks[i])
+            aggregate[p, _COMM] = c
+            aggregate[p, _CALLS] = 0
+            aggregate[p, _NRANKS] = 0
+            aggregate[p, _P2P] = 1
+            aggregate[p, _SIG_MIN] = sig[i]
+            aggregate[p, _SIG_MAX] = sig[i]
+            aggregate[p, _OP_MIN] = op[i]
+            aggregate[p, _OP_MAX] = op[i]
+        aggregate[p, _CALLS] += 1
+        aggregate[p, _NRANKS] = max(aggregate[p, _NRANKS], nranks[i])
         if not p2p[i]:
-            a[_P2P] = 0
-        a[_SIG_MIN] = min(a[_SIG_MIN], sig[i])
-        a[_SIG_MAX] = max(a[_SIG_MAX], sig[i])
-        a[_OP_MIN] = min(a[_OP_MIN], op[i])
-        a[_OP_MAX] = max(a[_OP_MAX], op[i])
+            aggregate[p, _P2P] = 0
+        aggregate[p, _SIG_MIN] = min(aggregate[p, _SIG_MIN], sig[i])
+        aggregate[p, _SIG_MAX] = max(aggregate[p, _SIG_MAX], sig[i])
+        aggregate[p, _OP_MIN] = min(aggregate[p, _OP_MIN], op[i])
+        aggregate[p, _OP_MAX] = max(aggregate[p, _OP_MAX], op[i])
     # 4. Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
     # point-to-point pair are the same op); positions every member has called are closed.
     first = np.full(communicators, -1, dtype=np.int64)
     kept = 0
     open_slots.fill(keymap.EMPTY)
     for p in range(opened):
-        a = aggregate[p]
-        c = a[_COMM]
-        if a[_P2P]:
-            split = a[_CALLS] == 2 and a[_OP_MIN] == a[_OP_MAX]
+        c = aggregate[p, _COMM]
+        if aggregate[p, _P2P]:
+            split = aggregate[p, _CALLS] == 2 and aggregate[p, _OP_MIN] == aggregate[p, _OP_MAX]
         else:
-            split = a[_SIG_MIN] != a[_SIG_MAX]
+            split = aggregate[p, _SIG_MIN] != aggregate[p, _SIG_MAX]
         if split:
             if not diverged_comm[c] and (first[c] < 0 or position[p] < first[c]):
                 first[c] = position[p]
-        elif a[_CALLS] < a[_NRANKS]:
+        elif aggregate[p, _CALLS] < aggregate[p, _NRANKS]:
             position[kept] = position[p]
-            aggregate[kept] = a
+            for k in range(_AGGREGATES):
+                aggregate[kept, k] = aggregate[p, k]
             keymap.find_or_add(open_keys, open_slots, _open_key(c, position[p]), kept)
             kept += 1
     counts[2] = kept
@@ -373,7 +372,8 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
     for kept in range(limit):
         p = order[kept]
         position[kept] = position[p]
-        aggregate[kept] = aggregate[p]
+        for k in range(_AGGREGATES):
+            aggregate[kept, k] = aggregate[p, k]
         keymap.find_or_add(open_keys, open_slots, _open_key(aggregate[kept, _COMM], position[kept]), kept)
     return limit
 
