@@ -59,10 +59,14 @@ class MemorySink:
         self._parts.setdefault(name, []).append(frame)
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
-        for name, parts in self._parts.items():
-            merged = pl.concat(parts, how="vertical_relaxed", rechunk=True)
+        # One table at a time, its parts released as soon as it is joined (not every table's parts,
+        # concatenated copy and joined copy alive at once); the join writes new contiguous columns
+        # anyway, so the parts are not rechunked first.
+        while self._parts:
+            name = next(iter(self._parts))
+            merged = pl.concat(self._parts.pop(name), how="vertical_relaxed", rechunk=False)
             self.tables[name] = attach_ranks(name, merged.lazy(), maps).collect()
-        self._parts.clear()
+            del merged
         self.tables.update(extra)
         return {name: frame.height for name, frame in self.tables.items()}
 
