@@ -143,8 +143,11 @@ class TableStream:
         reader = LineReader(source, options.chunk_bytes, options.max_wait)
         reader.stats = stats
         read_before = self.bytes_read
-        for chunk in reader:
-            chunks.add(chunk)
+        # Live input already arrives through a reader thread and is handed out as it comes; files and
+        # pipes read to the end are scanned ahead in a thread of their own.
+        live = options.max_wait is not None
+        for scanned in map(chunks.scan, reader) if live else chunks.scan_ahead(reader):
+            chunks.add(scanned.chunk, scanned)
             self.bytes_read = read_before + stats.bytes
             if options.max_wait is not None or chunks.ready:
                 yield self._batch(chunks.flush(), source)

@@ -8,17 +8,32 @@ order with its communicator inits, as one chunk always did.
 
 from __future__ import annotations
 
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
 import numpy as np
 import polars as pl
 
 from nccl_logsift.io.lines import LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
-from nccl_logsift.parse.lineparser import LineParser
+from nccl_logsift.parse.lineparser import LineParser, hosts_of
 from nccl_logsift.parse.schema import conform
 
 # A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
+SCAN_AHEAD = 4  # chunks read and scanned ahead of the batches (4 MB each)
+
+
+@dataclass(frozen=True, slots=True)
+class Scanned:
+    """A chunk with what the fast path found in it, and the hosts of the new prefixes it parsed."""
+
+    chunk: RawChunk
+    found: fastcoll.FastRows
+    hosts: list[str] = field(default_factory=list)
 
 
 class ChunkParser:
@@ -32,7 +47,8 @@ class ChunkParser:
     def __init__(self, parser: LineParser, every_line: bool = True):
         self.parser = parser
         self.every_line = every_line
-        self.fast = fastcoll.CollFastPath(parser.parse_prefixes, pointers=every_line)
+        self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line)
+        self._learned: list[str] = []
         self._fast: list[pl.DataFrame] = []
         self._rest: list[LineChunk] = []
         self._source_id = 0
@@ -46,9 +62,55 @@ class ChunkParser:
     def ready(self) -> bool:
         return self._rest_lines >= REST_LINES or self._fast_rows >= FAST_ROWS
 
-    def add(self, chunk: RawChunk) -> None:
-        self._source_id = chunk.source_id
+    def scan(self, chunk: RawChunk) -> Scanned:
+        """The fast path's part of :meth:`add`, which may run in another thread (:meth:`scan_ahead`)."""
         found = self.fast.read(chunk)
+        hosts, self._learned = self._learned, []
+        return Scanned(chunk, found, hosts)
+
+    def scan_ahead(self, chunks: Iterable[RawChunk]) -> Iterator[Scanned]:
+        """``scan`` every chunk in a thread that reads and scans up to SCAN_AHEAD chunks ahead.
+
+        Reading, decompression and the compiled COLL scan release the GIL, so on two cores they run
+        beside the batches being parsed, numbered and digested. What a scan learns (the hosts of new
+        prefixes) reaches the parser's state only in :meth:`add`, in input order, so the tables are
+        those of reading one chunk after the other.
+        """
+        ahead: queue.Queue = queue.Queue(maxsize=SCAN_AHEAD)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for chunk in chunks:
+                    item = self.scan(chunk)
+                    while not stop.is_set():
+                        try:
+                            ahead.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                ahead.put(None)
+            except BaseException as exc:  # handed to the consumer, raised there
+                ahead.put(exc)
+
+        thread = threading.Thread(target=produce, name="logsift-scan", daemon=True)
+        thread.start()
+        try:
+            while (item := ahead.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            thread.join()
+
+    def add(self, chunk: RawChunk, scanned: Scanned | None = None) -> None:
+        self._source_id = chunk.source_id
+        scanned = scanned or self.scan(chunk)
+        self.parser.state.known_hosts.update(scanned.hosts)
+        found = scanned.found
         if len(found.index):
             rows = found.rows
             if self.every_line and self.parser.keep_text:
@@ -60,6 +122,11 @@ class ChunkParser:
         if rest is None or len(rest):
             self._rest.append(chunk.lines(rest))
             self._rest_lines += len(self._rest[-1])
+
+    def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
+        parsed = self.parser.parse_prefixes(prefixes, learn=False)
+        self._learned += hosts_of(parsed)
+        return parsed
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""

@@ -132,7 +132,7 @@ class LineParser:
         state.family_counts[family] += rows
 
     # ------------------------------------------------------------------ prefixes
-    def parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
+    def parse_prefixes(self, prefixes: list[str], learn: bool = True) -> pl.DataFrame:
         """Launcher and envelope fields of line heads that stop right before `` NCCL INFO ``.
 
         The fast paths cut a line there and ask once per distinct head. ``producer`` is "nccl" only when
@@ -146,7 +146,8 @@ class LineParser:
         clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "")
         columns = [c for c in self.schemas.prefix_columns if c in frame.columns]
         parsed = frame.select("prefix", pl.when(clean).then(pl.lit("nccl")).alias("producer"), *columns)
-        self.state.known_hosts.update(parsed.filter(pl.col("producer").is_not_null())["host"].drop_nulls().to_list())
+        if learn:
+            self.state.known_hosts.update(hosts_of(parsed))
         return parsed
 
     def _apply_prefix(self, frame: pl.DataFrame, spec: _Prefix, only: pl.Expr | None, strip: bool) -> pl.DataFrame:
@@ -388,3 +389,8 @@ def shape_of(msg: pl.Expr) -> pl.Expr:
         .str.replace_all(r"\b[0-9a-f]*\d[0-9a-f]*\b", "<n>")
         .str.slice(0, 160)
     )
+
+
+def hosts_of(prefixes: pl.DataFrame) -> list[str]:
+    """The hosts of the clean NCCL envelopes among parsed prefixes (``LineParser.parse_prefixes``)."""
+    return prefixes.filter(pl.col("producer").is_not_null())["host"].drop_nulls().to_list()
