@@ -1,7 +1,8 @@
-"""The COLL fast path against the grammar-driven parser it stands in for, and its number folding."""
+"""The COLL fast path against the grammar-driven parser it stands in for."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +10,9 @@ import polars as pl
 import pytest
 
 from nccl_logsift.grammar import load_grammars
-from nccl_logsift.io.lines import ByteView, LineReader
+from nccl_logsift.io.lines import LineReader
 from nccl_logsift.io.sources import expand_paths
-from nccl_logsift.parse import numbers
+from nccl_logsift.parse.bytetable import ByteTable
 from nccl_logsift.parse.fastcoll import CollFastPath
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.pipeline import ParseOptions, TableStream
@@ -128,26 +129,105 @@ def test_fast_path_reads_lines_behind_launcher_prefixes(tmp_path):
     assert rows["torch_rank"].to_list()[0] == 3 and rows["mpi_rank"].to_list()[1] == 3
 
 
-TOKENS = ["0", "7", "12345678", "123456789", "9999999999999999", "-1", "-35", "1a4", "ff", "55d2e4b1a6c0",
-          "ffffffffffffffff", "x1", "", "12345678901234567"]
+def agreement(tmp_path, lines: list[str], pointers: bool = True, tables=ByteTable) -> pl.DataFrame:
+    """The fast path's rows for ``lines`` (one chunk), after checking each against the general parser's row.
+
+    A line the fast path leaves is fine whatever the general parser makes of it; a line it takes must
+    be a ``coll`` row of the general parser with the same values in every column.
+    """
+    path = tmp_path / "x.log"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", errors="surrogateescape"))
+    chunk = next(iter(LineReader(expand_paths([str(path)])[0][0])))
+    found = CollFastPath(LineParser(GRAMMARS).parse_prefixes, pointers=pointers, tables=tables).read(chunk)
+    if not len(found.index):
+        return pl.DataFrame()
+    reference = LineParser(GRAMMARS).parse(chunk.lines())["collectives"]
+    fast = found.rows
+    columns = [c for c in fast.columns if c in reference.columns]
+    want = reference.filter(pl.col("line_no").is_in(fast["line_no"].implode())).select(columns)
+    assert fast.select(columns).equals(want), (fast.select(columns), want)
+    return fast.with_columns(pl.Series("index", found.index))
 
 
-def folded(fold, **kw):
-    data = " ".join(TOKENS).encode()
-    starts = np.cumsum([0] + [len(t) + 1 for t in TOKENS[:-1]])
-    stops = starts + np.array([len(t) for t in TOKENS])
-    values, ok = fold(ByteView(data), starts, stops, **kw)
-    return dict(zip(TOKENS, [int(v) if good else None for v, good in zip(values, ok)]))
+def taken(tmp_path, lines: list[str], **kw) -> list[int]:
+    rows = agreement(tmp_path, lines, **kw)
+    return rows["index"].to_list() if len(rows) else []
 
 
-def test_decimal_tokens_fold_like_int():
-    expect = {t: int(t) for t in TOKENS if t.lstrip("-").isdigit() and len(t.lstrip("-")) <= numbers.MAX_DIGITS}
-    got = folded(numbers.decimal, signed=True)
-    assert {t: v for t, v in got.items() if v is not None} == expect
+@pytest.mark.parametrize(
+    "field, value, fast",
+    [
+        ("count 4194304", "count 9999999999999999", True),  # 16 digits
+        ("count 4194304", "count 12345678901234567", True),  # 17 digits: still an int64
+        ("count 4194304", "count 9223372036854775807", True),  # the largest int64
+        ("count 4194304", "count 9223372036854775808", False),  # beyond: null for the general parser
+        ("count 4194304", "count 000000000000000000000042", True),  # leading zeros
+        ("count 4194304", "count \u0663", False),  # an Arabic-Indic digit: \d matches it, int64 does not
+        ("count 4194304", "count -5", False),
+        ("count 4194304", "count +5", False),
+        ("root -1", "root -35", True),
+        ("root -1", "root -0", True),
+        ("root -1", "root -9223372036854775808", True),
+        ("root -1", "root -9223372036854775809", False),
+        ("root -1", "root -", False),
+        ("opCount 1a4", "opCount 7fffffffffffffff", True),  # 16 hex digits
+        ("opCount 1a4", "opCount 8000000000000000", False),  # beyond int64: null for the general parser
+        ("opCount 1a4", "opCount 10000000000000000", False),  # 17 hex digits
+        ("opCount 1a4", "opCount 0", True),
+        ("sendbuff 0x7f3a1c000000", "sendbuff (nil)", True),
+        ("sendbuff 0x7f3a1c000000", "sendbuff 0xffffffffffffffff", True),
+        ("sendbuff 0x7f3a1c000000", "sendbuff 0x1ffffffffffffffff", False),  # 17 hex digits
+        ("sendbuff 0x7f3a1c000000", "sendbuff 0x", False),
+        ("sendbuff 0x7f3a1c000000", "sendbuff 0xzz", False),
+        ("sendbuff 0x7f3a1c000000", "sendbuff (nul)", False),
+        ("comm 0x55d2e4b1a6c0", "comm (nil)", False),
+        ("comm 0x55d2e4b1a6c0", "comm 0x0", True),
+        ("[nranks=16]", "[nranks=0016]", True),
+        ("[nranks=16]", "[nranks=16]]", False),
+        ("AllReduce:", "A:", True),
+        ("AllReduce:", ":", False),
+        ("AllReduce:", "All\x1bReduce:", False),
+    ],
+)
+@pytest.mark.parametrize("pointers", [True, False])
+def test_fast_path_takes_a_value_only_when_the_general_parser_reads_it_alike(tmp_path, field, value, fast, pointers):
+    assert field in LINE
+    assert taken(tmp_path, [LINE, LINE.replace(field, value)], pointers=pointers) == ([0, 1] if fast else [0])
 
 
-def test_hex_tokens_fold_like_int_base_16():
-    hexdigits = set("0123456789abcdef")
-    expect = {t: int(t, 16) for t in TOKENS if t and set(t) <= hexdigits and len(t) <= numbers.MAX_DIGITS}
-    got = folded(numbers.hexadecimal)
-    assert {t: v for t, v in got.items() if v is not None} == expect
+def test_fast_path_survives_lines_cut_anywhere(tmp_path):
+    lines = [LINE[:n] for n in range(len(LINE) + 1)] + [LINE[n:] for n in range(len(LINE))]
+    lines += [" " * 40, " " * 21, "\x1b" * 30, "x " * 30, LINE.replace(" ", "  "), LINE + " ", " " + LINE]
+    rows = agreement(tmp_path, lines)
+    assert len(LINE) in rows["index"].to_list()
+
+
+def test_fast_path_agrees_with_the_general_parser_on_damaged_lines(tmp_path):
+    rng = random.Random(5)
+    alphabet = " 0123456789abcdefx-()[]=:\x1bAZ"
+    lines = []
+    for _ in range(3000):
+        line = list(LINE)
+        for _ in range(rng.randint(1, 3)):
+            line[rng.randrange(len(line))] = rng.choice(alphabet)
+        lines.append("".join(line))
+    assert len(taken(tmp_path, lines)) > 100
+
+
+def test_fast_path_with_tiny_tables_gives_the_same_rows(tmp_path):
+    """Every prefix collides (hash mask 0), the slot table starts at two slots and grows, and the tables
+    are emptied between chunks when they hold more than four strings."""
+    lines = [LINE.replace("gpu7:31842", f"gpu{i % 7}:{31842 + i % 13}").replace("AllReduce", ("Send", "Recv", "AllGather")[i % 3])
+             for i in range(200)]
+    path = tmp_path / "x.log"
+    path.write_text("\n".join(lines) + "\n")
+    source = expand_paths([str(path)])[0][0]
+    tiny = lambda: ByteTable(max_ids=4, slots=2, hash_mask=0)  # noqa: E731
+    parser = LineParser(GRAMMARS)
+    small, usual = CollFastPath(parser.parse_prefixes, tables=tiny), CollFastPath(parser.parse_prefixes)
+    chunks = list(LineReader(source, chunk_bytes=2000))
+    assert len(chunks) > 5
+    for chunk in chunks:
+        a, b = small.read(chunk), usual.read(chunk)
+        assert np.array_equal(a.index, b.index) and a.rows.equals(b.rows)
+    assert small.read(chunks[0]).rows["host"].n_unique() == 7

@@ -1,0 +1,287 @@
+"""The compiled loop of the COLL fast path: which lines of a chunk are canonical COLL lines, and their fields.
+
+One pass per line: the spaces before the line's last 22 tokens are found from its end (the message of
+``INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p
+[nranks=%d] stream %p", ...)``, grammar §5.1, has that many whatever precedes it), the literal tokens
+are compared, the numbers are read, and the prefix before `` NCCL INFO`` and the op name are numbered
+in :class:`~nccl_logsift.parse.bytetable.ByteTable` s (looked up only: the caller adds the new ones).
+
+Bytes are read eight at a time through the chunk's words view (``ByteView.words``: the little-endian
+word at every byte, the data followed by padding); a word read inside a line may run past its end into
+the next line or the padding, and those bytes are masked off. Every position read lies inside the line.
+
+A line is taken only when every token has exactly the shape for which the general parser's ``coll``
+pattern (grammars/nccl/coll.toml) gives the same typed value; anything else is left to that parser.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba.cpython.unsafe.numbers import leading_zeros
+
+from nccl_logsift.parse import bytetable
+from nccl_logsift.parse.bytetable import mask
+
+TOKENS = 22
+# Rows of the integer outputs (int64: the line, its fields, where its prefix ends and where its op name
+# is) and of the addresses (uint64).
+LINE, OPCOUNT, COUNT, DATATYPE, REDOP, ROOT, NRANKS, PREFIX_STOP, OP_START, OP_STOP = range(10)
+COMM, SENDBUFF, RECVBUFF, STREAM = range(4)
+# Rows of the id outputs (int32, -1 for a string not in the table yet); the nil flags have the rows of
+# the addresses (comm is never nil).
+OP_ID, PREFIX_ID = range(2)
+
+_MAX_HEX_DIGITS = 16  # what a 64-bit %p / %lx prints; longer values do not fit the columns
+_INT64_MAX = np.uint64((1 << 63) - 1)
+_SAFE = np.uint64(((1 << 63) - 1 - 9) // 10)  # below this, one more digit cannot pass int64
+
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_SPACES = np.uint64(0x2020202020202020)
+_ESCAPES = np.uint64(0x1B1B1B1B1B1B1B1B)  # ESC starts an ANSI colour: left to the general parser
+_ZEROS = np.uint64(0x3030303030303030)  # "00000000"
+
+
+def _word(text: bytes) -> np.uint64:
+    return np.uint64(int.from_bytes(text, "little"))
+
+
+# Literal tokens (at most 8 bytes each) as words, by their place among the 22 (0 is "NCCL").
+_NCCL, _INFO, _OPCOUNT_WORD = _word(b"NCCL"), _word(b"INFO"), _word(b"opCount")
+_SENDBUFF, _RECVBUFF, _COUNT_WORD = _word(b"sendbuff"), _word(b"recvbuff"), _word(b"count")
+_DATATYPE, _OP, _ROOT, _COMM_WORD = _word(b"datatype"), _word(b"op"), _word(b"root"), _word(b"comm")
+_NRANKS, _STREAM, _NIL, _0X = _word(b"[nranks="), _word(b"stream"), _word(b"(nil)"), _word(b"0x")
+
+
+def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Arrays for :func:`scan` to fill for a chunk of ``lines`` lines: integers, addresses, nil flags, ids."""
+    return (
+        np.empty((10, lines), dtype=np.int64),
+        np.empty((4, lines), dtype=np.uint64),
+        np.empty((4, lines), dtype=np.bool_),
+        np.empty((2, lines), dtype=np.int32),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids) -> int:
+    """Fill the outputs for each canonical COLL line of ``data``; return how many lines were taken.
+
+    ``words`` is the words view of ``data`` (``ByteView.words``); ``prefixes`` and ``ops`` are
+    ``ByteTable.arrays``. Column ``j`` of every output describes the ``j``-th line taken;
+    ``integers[LINE]`` is its index.
+    """
+    if len(words) < len(data) + 8:  # not a words view with its padding: nothing is read
+        return 0
+    prefix_slots, prefix_hashes, prefix_offsets, _, prefix_words, prefix_state = prefixes
+    op_slots, op_hashes, op_offsets, _, op_words, op_state = ops
+    cut = np.empty(TOKENS + 1, dtype=np.int64)  # cut[k]: the space before token k; cut[22]: the line's end
+    taken = 0
+    for line in range(len(starts)):
+        start, end = starts[line], ends[line]
+        if start < 0 or end > len(data) or not _find_tokens(words, start, end, cut):
+            continue
+        if not (
+            _is(words, cut, 0, _NCCL, 4) and _is(words, cut, 1, _INFO, 4) and _is(words, cut, 3, _OPCOUNT_WORD, 7)
+            and _is(words, cut, 5, _SENDBUFF, 8) and _is(words, cut, 7, _RECVBUFF, 8) and _is(words, cut, 9, _COUNT_WORD, 5)
+            and _is(words, cut, 11, _DATATYPE, 8) and _is(words, cut, 13, _OP, 2) and _is(words, cut, 15, _ROOT, 4)
+            and _is(words, cut, 17, _COMM_WORD, 4)
+        ):
+            continue
+        # "AllReduce:": letters, then the colon.
+        op_start, op_stop = cut[2] + 1, cut[3] - 1
+        if op_stop <= op_start or data[op_stop] != 58 or not _letters(data, op_start, op_stop):
+            continue
+        opcount, ok = _hex(words, cut[4] + 1, cut[5])
+        if not ok or opcount > _INT64_MAX:  # %lx of a value beyond int64: the general parser makes it null
+            continue
+        count, ok = _decimal(data, cut[10] + 1, cut[11], False)
+        if not ok:
+            continue
+        datatype, ok = _decimal(data, cut[12] + 1, cut[13], False)
+        if not ok:
+            continue
+        redop, ok = _decimal(data, cut[14] + 1, cut[15], False)
+        if not ok:
+            continue
+        root, ok = _decimal(data, cut[16] + 1, cut[17], True)
+        if not ok:
+            continue
+        comm, comm_nil, ok = _pointer(words, cut[18] + 1, cut[19])
+        if not ok or comm_nil:
+            continue
+        # "[nranks=16]"
+        nranks_start, nranks_stop = cut[19] + 1, cut[20]
+        if nranks_stop - nranks_start < 10 or words[nranks_start] != _NRANKS or data[nranks_stop - 1] != 93:  # "]"
+            continue
+        nranks, ok = _decimal(data, nranks_start + 8, nranks_stop - 1, False)
+        if not ok:
+            continue
+        sendbuff, send_nil, ok = _pointer(words, cut[6] + 1, cut[7])
+        if not ok:
+            continue
+        recvbuff, recv_nil, ok = _pointer(words, cut[8] + 1, cut[9])
+        if not ok:
+            continue
+        stream, stream_nil, ok = _pointer(words, cut[21] + 1, end)
+        if not ok:
+            continue
+        # Every token of the message has been checked, so it holds no ESC; the prefix may.
+        if _has_escape(words, start, cut[0]):
+            continue
+        ids[PREFIX_ID, taken] = bytetable.find(prefix_slots, prefix_hashes, prefix_offsets, prefix_words, prefix_state, words, start, cut[0])
+        ids[OP_ID, taken] = bytetable.find(op_slots, op_hashes, op_offsets, op_words, op_state, words, op_start, op_stop)
+        integers[PREFIX_STOP, taken] = cut[0]
+        integers[OP_START, taken] = op_start
+        integers[OP_STOP, taken] = op_stop
+        integers[LINE, taken] = line
+        integers[OPCOUNT, taken] = np.int64(opcount)
+        integers[COUNT, taken] = count
+        integers[DATATYPE, taken] = datatype
+        integers[REDOP, taken] = redop
+        integers[ROOT, taken] = root
+        integers[NRANKS, taken] = nranks
+        addresses[COMM, taken] = comm
+        addresses[SENDBUFF, taken] = sendbuff
+        addresses[RECVBUFF, taken] = recvbuff
+        addresses[STREAM, taken] = stream
+        nil[COMM, taken] = False
+        nil[SENDBUFF, taken] = send_nil
+        nil[RECVBUFF, taken] = recv_nil
+        nil[STREAM, taken] = stream_nil
+        taken += 1
+    return taken
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _zero_bytes(word: np.uint64) -> np.uint64:
+    """The high bit of every byte of ``word`` that is zero (exactly those: no borrow between bytes)."""
+    return ~(((word & _LOW7) + _LOW7) | word | _LOW7)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _find_tokens(words, start, end, cut) -> bool:
+    """Find the spaces before each of the last 22 tokens, eight bytes at a time from the end; False when
+    there are fewer, or when the last but one token is not "stream" (most lines are not COLL lines:
+    they stop there)."""
+    cut[TOKENS] = end
+    k = TOKENS
+    at = end  # bytes [start, at) are left
+    while at > start:
+        base = max(at - 8, start)
+        other = words[base] ^ _SPACES
+        if at - base < 8:
+            other |= ~mask(at - base)  # bytes past ``at`` are not spaces
+        spaces = _zero_bytes(other)
+        while spaces:
+            bit = 63 - leading_zeros(spaces)  # the last space of the word
+            k -= 1
+            cut[k] = base + (bit >> 3)
+            if k == TOKENS - 2 and not _is(words, cut, TOKENS - 2, _STREAM, 6):
+                return False
+            if k == 0:
+                return True
+            spaces ^= np.uint64(1) << np.uint64(bit)
+        at = base
+    return False
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _is(words, cut, token, literal, length) -> bool:
+    """Whether token ``token`` (between spaces ``cut[token]`` and ``cut[token + 1]``) is ``literal``."""
+    start = cut[token] + 1
+    return cut[token + 1] - start == length and words[start] & mask(length) == literal
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _has_escape(words, start, stop) -> bool:
+    for at in range(start, stop, 8):
+        other = words[at] ^ _ESCAPES
+        if stop - at < 8:
+            other |= ~mask(stop - at)
+        if _zero_bytes(other):
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _letters(data, start, stop) -> bool:
+    for at in range(start, stop):
+        byte = data[at] | 32  # lowercase
+        if byte < 97 or byte > 122:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hex(words, start, stop):
+    """Lowercase hex digits (1 to 16) as a uint64, and whether they were well formed."""
+    length = stop - start
+    if length < 1 or length > _MAX_HEX_DIGITS:
+        return np.uint64(0), False
+    if length <= 8:
+        return _hex8(words[start], length)
+    high, high_ok = _hex8(words[start], length - 8)
+    low, low_ok = _hex8(words[start + length - 8], 8)
+    return (high << np.uint64(32)) | low, high_ok and low_ok
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hex8(word, length):
+    """The first ``length`` (1 to 8) bytes of ``word`` as hex digits, all eight at once (SWAR)."""
+    # Move the digits to the top (the last digit, least significant, into the last byte) and fill the
+    # bytes freed at the start with leading "0"s.
+    shift = np.uint64(8 * (8 - length))
+    word = ((word & mask(length)) << shift) | (_ZEROS & ((np.uint64(1) << shift) - np.uint64(1)))
+    # Bytes below 0x80 in [0-9] or [a-f]: x + (0x80 - lo) has its high bit set iff x >= lo, and
+    # x + (0x7f - hi) iff x > hi; neither carries into the next byte.
+    digit = (word + _ONES * np.uint64(0x80 - 0x30)) & ~(word + _ONES * np.uint64(0x7F - 0x39))
+    letter = (word + _ONES * np.uint64(0x80 - 0x61)) & ~(word + _ONES * np.uint64(0x7F - 0x66))
+    ok = (word & _HIGH) == 0 and ((digit | letter) & _HIGH) == _HIGH
+    # "0"-"9" → 0-9 and "a"-"f" → 1-6 + 9; then digits fold pairwise: 16·a + b, 256·ab + cd, ...
+    value = (word & np.uint64(0x0F0F0F0F0F0F0F0F)) + np.uint64(9) * ((word >> np.uint64(6)) & _ONES)
+    value = (value * np.uint64(16) + (value >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    value = (value * np.uint64(256) + (value >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    value = (value * np.uint64(65536) + (value >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+    return value, ok
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _decimal(data, start, stop, signed):
+    """``-?[0-9]+`` (the sign only when ``signed``) as an int64, and whether it was well formed.
+
+    Any number of digits (leading zeros) is fine; a value beyond int64 is not (the general parser makes
+    it null). ASCII digits only: ``\\d`` also matches other scripts' digits, which do not convert.
+    """
+    negative = signed and stop - start >= 1 and data[start] == 45  # "-"
+    if negative:
+        start += 1
+    if stop - start < 1:
+        return np.int64(0), False
+    limit = _INT64_MAX + np.uint64(negative)
+    value = np.uint64(0)
+    for at in range(start, stop):
+        byte = data[at]
+        if byte < 48 or byte > 57:
+            return np.int64(0), False
+        digit = np.uint64(byte - 48)
+        if value > _SAFE and value > (limit - digit) // np.uint64(10):
+            return np.int64(0), False
+        value = value * np.uint64(10) + digit
+    if negative:
+        return -np.int64(value - np.uint64(1)) - np.int64(1), True  # -2**63 has no positive int64
+    return np.int64(value), True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pointer(words, start, stop):
+    """``%p``: ``0x`` and lowercase hex, or ``(nil)``; its value, whether it was nil, whether well formed."""
+    length = stop - start
+    if length == 5 and words[start] & mask(5) == _NIL:
+        return np.uint64(0), True, True
+    if length < 3 or words[start] & mask(2) != _0X:
+        return np.uint64(0), False, False
+    value, ok = _hex(words, start + 2, stop)
+    return value, False, ok
