@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass
 
 import polars as pl
@@ -144,3 +145,30 @@ def parse_job(paths, options=None):
 def load_job(paths) -> Job:
     """Parse ``paths`` into a Job (what rule tests use)."""
     return parse_job(paths)[1]
+
+
+# ---------------------------------------------------------------------------------------------- derived tables
+_CACHE: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def cached(job: Job, key: str, compute):
+    """Memoise a derived table per Job (rules are values; the Job is read-only, so this is only a cache)."""
+    ref, values = _CACHE.get(id(job), (None, None))
+    if ref is None or ref() is not job:
+        for k in [k for k, (r, _) in _CACHE.items() if r() is None]:
+            del _CACHE[k]
+        values = {}
+        _CACHE[id(job)] = (weakref.ref(job), values)
+    if key not in values:
+        values[key] = compute()
+    return values[key]
+
+
+def per_job(fn):
+    """Decorator: compute a one-argument helper once per Job."""
+
+    @functools.wraps(fn)
+    def wrapper(job: Job):
+        return cached(job, fn.__qualname__, lambda: fn(job))
+
+    return wrapper

@@ -19,7 +19,7 @@ from typing import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.model import Finding, Kind, Severity
 
 # PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
@@ -176,6 +176,7 @@ class CommProgress:
     last: pl.DataFrame  # rank, global_rank, ordinal, op, source_id, line_no, part, host, pid, dev
 
 
+@per_job
 def comm_progress(job: Job) -> list[CommProgress]:
     coll = job.table("collectives")
     comms = job.table("communicators")

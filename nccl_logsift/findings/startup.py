@@ -18,17 +18,15 @@ The helpers here are shared with the placement rules (LS4xx).
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
 from nccl_logsift.resolve.communicators import with_seq
@@ -52,32 +50,6 @@ BAD_IFNAME = re.compile(r"^(?:lo|veth\w*|docker\w*|br-\w+|virbr\w*|cni\w*|flanne
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-_CACHE: dict[int, tuple[weakref.ref, dict]] = {}
-
-
-def cached(job: Job, key: str, compute):
-    """Memoise a derived table per Job (rules are values; the Job is read-only, so this is only a cache)."""
-    ref, values = _CACHE.get(id(job), (None, None))
-    if ref is None or ref() is not job:
-        for k in [k for k, (r, _) in _CACHE.items() if r() is None]:
-            del _CACHE[k]
-        values = {}
-        _CACHE[id(job)] = (weakref.ref(job), values)
-    if key not in values:
-        values[key] = compute()
-    return values[key]
-
-
-def per_job(fn):
-    """Decorator: compute a one-argument helper once per Job."""
-
-    @functools.wraps(fn)
-    def wrapper(job: Job):
-        return cached(job, fn.__qualname__, lambda: fn(job))
-
-    return wrapper
-
-
 def ranks_text(ranks) -> str:
     """'0-3, 6, 9' for a list of ranks."""
     ranks = sorted({int(r) for r in ranks})

@@ -19,7 +19,7 @@ from typing import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.findings.process import locations, names, ranks_text, short_host, with_job_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
@@ -79,6 +79,7 @@ def n_nodes(job: Job) -> int:
     return max(counts)
 
 
+@per_job
 def transport_rows(job: Job) -> pl.DataFrame:
     """Connection lines with the logging process's global rank (``job_rank``), the peer's global rank and
     host (``peer_global``, ``peer_host``) and whether both ends are on one host (``same_host``)."""
