@@ -51,7 +51,9 @@ class ByteTable:
         self.slots = np.full(slots, _EMPTY, dtype=np.int32)
         self.hashes = np.zeros(slots // 2, dtype=np.uint64)
         self.offsets = np.zeros(slots // 2 + 1, dtype=np.int64)
-        self._set_store(np.zeros(_PAD, dtype=np.uint8))
+        # Room for a few strings from the start: a words view of one word would count as contiguous to
+        # numba, a second type of the compiled loops.
+        self._set_store(np.zeros(64 + _PAD, dtype=np.uint8))
         self.state[COUNT] = self.state[USED] = 0
 
     def _set_store(self, store: np.ndarray) -> None:
