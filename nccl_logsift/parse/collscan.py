@@ -33,6 +33,7 @@ COMM, SENDBUFF, RECVBUFF, STREAM = range(4)
 OP_ID, PREFIX_ID = range(2)
 
 _MAX_HEX_DIGITS = 16  # what a 64-bit %p / %lx prints; longer values do not fit the columns
+_SHORT_DIGITS = 18  # up to 18 decimal digits are below 10**18, far from the int64 limit
 _INT64_MAX = np.uint64((1 << 63) - 1)
 _SAFE = np.uint64(((1 << 63) - 1 - 9) // 10)  # below this, one more digit cannot pass int64
 
@@ -258,21 +259,44 @@ def _decimal(data, start, stop, signed):
     negative = signed and stop - start >= 1 and data[start] == 45  # "-"
     if negative:
         start += 1
-    if stop - start < 1:
+    length = stop - start
+    if length < 1:
         return np.int64(0), False
-    limit = _INT64_MAX + np.uint64(negative)
+    if length <= _SHORT_DIGITS:
+        value, ok = _short_decimal(data, start, stop)
+    else:
+        value, ok = _long_decimal(data, start, stop, _INT64_MAX + np.uint64(negative))
+    if not ok:
+        return np.int64(0), False
+    if negative:
+        return -np.int64(value - np.uint64(1)) - np.int64(1), True  # -2**63 has no positive int64
+    return np.int64(value), True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _short_decimal(data, start, stop):
+    value = np.uint64(0)
+    for at in range(start, stop):
+        digit = np.uint64(data[at]) - np.uint64(48)  # bytes below "0" wrap around to large values
+        if digit > np.uint64(9):
+            return value, False
+        value = value * np.uint64(10) + digit
+    return value, True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _long_decimal(data, start, stop, limit):
+    """More than 18 digits (leading zeros, or a value near the int64 limit): one at a time, up to ``limit``."""
     value = np.uint64(0)
     for at in range(start, stop):
         byte = data[at]
         if byte < 48 or byte > 57:
-            return np.int64(0), False
+            return value, False
         digit = np.uint64(byte - 48)
         if value > _SAFE and value > (limit - digit) // np.uint64(10):
-            return np.int64(0), False
+            return value, False
         value = value * np.uint64(10) + digit
-    if negative:
-        return -np.int64(value - np.uint64(1)) - np.int64(1), True  # -2**63 has no positive int64
-    return np.int64(value), True
+    return value, True
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

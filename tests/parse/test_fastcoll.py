@@ -159,6 +159,8 @@ def taken(tmp_path, lines: list[str], **kw) -> list[int]:
     [
         ("count 4194304", "count 9999999999999999", True),  # 16 digits
         ("count 4194304", "count 12345678901234567", True),  # 17 digits: still an int64
+        ("count 4194304", "count 999999999999999999", True),  # 18 digits
+        ("count 4194304", "count 9999999999999999999", False),  # 19 digits, beyond int64
         ("count 4194304", "count 9223372036854775807", True),  # the largest int64
         ("count 4194304", "count 9223372036854775808", False),  # beyond: null for the general parser
         ("count 4194304", "count 000000000000000000000042", True),  # leading zeros
