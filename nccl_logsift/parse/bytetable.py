@@ -39,7 +39,8 @@ class ByteTable:
     """
 
     def __init__(self, max_ids: int = 1 << 16, max_bytes: int = 16 << 20, slots: int = 1 << 10, hash_mask: int = (1 << 64) - 1):
-        assert slots >= 2 and slots & (slots - 1) == 0, "slots: a power of two"
+        if slots < 2 or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, not {slots}")
         self.max_ids = max_ids
         self.max_bytes = max_bytes
         self._first_slots = slots

@@ -7,8 +7,9 @@ are compared, the numbers are read, and the prefix before `` NCCL INFO`` and the
 in :class:`~nccl_logsift.parse.bytetable.ByteTable` s (looked up only: the caller adds the new ones).
 
 Bytes are read eight at a time through the chunk's words view (``ByteView.words``: the little-endian
-word at every byte, the data followed by padding); a word read inside a line may run past its end into
-the next line or the padding, and those bytes are masked off. Every position read lies inside the line.
+word at every byte, the data followed by padding). Every word is read at a position inside the line; it
+may run up to seven bytes past the line's end, into the next line or the padding, and those bytes are
+masked off. (numba declares these loads 8-byte aligned; x86-64 and arm64 load unaligned words alike.)
 
 A line is taken only when every token has exactly the shape for which the general parser's ``coll``
 pattern (grammars/nccl/coll.toml) gives the same typed value; anything else is left to that parser.
