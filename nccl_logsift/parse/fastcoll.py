@@ -27,7 +27,7 @@ import polars as pl
 
 from nccl_logsift.io.lines import ByteView, RawChunk
 from nccl_logsift.parse import collscan
-from nccl_logsift.parse.bytetable import ByteTable
+from nccl_logsift.parse.collscan import ByteTable
 
 FAMILY = "coll"
 PATTERN = "coll"

@@ -12,7 +12,7 @@ import pytest
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.io.lines import LineReader
 from nccl_logsift.io.sources import expand_paths
-from nccl_logsift.parse.bytetable import ByteTable
+from nccl_logsift.parse.collscan import ByteTable
 from nccl_logsift.parse.fastcoll import CollFastPath
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.pipeline import ParseOptions, TableStream

@@ -1,4 +1,5 @@
-"""The table of distinct byte strings the compiled COLL loop looks prefixes and op names up in."""
+"""The table of distinct byte strings the compiled COLL loop looks prefixes and op names up in (the loop itself is
+tested through the fast path, tests/parse/test_fastcoll.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numba
 import numpy as np
 
 from nccl_logsift.io.lines import ByteView
-from nccl_logsift.parse.bytetable import ByteTable, find
+from nccl_logsift.parse.collscan import ByteTable, find
 
 
 @numba.njit
