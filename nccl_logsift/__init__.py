@@ -1,6 +1,10 @@
 """nccl-logsift: read NCCL, PyTorch and launcher logs and say why a distributed job hung or failed."""
 
+import hashlib
+import os
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 try:
     __version__ = version("nccl-logsift")
@@ -8,3 +12,38 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0.0.0+source"
 
 __all__ = ["__version__"]
+
+# The modules with loops compiled by numba (tests/test_compiled.py checks the list is complete).
+COMPILED_MODULES = ("keymap.py", "parse/collscan.py", "resolve/progress.py", "findings/digest.py")
+
+
+def _numba_cache_dir() -> None:
+    """Keep numba's compiled-code cache in a directory named after the kernels' source.
+
+    numba checks a cached function against its own file only, so a kernel that inlines a helper from
+    another module (``keymap.find`` in the digest) would run stale code after that module changed; and
+    an installed package's ``__pycache__`` may not be writable. One directory per version of the source
+    avoids both. Set NUMBA_CACHE_DIR to choose another place; this runs before numba is imported.
+    """
+    if "NUMBA_CACHE_DIR" in os.environ:
+        return
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in COMPILED_MODULES:
+        try:
+            digest.update((here / name).read_bytes())
+        except OSError:
+            return
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    for root in (base, Path(tempfile.gettempdir())):
+        target = root / "nccl-logsift" / f"numba-{digest.hexdigest()[:16]}"
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(target, os.W_OK):
+            os.environ["NUMBA_CACHE_DIR"] = str(target)
+            return
+
+
+_numba_cache_dir()
