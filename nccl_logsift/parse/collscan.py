@@ -59,11 +59,19 @@ def _word(text: bytes) -> np.uint64:
     return np.uint64(int.from_bytes(text, "little"))
 
 
-# Literal tokens (at most 8 bytes each) as words, by their place among the 22 (0 is "NCCL").
-_NCCL, _INFO, _OPCOUNT_WORD = _word(b"NCCL"), _word(b"INFO"), _word(b"opCount")
-_SENDBUFF, _RECVBUFF, _COUNT_WORD = _word(b"sendbuff"), _word(b"recvbuff"), _word(b"count")
-_DATATYPE, _OP, _ROOT, _COMM_WORD = _word(b"datatype"), _word(b"op"), _word(b"root"), _word(b"comm")
-_NRANKS, _STREAM, _NIL, _0X = _word(b"[nranks="), _word(b"stream"), _word(b"(nil)"), _word(b"0x")
+# Literal tokens (at most 8 bytes each) by their place among the 22 (0 is "NCCL"); "stream" (20) is
+# checked first, while the tokens are found.
+_LITERALS = {0: b"NCCL", 1: b"INFO", 3: b"opCount", 5: b"sendbuff", 7: b"recvbuff", 9: b"count", 11: b"datatype",
+             13: b"op", 15: b"root", 17: b"comm"}
+_LITERAL_TOKENS = np.array(list(_LITERALS), dtype=np.int64)
+_LITERAL_WORDS = np.array([_word(text) for text in _LITERALS.values()], dtype=np.uint64)
+_LITERAL_LENGTHS = np.array([len(text) for text in _LITERALS.values()], dtype=np.int64)
+_STREAM, _NRANKS, _NIL, _0X = _word(b"stream"), _word(b"[nranks="), _word(b"(nil)"), _word(b"0x")
+# Values: the tokens of the decimals (and their integer output rows) and of the pointers (address rows).
+_DECIMAL_TOKENS = np.array([10, 12, 14, 16], dtype=np.int64)  # count, datatype, op, root
+_DECIMAL_ROWS = np.array([COUNT, DATATYPE, REDOP, ROOT], dtype=np.int64)
+_POINTER_TOKENS = np.array([18, 6, 8, 21], dtype=np.int64)  # comm, sendbuff, recvbuff, stream
+_POINTER_ROWS = np.array([COMM, SENDBUFF, RECVBUFF, STREAM], dtype=np.int64)
 
 
 def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -94,51 +102,9 @@ def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids
         start, end = starts[line], ends[line]
         if start < 0 or end > len(data) or not _find_tokens(words, start, end, cut):
             continue
-        if not (
-            _is(words, cut, 0, _NCCL, 4) and _is(words, cut, 1, _INFO, 4) and _is(words, cut, 3, _OPCOUNT_WORD, 7)
-            and _is(words, cut, 5, _SENDBUFF, 8) and _is(words, cut, 7, _RECVBUFF, 8) and _is(words, cut, 9, _COUNT_WORD, 5)
-            and _is(words, cut, 11, _DATATYPE, 8) and _is(words, cut, 13, _OP, 2) and _is(words, cut, 15, _ROOT, 4)
-            and _is(words, cut, 17, _COMM_WORD, 4)
-        ):
+        if not _literals(words, cut) or not _values(data, words, cut, integers, addresses, nil, taken):
             continue
-        # "AllReduce:": letters, then the colon.
         op_start, op_stop = cut[2] + 1, cut[3] - 1
-        if op_stop <= op_start or data[op_stop] != 58 or not _letters(data, op_start, op_stop):
-            continue
-        opcount, ok = _hex(words, cut[4] + 1, cut[5])
-        if not ok or opcount > _INT64_MAX:  # %lx of a value beyond int64: the general parser makes it null
-            continue
-        count, ok = _decimal(data, cut[10] + 1, cut[11], False)
-        if not ok:
-            continue
-        datatype, ok = _decimal(data, cut[12] + 1, cut[13], False)
-        if not ok:
-            continue
-        redop, ok = _decimal(data, cut[14] + 1, cut[15], False)
-        if not ok:
-            continue
-        root, ok = _decimal(data, cut[16] + 1, cut[17], True)
-        if not ok:
-            continue
-        comm, comm_nil, ok = _pointer(words, cut[18] + 1, cut[19])
-        if not ok or comm_nil:
-            continue
-        # "[nranks=16]"
-        nranks_start, nranks_stop = cut[19] + 1, cut[20]
-        if nranks_stop - nranks_start < 10 or words[nranks_start] != _NRANKS or data[nranks_stop - 1] != 93:  # "]"
-            continue
-        nranks, ok = _decimal(data, nranks_start + 8, nranks_stop - 1, False)
-        if not ok:
-            continue
-        sendbuff, send_nil, ok = _pointer(words, cut[6] + 1, cut[7])
-        if not ok:
-            continue
-        recvbuff, recv_nil, ok = _pointer(words, cut[8] + 1, cut[9])
-        if not ok:
-            continue
-        stream, stream_nil, ok = _pointer(words, cut[21] + 1, end)
-        if not ok:
-            continue
         # Every token of the message has been checked, so it holds no ESC; the prefix may.
         if _has_escape(words, start, cut[0]):
             continue
@@ -148,22 +114,52 @@ def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids
         integers[OP_START, taken] = op_start
         integers[OP_STOP, taken] = op_stop
         integers[LINE, taken] = line
-        integers[OPCOUNT, taken] = np.int64(opcount)
-        integers[COUNT, taken] = count
-        integers[DATATYPE, taken] = datatype
-        integers[REDOP, taken] = redop
-        integers[ROOT, taken] = root
-        integers[NRANKS, taken] = nranks
-        addresses[COMM, taken] = comm
-        addresses[SENDBUFF, taken] = sendbuff
-        addresses[RECVBUFF, taken] = recvbuff
-        addresses[STREAM, taken] = stream
-        nil[COMM, taken] = False
-        nil[SENDBUFF, taken] = send_nil
-        nil[RECVBUFF, taken] = recv_nil
-        nil[STREAM, taken] = stream_nil
         taken += 1
     return taken
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _literals(words, cut) -> bool:
+    for i in range(len(_LITERAL_TOKENS)):
+        if not _is(words, cut, _LITERAL_TOKENS[i], _LITERAL_WORDS[i], _LITERAL_LENGTHS[i]):
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _values(data, words, cut, integers, addresses, nil, column) -> bool:
+    """Check and read the values of the message into ``column`` of the outputs (overwritten by the next
+    line if this one is not taken); False when one is not in its exact form."""
+    # "AllReduce:": letters, then the colon.
+    op_start, op_stop = cut[2] + 1, cut[3] - 1
+    if op_stop <= op_start or data[op_stop] != 58 or not _letters(data, op_start, op_stop):
+        return False
+    opcount, ok = _hex(words, cut[4] + 1, cut[5])
+    if not ok or opcount > _INT64_MAX:  # %lx of a value beyond int64: the general parser makes it null
+        return False
+    integers[OPCOUNT, column] = np.int64(opcount)
+    for i in range(len(_DECIMAL_TOKENS)):
+        token = _DECIMAL_TOKENS[i]
+        value, ok = _decimal(data, cut[token] + 1, cut[token + 1], token == 16)  # root may be negative
+        if not ok:
+            return False
+        integers[_DECIMAL_ROWS[i], column] = value
+    # "[nranks=16]"
+    start, stop = cut[19] + 1, cut[20]
+    if stop - start < 10 or words[start] != _NRANKS or data[stop - 1] != 93:  # "]"
+        return False
+    value, ok = _decimal(data, start + 8, stop - 1, False)
+    if not ok:
+        return False
+    integers[NRANKS, column] = value
+    for i in range(len(_POINTER_TOKENS)):
+        token = _POINTER_TOKENS[i]
+        value, is_nil, ok = _pointer(words, cut[token] + 1, cut[token + 1])
+        if not ok or (is_nil and token == 18):  # comm is never (nil)
+            return False
+        addresses[_POINTER_ROWS[i], column] = value
+        nil[_POINTER_ROWS[i], column] = is_nil
+    return True
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -493,19 +489,23 @@ def _add(slots, hashes, offsets, store, store_words, state, data, words, starts,
         if ids[row] >= 0:
             continue
         start, stop = starts[row], stops[row]
-        known = find(slots, hashes, offsets, store_words, state, words, start, stop)
-        if known >= 0:  # added for an earlier row
-            ids[row] = known
-            continue
         hash_ = _hash_of(words, start, stop) & np.uint64(state[_HASH_MASK])
+        length = stop - start
         slot = _slot(hash_, len(slots))
-        while slots[slot] != _EMPTY:
+        while True:  # the string, added for an earlier row, or the empty slot where it goes
+            known = np.int64(slots[slot])
+            if known == _EMPTY:
+                break
+            if hashes[known] == hash_ and offsets[known + 1] - offsets[known] == length:
+                if _same(words, start, store_words, offsets[known], length):
+                    break
             slot = (slot + 1) & (len(slots) - 1)
-        new, at, length = state[_STRINGS], state[_USED], stop - start
-        store[at: at + length] = data[start:stop]
-        hashes[new] = hash_
-        offsets[new + 1] = at + length
-        slots[slot] = new
-        state[_STRINGS] = new + 1
-        state[_USED] = at + length
-        ids[row] = new
+        if known == _EMPTY:
+            known, at = state[_STRINGS], state[_USED]
+            store[at: at + length] = data[start:stop]
+            hashes[known] = hash_
+            offsets[known + 1] = at + length
+            slots[slot] = known
+            state[_STRINGS] = known + 1
+            state[_USED] = at + length
+        ids[row] = known
