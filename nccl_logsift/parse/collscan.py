@@ -68,9 +68,10 @@ _LITERAL_WORDS = np.array([_word(text) for text in _LITERALS.values()], dtype=np
 _LITERAL_LENGTHS = np.array([len(text) for text in _LITERALS.values()], dtype=np.int64)
 _STREAM, _NRANKS, _NIL, _0X = _word(b"stream"), _word(b"[nranks="), _word(b"(nil)"), _word(b"0x")
 # Values: the tokens of the decimals (and their integer output rows) and of the pointers (address rows).
-_DECIMAL_TOKENS = np.array([10, 12, 14, 16], dtype=np.int64)  # count, datatype, op, root
+_ROOT_TOKEN, _COMM_TOKEN = 16, 18  # root may be negative; comm is never (nil)
+_DECIMAL_TOKENS = np.array([10, 12, 14, _ROOT_TOKEN], dtype=np.int64)  # count, datatype, op, root
 _DECIMAL_ROWS = np.array([COUNT, DATATYPE, REDOP, ROOT], dtype=np.int64)
-_POINTER_TOKENS = np.array([18, 6, 8, 21], dtype=np.int64)  # comm, sendbuff, recvbuff, stream
+_POINTER_TOKENS = np.array([_COMM_TOKEN, 6, 8, 21], dtype=np.int64)  # comm, sendbuff, recvbuff, stream
 _POINTER_ROWS = np.array([COMM, SENDBUFF, RECVBUFF, STREAM], dtype=np.int64)
 
 
@@ -140,7 +141,7 @@ def _values(data, words, cut, integers, addresses, nil, column) -> bool:
     integers[OPCOUNT, column] = np.int64(opcount)
     for i in range(len(_DECIMAL_TOKENS)):
         token = _DECIMAL_TOKENS[i]
-        value, ok = _decimal(data, cut[token] + 1, cut[token + 1], token == 16)  # root may be negative
+        value, ok = _decimal(data, cut[token] + 1, cut[token + 1], token == _ROOT_TOKEN)
         if not ok:
             return False
         integers[_DECIMAL_ROWS[i], column] = value
@@ -155,7 +156,7 @@ def _values(data, words, cut, integers, addresses, nil, column) -> bool:
     for i in range(len(_POINTER_TOKENS)):
         token = _POINTER_TOKENS[i]
         value, is_nil, ok = _pointer(words, cut[token] + 1, cut[token + 1])
-        if not ok or (is_nil and token == 18):  # comm is never (nil)
+        if not ok or (is_nil and token == _COMM_TOKEN):
             return False
         addresses[_POINTER_ROWS[i], column] = value
         nil[_POINTER_ROWS[i], column] = is_nil
