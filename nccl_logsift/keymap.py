@@ -27,29 +27,29 @@ def _home(key: np.uint64, mask: np.uint64) -> np.int64:
 
 
 @numba.njit(cache=True, nogil=True)
-def find(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
-    """The slot of ``key``, or EMPTY."""
+def _probe(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
+    """Where ``key`` is in the table, or the empty place where it would go."""
     mask = np.uint64(len(keys) - 1)
     at = _home(key, mask)
-    while slots[at] != EMPTY:
-        if keys[at] == key:
-            return slots[at]
+    while slots[at] != EMPTY and keys[at] != key:
         at = (at + 1) & np.int64(mask)
-    return EMPTY
+    return at
+
+
+@numba.njit(cache=True, nogil=True)
+def find(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
+    """The slot of ``key``, or EMPTY."""
+    return slots[_probe(keys, slots, key)]
 
 
 @numba.njit(cache=True, nogil=True)
 def find_or_add(keys: np.ndarray, slots: np.ndarray, key: np.uint64, new_slot: np.int64) -> np.int64:
     """The slot of ``key``; if absent it is added with ``new_slot`` (the caller checks ``== new_slot``)."""
-    mask = np.uint64(len(keys) - 1)
-    at = _home(key, mask)
-    while slots[at] != EMPTY:
-        if keys[at] == key:
-            return slots[at]
-        at = (at + 1) & np.int64(mask)
-    keys[at] = key
-    slots[at] = new_slot
-    return new_slot
+    at = _probe(keys, slots, key)
+    if slots[at] == EMPTY:
+        keys[at] = key
+        slots[at] = new_slot
+    return slots[at]
 
 
 @numba.njit(cache=True, nogil=True)
