@@ -118,7 +118,11 @@ class ChunkParser:
                 rows = rows.with_columns(chunk.view.strings(chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text"))
             self._fast.append(rows)
             self._fast_rows += rows.height
-        rest = np.setdiff1d(np.arange(len(chunk)), found.index, assume_unique=True) if len(found.index) else None
+        rest = None
+        if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
+            left = np.ones(len(chunk), dtype=bool)
+            left[found.index] = False
+            rest = np.flatnonzero(left)
         if rest is None or len(rest):
             self._rest.append(chunk.lines(rest))
             self._rest_lines += len(self._rest[-1])
