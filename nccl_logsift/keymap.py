@@ -62,8 +62,9 @@ def _rehash(old_keys: np.ndarray, old_slots: np.ndarray, keys: np.ndarray, slots
 class KeyMap:
     """Keys to slots 0, 1, 2, … in order of first sight. ``reserve`` before a kernel may add keys."""
 
-    def __init__(self, capacity: int = 1024):
-        size = 1 << max(4, (capacity - 1).bit_length())
+    def __init__(self, capacity: int = 512):
+        """Room for ``capacity`` keys before the table grows."""
+        size = 1 << max(4, (2 * capacity - 1).bit_length())
         self.keys = np.zeros(size, dtype=np.uint64)
         self.slots = np.full(size, EMPTY, dtype=np.int64)
         self.count = 0

@@ -206,16 +206,16 @@ class _State:
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
         counts = np.array([self.instances.count, self.comms.count, self.open.count], dtype=np.int64)
-        window, keep, new_members, diverged, opened = _fold(
+        window, keep, new_members, diverged, still_open = _fold(
             instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
             self.instances.keys, self.instances.slots, self.comms.keys, self.comms.slots, self.open.keys, self.open.slots,
             self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
             self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
         )
         self.instances.count, self.comms.count = int(counts[0]), int(counts[1])
-        if opened > OPEN_POSITIONS:
-            opened = _keep_highest(self.position, self.aggregate, self.open.keys, self.open.slots, opened, OPEN_POSITIONS)
-        self.open.count = opened
+        if still_open > OPEN_POSITIONS:
+            still_open = _keep_highest(self.position, self.aggregate, self.open.keys, self.open.slots, still_open, OPEN_POSITIONS)
+        self.open.count = still_open
         return window, keep, new_members, diverged
 
     def alive(self, instance: np.ndarray, row: np.ndarray, total: int, recent: int) -> np.ndarray:
@@ -354,7 +354,7 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
         if c >= 0 and first[c] >= 0 and (where[i] == first[c] or where[i] == first[c] - 1):
             keep[i] = True
         row = total - n + i
-        window[i] = row >= total - recent or pushed[s] <= width or row >= ring[s, pushed[s] % width]
+        window[i] = _still_kept(row, s, total, recent, ring, pushed)
     return window, keep, new_members[:added], diverged, kept
 
 
@@ -380,9 +380,16 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
 
 @numba.njit(cache=True, nogil=True)
 def _alive(instance, row, total, recent, inst_keys, inst_slots, ring, pushed):
-    width = ring.shape[1]
     alive = np.zeros(len(row), dtype=np.bool_)
     for i in range(len(row)):
         s = keymap.find(inst_keys, inst_slots, np.uint64(instance[i]))
-        alive[i] = row[i] >= total - recent or pushed[s] <= width or row[i] >= ring[s, pushed[s] % width]
+        alive[i] = _still_kept(row[i], s, total, recent, ring, pushed)
     return alive
+
+
+@numba.njit(cache=True, nogil=True)
+def _still_kept(row, s, total, recent, ring, pushed):
+    """Whether call ``row`` of instance slot ``s`` is among the log's ``recent`` last calls or its instance's
+    last ``ring.shape[1]`` (the ring's oldest entry is the earliest of those)."""
+    width = ring.shape[1]
+    return row >= total - recent or pushed[s] <= width or row >= ring[s, pushed[s] % width]

@@ -91,7 +91,6 @@ class _Starts:
         self.lo = first.astype(np.int64)
         self.hi = np.r_[first[1:], len(key)].astype(np.int64)
         self.map = KeyMap(len(first))
-        self.map.reserve(len(first))
         _fill(self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64))
         self.map.count = len(first)
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
