@@ -8,10 +8,29 @@ import sys
 import click
 
 from nccl_logsift import __version__
+from nccl_logsift.cli.lazy_group import LazyGroup
 from nccl_logsift.errors import LogsiftError
 
+# Imported only when the command runs or help lists it: analyze needs none of the simulator, the batch
+# engines or the live view, and --version needs no command at all.
+COMMANDS = {
+    "analyze": "nccl_logsift.cli.analyze:analyze",
+    "batch": "nccl_logsift.cli.batch:batch",
+    "explain": "nccl_logsift.cli.explain:explain",
+    "grammar": "nccl_logsift.cli.grammar:grammar",
+    "parse": "nccl_logsift.cli.parse:parse",
+    "report": "nccl_logsift.cli.analyze:report",
+    "simulate": "nccl_logsift.cli.simulate:simulate",
+    "tables": "nccl_logsift.cli.tables:tables",
+    "watch": "nccl_logsift.cli.watch:watch",
+}
+OPTIONAL_COMMANDS = frozenset({"simulate"})  # the simulator is an optional part of a source checkout in progress
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+@click.group(
+    cls=LazyGroup, lazy_commands=COMMANDS, optional=OPTIONAL_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="logsift")
 @click.option("-v", "--verbose", count=True, help="Log what the tool is doing to stderr (-vv for debug detail).")
 def cli(verbose: int) -> None:
@@ -32,34 +51,6 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
-def _register() -> None:
-    from nccl_logsift.cli.analyze import analyze, report
-    from nccl_logsift.cli.batch import batch
-    from nccl_logsift.cli.explain import explain
-    from nccl_logsift.cli.grammar import grammar
-    from nccl_logsift.cli.parse import parse
-    from nccl_logsift.cli.tables import tables
-    from nccl_logsift.cli.watch import watch
-
-    cli.add_command(analyze)
-    cli.add_command(batch)
-    cli.add_command(report)
-    cli.add_command(explain)
-    cli.add_command(parse)
-    cli.add_command(tables)
-    cli.add_command(grammar)
-    cli.add_command(watch)
-    try:
-        from nccl_logsift.cli.simulate import simulate
-    except ImportError:  # the simulator is an optional part of a source checkout in progress
-        pass
-    else:
-        cli.add_command(simulate)
-
-
-_register()
 
 
 def main() -> None:

@@ -1,0 +1,98 @@
+"""The command group imports a command's module only when that command is used, and still lists them all."""
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, ROOT
+
+from nccl_logsift.cli import COMMANDS, cli
+from nccl_logsift.cli.lazy_group import LazyGroup
+
+COMMAND_MODULES = sorted({target.partition(":")[0] for target in COMMANDS.values()})
+# What only other commands need: the simulator, the batch engines, the live view.
+NOT_FOR_ANALYZE = ["nccl_logsift.simulate", "nccl_logsift.batch", "nccl_logsift.live",
+                   "nccl_logsift.cli.batch", "nccl_logsift.cli.simulate", "nccl_logsift.cli.watch"]
+
+
+def imported_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code`` (SystemExit is caught)."""
+    script = (
+        "import json, sys\n"
+        f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stderr.splitlines()[-1]))
+
+
+def test_importing_the_cli_imports_no_command_module_nor_the_heavy_libraries():
+    loaded = imported_after("import nccl_logsift.cli")
+    assert sorted(loaded & {*COMMAND_MODULES, *NOT_FOR_ANALYZE, "polars", "numba", "pyarrow", "nccl_logsift.pipeline"}) == []
+
+
+def test_version_imports_no_command_module():
+    loaded = imported_after("sys.argv = ['logsift', '--version']; from nccl_logsift.cli import main; main()")
+    assert sorted(loaded & {*COMMAND_MODULES, "polars", "numba"}) == []
+
+
+def test_analyze_imports_neither_the_simulator_nor_batch_nor_watch(tmp_path):
+    out = tmp_path / "findings.json"
+    log = FIXTURES / "collective_mismatch_4ranks.log"
+    loaded = imported_after(
+        f"sys.argv = ['logsift', 'analyze', {str(log)!r}, '--format', 'json', '-o', {str(out)!r}]\n"
+        "    from nccl_logsift.cli import main; main()"
+    )
+    assert json.loads(out.read_text())["findings"]
+    assert "nccl_logsift.cli.analyze" in loaded
+    assert sorted(loaded & set(NOT_FOR_ANALYZE)) == []
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_command_maps_to_the_command_of_that_name(name):
+    command = cli.get_command(click.Context(cli), name)
+    assert isinstance(command, click.Command) and command.name == name
+
+
+def test_help_lists_every_command_with_its_own_short_help():
+    result = CliRunner().invoke(cli, ["--help"], terminal_width=100)
+    assert result.exit_code == 0
+    listed = dict(line.split(maxsplit=1) for line in result.output.split("Commands:\n")[1].splitlines())
+    assert sorted(listed) == sorted(COMMANDS)
+    for name, text in listed.items():
+        short = cli.get_command(click.Context(cli), name).get_short_help_str(limit=1000)
+        assert short.startswith(text.removesuffix("...")), name
+
+
+def _group(lazy_commands: dict[str, str], optional: frozenset[str] = frozenset()) -> click.Group:
+    @click.group(cls=LazyGroup, lazy_commands=lazy_commands, optional=optional)
+    def group() -> None:
+        """A group."""
+
+    return group
+
+
+def test_an_optional_command_whose_module_is_missing_is_absent():
+    group = _group({"tables": "nccl_logsift.cli.tables:tables", "gone": "nccl_logsift.cli.no_such_module:gone"},
+                   optional=frozenset({"gone"}))
+    helped = CliRunner().invoke(group, ["--help"])
+    assert helped.exit_code == 0 and "tables" in helped.output and "gone" not in helped.output
+    invoked = CliRunner().invoke(group, ["gone"])
+    assert invoked.exit_code == 2 and "No such command 'gone'" in invoked.output
+
+
+def test_a_required_command_whose_module_is_missing_raises():
+    group = _group({"gone": "nccl_logsift.cli.no_such_module:gone"})
+    with pytest.raises(ModuleNotFoundError):
+        group.get_command(click.Context(group), "gone")
+
+
+def test_a_target_that_is_not_a_command_is_a_type_error():
+    group = _group({"answer": "nccl_logsift.cli:COMMANDS"})
+    with pytest.raises(TypeError, match="not a click command"):
+        group.get_command(click.Context(group), "answer")
