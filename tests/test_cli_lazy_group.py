@@ -14,9 +14,10 @@ from nccl_logsift.cli import COMMANDS, cli
 from nccl_logsift.cli.lazy_group import LazyGroup
 
 COMMAND_MODULES = sorted({target.partition(":")[0] for target in COMMANDS.values()})
-# What only other commands need: the simulator, the batch engines, the live view.
-NOT_FOR_ANALYZE = ["nccl_logsift.simulate", "nccl_logsift.batch", "nccl_logsift.live",
-                   "nccl_logsift.cli.batch", "nccl_logsift.cli.simulate", "nccl_logsift.cli.watch"]
+# What only other commands or formats need: the simulator, the batch engines, the live view, the HTML page,
+# and rich (the terminal report and the progress bar, which JSON to a file without a terminal needs neither of).
+NOT_FOR_ANALYZE = ["nccl_logsift.simulate", "nccl_logsift.batch", "nccl_logsift.live", "nccl_logsift.render.html",
+                   "jinja2", "rich", "nccl_logsift.cli.batch", "nccl_logsift.cli.simulate", "nccl_logsift.cli.watch"]
 
 
 def imported_after(code: str) -> set[str]:
@@ -41,7 +42,7 @@ def test_version_imports_no_command_module():
     assert sorted(loaded & {*COMMAND_MODULES, "polars", "numba"}) == []
 
 
-def test_analyze_imports_neither_the_simulator_nor_batch_nor_watch(tmp_path):
+def test_analyze_imports_neither_the_simulator_nor_batch_nor_watch_nor_the_html_page(tmp_path):
     out = tmp_path / "findings.json"
     log = FIXTURES / "collective_mismatch_4ranks.log"
     loaded = imported_after(

@@ -3,6 +3,8 @@ when the total is known in advance.
 
 It is drawn only when stderr is a terminal, so pipes, redirected files and CI logs get no extra output,
 and it is transient: gone before the command prints its report, so stdout (``--format json``) is untouched.
+The bar itself is in ``progress_bar``, imported only then: rich's progress costs ~20 ms to import, and
+the runs that care about start-up (scripts, hooks, CI) have no terminal.
 """
 
 from __future__ import annotations
@@ -11,20 +13,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
-
-from rich.console import Console
-from rich.filesize import decimal
-from rich.progress import (
-    BarColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
-from rich.text import Text
 
 from nccl_logsift.io.lines import COMPRESSED_MAGIC
 from nccl_logsift.io.sources import expand_paths
@@ -40,14 +28,10 @@ def read_progress(paths: Sequence[str], stream: TextIO | None = None) -> Iterato
     if not stream.isatty():
         yield None
         return
-    columns = (
-        TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), BytesReadColumn(),
-        TransferSpeedColumn(), TimeElapsedColumn(),
-    )
-    console = Console(file=stream, highlight=False)
-    with Progress(*columns, console=console, transient=True, redirect_stdout=False) as bar:
-        task = bar.add_task("reading", total=known_total(paths))
-        yield lambda bytes_read: bar.update(task, completed=bytes_read)
+    from nccl_logsift.cli.progress_bar import bytes_bar
+
+    with bytes_bar(stream, known_total(paths)) as update:
+        yield update
 
 
 def known_total(paths: Sequence[str]) -> int | None:
@@ -66,11 +50,3 @@ def _is_compressed(path: str) -> bool:
     except OSError:  # unreadable: the pipeline reports it and reads nothing from it
         return False
 
-
-class BytesReadColumn(ProgressColumn):
-    """Bytes read, and of how many when known, in decimal units like the MB/s beside it."""
-
-    def render(self, task: Task) -> Text:
-        read = decimal(int(task.completed))
-        text = read if task.total is None else f"{read} / {decimal(int(task.total))}"
-        return Text(text, style="progress.download")
