@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_logsift.errors import GrammarError
+from nccl_logsift.grammar.cache import cached_grammars
 from nccl_logsift.grammar.dialect import dialect_problems
 from nccl_logsift.grammar.schema import RESERVED_MESSAGE_COLUMNS, Grammar, Layer, group_names, read_grammar
 
@@ -52,7 +53,8 @@ def load_grammars(root: Path | None = None, check_dialect: bool | None = None) -
 
     Compiling every regex in both engines (the dialect check) takes longer than the rest of startup, so
     it runs for grammars a user points at (``root``) and on request; the shipped grammars are checked by
-    the test suite.
+    the test suite. Without the dialect check, a set that passed is kept on disk for the next run
+    (``grammar/cache.py``).
     """
     return _load(str(root or grammar_root()), root is not None if check_dialect is None else check_dialect)
 
@@ -60,8 +62,15 @@ def load_grammars(root: Path | None = None, check_dialect: bool | None = None) -
 @functools.lru_cache(maxsize=4)
 def _load(root: str, check_dialect: bool) -> GrammarSet:
     base = Path(root)
+    paths = sorted(base.rglob("*.toml"))
+    if check_dialect:  # a check asked for runs in full
+        return _read_all(base, paths, check_dialect)
+    return cached_grammars(base, paths, lambda: _read_all(base, paths, check_dialect))
+
+
+def _read_all(base: Path, paths: list[Path], check_dialect: bool) -> GrammarSet:
     grammars, diagnostics = [], []
-    for path in sorted(base.rglob("*.toml")):
+    for path in paths:
         grammar, problems = read_grammar(path)
         if grammar is not None:
             problems += structural_problems(grammar, check_dialect)
