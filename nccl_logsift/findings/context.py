@@ -169,6 +169,6 @@ def per_job(fn):
 
     @functools.wraps(fn)
     def wrapper(job: Job):
-        return cached(job, fn.__qualname__, lambda: fn(job))
+        return cached(job, f"{fn.__module__}.{fn.__qualname__}", lambda: fn(job))
 
     return wrapper

@@ -62,6 +62,7 @@ def pg_labels(*frames: pl.DataFrame) -> dict[str, str]:
     return labels
 
 
+@per_job
 def timeouts(job: Job) -> pl.DataFrame:
     """Watchdog timeout rows with the rank that logged them, its PG key and a plausible last-completed."""
     torch = job.table("torch")
@@ -94,12 +95,14 @@ def _labelled(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
     return frame.with_columns(pg=pl.col("pg").replace(labels))
 
 
+@per_job
 def work_states(job: Job) -> pl.DataFrame:
     """Work-state rows with PG keys turned into labels (see :func:`_work_states`)."""
     rows = _work_states(job)
     return rows if rows.is_empty() else _labelled(rows, pg_labels(rows))
 
 
+@per_job
 def _work_states(job: Job) -> pl.DataFrame:
     """'Timeout at NCCL work' / 'failure detected by watchdog' rows: last enqueued / completed per rank and PG."""
     torch = job.table("torch")
