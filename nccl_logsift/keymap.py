@@ -26,6 +26,15 @@ def _home(key: np.uint64, mask: np.uint64) -> np.int64:
     return np.int64(z & mask)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def mix(a: np.uint64, b: np.uint64) -> np.uint64:
+    """A 64-bit hash of the pair (a, b): a key made of two keys (SplitMix64's finaliser over both)."""
+    z = a * np.uint64(0xBF58476D1CE4E5B9) ^ (b + np.uint64(0x9E3779B97F4A7C15))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 @numba.njit(cache=True, nogil=True)
 def _probe(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     """Where ``key`` is in the table, or the empty place where it would go."""
@@ -57,6 +66,33 @@ def _rehash(old_keys: np.ndarray, old_slots: np.ndarray, keys: np.ndarray, slots
     for i in range(len(old_keys)):
         if old_slots[i] != EMPTY:
             find_or_add(keys, slots, old_keys[i], old_slots[i])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def full(keys: np.ndarray, count: np.int64) -> bool:
+    """Whether a table holding ``count`` keys needs :func:`room` before one more is added."""
+    return 2 * (count + 1) > len(keys)
+
+
+@numba.njit(cache=True, nogil=True)
+def room(keys: np.ndarray, slots: np.ndarray, count: np.int64):
+    """``keys, slots`` with room for one more key beside the ``count`` held: a table twice as large.
+    Kernels call it when :func:`full` before an add and hand the arrays back, so a table is sized by the
+    keys it holds, not by how many a batch might add (a table much larger than the keys costs a cache
+    miss per lookup). Arrays returned from a compiled call cost reference counting, hence the test
+    apart, inlined."""
+    grown_keys = np.zeros(2 * len(keys), dtype=np.uint64)
+    grown_slots = np.full(2 * len(keys), EMPTY, dtype=np.int64)
+    _rehash(keys, slots, grown_keys, grown_slots)
+    return grown_keys, grown_slots
+
+
+@numba.njit(cache=True, nogil=True)
+def longer(values: np.ndarray, count: np.int64) -> np.ndarray:
+    """``values`` (per slot, along the first axis) twice as long, for slot ``count`` past its end."""
+    grown = np.zeros((2 * len(values),) + values.shape[1:], dtype=values.dtype)
+    grown[: len(values)] = values
+    return grown
 
 
 class KeyMap:

@@ -26,7 +26,9 @@ from nccl_logsift.parse.parallel import (
     Segment, SegmentPool, file_segments, missed_hosts, parse_segment, shift_lines, sniff, worker_count,
 )
 from nccl_logsift.resolve.communicators import process_ranks
-from nccl_logsift.resolve.progress import INSTANCE_KEY, CollectiveNumbering
+from nccl_logsift.parse.calls import ADDED, Calls, Names
+from nccl_logsift.parse.schema import conform
+from nccl_logsift.resolve.progress import CollectiveNumbering
 from nccl_logsift.tables import RankMaps, TableSink
 
 log = logging.getLogger(__name__)
@@ -82,13 +84,24 @@ class ParseSummary:
         return sum(i.lines for i in self.inputs)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Batch:
-    """Tables parsed from consecutive lines of one source, collectives already numbered."""
+    """Tables parsed from consecutive lines of one source, and their COLL calls, already numbered.
+
+    ``logsift parse`` (``every_line``) gets the calls as the ``collectives`` table too; the diagnosis
+    reads ``calls`` and builds rows only for those it keeps (:attr:`collectives` builds them all).
+    """
 
     tables: dict[str, pl.DataFrame]
     source: Source
     bytes_read: int  # decompressed bytes read so far, over all sources
+    calls: Calls | None = None
+
+    @property
+    def collectives(self) -> pl.DataFrame:
+        if "collectives" not in self.tables:
+            self.tables["collectives"] = self.calls.frame()
+        return self.tables["collectives"]
 
 
 class TableStream:
@@ -103,13 +116,14 @@ class TableStream:
         self.sources, self.skipped = require_sources(paths)
         self.grammars = grammars or load_grammars()
         self.parser = LineParser(self.grammars, keep_text=options.keep_text)
+        self.ops = Names()
         self.numbering = CollectiveNumbering()
         self.inputs: list[InputSummary] = []
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[Batch]:
         parser, options = self.parser, self.options
-        chunks = ChunkParser(parser, options.every_line)
+        chunks = ChunkParser(parser, options.every_line, self.ops)
         live = options.max_wait is not None
         workers = worker_count(options.workers, self.sources, live)
         pool = SegmentPool(workers, self.grammars, options.keep_text, options.every_line, options.chunk_bytes) if workers > 1 else None
@@ -150,10 +164,10 @@ class TableStream:
             chunks.add(scanned.chunk, scanned)
             self.bytes_read = read_before + stats.bytes
             if options.max_wait is not None or chunks.ready:
-                yield self._batch(chunks.flush(), source)
-        tables = chunks.flush()
-        if tables is not None:
-            yield self._batch(tables, source)
+                yield self._batch(*chunks.flush_calls(), source)
+        flushed = chunks.flush_calls()
+        if flushed is not None:
+            yield self._batch(*flushed, source)
 
     def _by_segments(self, source: Source, chunks: ChunkParser, pool: SegmentPool, stats: ReadStats) -> Iterator[Batch]:
         """One source cut into segments that worker processes parse; batches still come out in line order.
@@ -189,7 +203,9 @@ class TableStream:
                 stats.bytes += result.bytes
             self.bytes_read = read_before + stats.bytes
             for tables in result.batches:
-                yield self._batch(shift_lines(tables, lines_before), source)
+                tables = shift_lines(tables, lines_before)
+                calls = Calls.from_frame(tables.pop("collectives"), self.ops, parser.schemas.tables["collectives"])
+                yield self._batch(tables, calls, source)
             lines_before += result.lines
             stats.lines += result.lines
             stats.invalid_utf8_lines += result.invalid_utf8_lines
@@ -197,11 +213,12 @@ class TableStream:
                 stats.problem = result.problem
                 break
 
-    def _batch(self, tables: dict[str, pl.DataFrame], source: Source) -> Batch:
+    def _batch(self, tables: dict[str, pl.DataFrame], calls: Calls, source: Source) -> Batch:
         self.numbering.observe(tables["comms"])
-        coll = self.numbering.number(tables["collectives"])
-        tables["collectives"] = coll.drop(INSTANCE_KEY) if self.options.every_line else coll
-        return Batch(tables, source, self.bytes_read)
+        self.numbering.number(calls)
+        if self.options.every_line:
+            tables["collectives"] = conform(calls.frame(), {**calls.schema, **ADDED})
+        return Batch(tables, source, self.bytes_read, calls)
 
     def finish(self, sink: TableSink) -> ParseSummary:
         """Attach ranks in ``sink`` and summarise; raise InputError when nothing at all could be read."""
@@ -276,10 +293,9 @@ class Analysis:
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
 
     def add(self, batch: Batch) -> None:
+        self.digest.add(batch.calls)
         for name, frame in batch.tables.items():
-            if name == "collectives":
-                self.digest.add(frame)
-            else:
+            if name != "collectives":
                 self.sink.write(name, frame)
 
     def job(self):

@@ -26,18 +26,19 @@ import polars as pl
 
 from nccl_logsift import keymap
 from nccl_logsift.keymap import KeyMap
-from nccl_logsift.findings.progress import P2P_OPS, SIGNATURE, positioned
-from nccl_logsift.resolve.progress import INSTANCE_KEY
+from nccl_logsift.findings.progress import P2P_OPS, positioned
+from nccl_logsift.parse.calls import LOCATION, NO_RANK, Calls, nullable
 
 BUDGET_ROWS = 200_000  # the window is trimmed when it holds more than twice this
 FINAL_ROWS = 100_000  # the most recent calls kept, whatever the instance
 MIN_WINDOW = 16  # the last calls kept per instance, whatever the budget
 OPEN_POSITIONS = 500_000  # positions awaiting members; the lowest are forgotten beyond this
 STATS_KEY = ["comm_uid", "rank"]
-LOCATION = ["source_id", "line_no", "part"]
-# Columns no rule reads; dropping them keeps the window small.
+# Columns no rule reads.
 UNUSED = ("sendbuff", "recvbuff", "stream", "size", "src_file", "src_line", "logger", "severity", "func", "rccl_task")
-_ROW = "__row"  # the call's number in the whole log, to tell which rows of the window are still kept
+# What the window keeps of a call besides its row: the call's number in the whole log ("serial", to tell
+# which rows are still kept), its instance, and numbering's columns.
+_WINDOW = ("serial", "instance", "ordinal", "generation", "rank", "uid")
 _POSITION_BITS = 44  # open positions are keyed by (communicator slot, position) packed into 64 bits
 _MAX_COMMS = 1 << (64 - _POSITION_BITS)
 
@@ -50,57 +51,53 @@ class CollectiveDigest:
         self.final = final
         self.min_window = min_window
         self.calls = 0
-        self._window: list[pl.DataFrame] = []
+        self._window: list[Calls] = []
         self._rows = 0
         self._kept: list[pl.DataFrame] = []
         self._state = _State(min_window)
-        self._members: list[pl.DataFrame] = []  # per instance slot: comm_uid, rank
+        # The uid and comm rank of each instance slot's first call, in slot order.
+        self._members: list[tuple[np.ndarray, np.ndarray]] = []
+        self._uids = None
 
-    def add(self, coll: pl.DataFrame) -> None:
-        if coll.is_empty():
+    def add(self, calls: Calls) -> None:
+        """Fold in a batch of numbered calls (in line order)."""
+        n = len(calls)
+        if not n:
             return
-        coll = coll.drop([c for c in UNUSED if c in coll.columns])
-        if INSTANCE_KEY not in coll.columns:
-            coll = coll.with_columns(pl.struct("source_id", "host", "pid", "comm", "generation").hash().alias(INSTANCE_KEY))
-        coll = coll.with_columns(pl.int_range(self.calls, self.calls + coll.height, dtype=pl.Int64).alias(_ROW))
-        self.calls += coll.height
-        inputs = coll.select(
-            pl.col(INSTANCE_KEY),
-            pl.when(pl.col("comm_uid").is_null()).then(pl.lit(0, pl.UInt64)).otherwise(pl.col("comm_uid").hash()).alias("comm"),
-            pl.col("comm_uid").is_not_null().alias("in_comm"),
-            pl.col("opcount").fill_null(0).cast(pl.Int64),
-            pl.col("opcount").is_not_null().alias("has_opcount"),
-            pl.col("ordinal").cast(pl.Int64),
-            pl.col("nranks").fill_null(0).cast(pl.Int64),
-            pl.struct(SIGNATURE).hash().alias("sig"),
-            pl.col("op").hash().alias("op"),
-            pl.col("op").is_in(P2P_OPS).fill_null(False).alias("p2p"),
-        )
+        c = calls.columns
+        c["serial"] = np.arange(self.calls, self.calls + n, dtype=np.int64)
+        self.calls += n
+        uid = c["uid"]
         state = self._state
-        state.reserve(inputs[INSTANCE_KEY].n_unique(), inputs["comm"].n_unique(), coll.height)
-        # Signatures and op names are compared as int64 (the aggregates are int64; mixing in uint64 would
+        state.reserve(pl.Series(c["instance"]).n_unique(), len(calls.uids.names))
+        # Signatures and op ids are compared as int64 (the aggregates are int64; mixing in uint64 would
         # make numba compare floats).
-        arrays = {c: inputs[c].to_numpy() for c in inputs.columns}
-        arrays["sig"], arrays["op"] = arrays["sig"].view(np.int64), arrays["op"].view(np.int64)
-        window, keep, new_members, diverged = state.fold(*arrays.values(), self.calls, self.final)
+        window, keep, new_members, diverged = state.fold(
+            c["instance"], uid.astype(np.uint64), uid >= 0, c["opcount"], c["has_opcount"], c["ordinal"], c["nranks"],
+            c["sig"], c["op"].astype(np.int64), np.isin(c["op"], calls.ops.ids(P2P_OPS)), self.calls, self.final,
+        )
         if len(new_members):
-            self._members.append(coll[new_members].select(*STATS_KEY))
+            self._members.append((uid[new_members], c["rank"][new_members]))
+            self._uids = calls.uids
         if keep.any():
-            self._kept.append(coll.filter(pl.Series(keep)))
+            self._kept.append(calls.take(keep, _WINDOW).frame())
         if len(diverged):
-            self._keep_window_rows(diverged)
-        self._window.append(coll.filter(pl.Series(window)))
-        self._rows += self._window[-1].height
+            self._keep_window_rows(diverged, calls)
+        if window.any():
+            self._window.append(calls.take(window, _WINDOW))
+            self._rows += len(self._window[-1])
         if self._rows > 2 * self.budget:
             self._trim()
 
     def table(self) -> pl.DataFrame:
         """The kept calls: the most recent ones and the divergent positions, in log order."""
         self._trim()
-        frames = self._kept + self._window
+        frames = [*self._kept, *(calls.frame() for calls in self._window)]
+        frames = [frame for frame in frames if frame.height]
         if not frames:
             return pl.DataFrame()
-        merged = pl.concat(frames, how="diagonal_relaxed").drop(INSTANCE_KEY, _ROW)
+        merged = pl.concat(frames, how="diagonal_relaxed")
+        merged = merged.drop([name for name in UNUSED if name in merged.columns])
         return merged.unique(LOCATION, keep="first").sort(LOCATION)
 
     def stats(self) -> pl.DataFrame:
@@ -111,12 +108,16 @@ class CollectiveDigest:
         if not self._members or not used.any():
             return pl.DataFrame(schema=schema)
         count = state.instances.count
-        per_instance = pl.concat(self._members).with_columns(
-            calls=pl.Series(state.calls[:count]),
-            steady=pl.Series(state.steady[:count]),
-            min_opcount=pl.Series(state.min_opcount[:count]),
-            has_opcount=pl.Series(state.has_opcount[:count]),
-        ).filter(pl.Series(used))
+        uid = np.concatenate([uid for uid, _ in self._members])
+        rank = np.concatenate([rank for _, rank in self._members])
+        per_instance = pl.DataFrame([
+            self._uids.series("comm_uid", uid),
+            nullable("rank", rank, rank == NO_RANK),
+            pl.Series("calls", state.calls[:count]),
+            pl.Series("steady", state.steady[:count]),
+            pl.Series("min_opcount", state.min_opcount[:count]),
+            pl.Series("has_opcount", state.has_opcount[:count]),
+        ]).filter(pl.Series(used))
         return (
             per_instance.group_by(STATS_KEY, maintain_order=True)
             .agg(
@@ -132,24 +133,23 @@ class CollectiveDigest:
         """Keep the rows still among the most recent ``final`` calls or an instance's last ``min_window``."""
         if not self._window:
             return
-        window = pl.concat(self._window, how="diagonal_relaxed")
-        alive = self._state.alive(window[INSTANCE_KEY].to_numpy(), window[_ROW].to_numpy(), self.calls, self.final)
-        self._window = [window.filter(pl.Series(alive))]
-        self._rows = self._window[0].height
+        window = Calls.concat(self._window)
+        alive = self._state.alive(window["instance"], window["serial"], self.calls, self.final)
+        self._window = [window.take(alive)] if alive.any() else []
+        self._rows = len(self._window[0]) if self._window else 0
 
-    def _keep_window_rows(self, diverged: np.ndarray) -> None:
+    def _keep_window_rows(self, diverged: np.ndarray, calls: Calls) -> None:
         """Keep the rows of earlier batches at each newly divergent position and the one before it."""
         if not self._window:
             return
-        window = pl.concat(self._window, how="diagonal_relaxed")
-        self._window = [window]
-        first = pl.DataFrame({"comm": diverged[:, 0], "position": diverged[:, 1].astype(np.int64)})
+        window = Calls.concat(self._window).frame()
+        uid = calls.uids.series("comm_uid", diverged[:, 0].astype(np.int64))
+        first = pl.DataFrame([uid, pl.Series("position", diverged[:, 1].astype(np.int64))])
         around = pl.concat([first, first.with_columns(pl.col("position") - 1)])
         rows = (
             positioned(window.filter(pl.col("comm_uid").is_not_null()), self.stats())
-            .with_columns(pl.col("comm_uid").hash().alias("comm"))
-            .join(around, on=["comm", "position"], how="semi")
-            .drop("position", "comm")
+            .join(around, on=["comm_uid", "position"], how="semi")
+            .drop("position")
         )
         self._kept.append(rows)
 
@@ -177,11 +177,11 @@ class _State:
         self.position = np.zeros(16, dtype=np.int64)
         self.aggregate = np.zeros((16, _AGGREGATES), dtype=np.int64)
 
-    def reserve(self, instances: int, comms: int, rows: int) -> None:
-        """Room for a batch of ``rows`` calls on that many distinct instances and communicators."""
+    def reserve(self, instances: int, comms: int) -> None:
+        """Room for a batch of calls on that many distinct instances and communicators (open positions
+        grow in the loop)."""
         self.instances.reserve(instances)
         self.comms.reserve(comms)
-        self.open.reserve(rows)
         need = self.instances.count + instances
         if need > len(self.calls):
             size = max(need, 2 * len(self.calls))
@@ -197,18 +197,15 @@ class _State:
         if self.comms.count + comms > len(self.diverged):
             size = max(self.comms.count + comms, 2 * len(self.diverged))
             self.diverged, self.comm_hash = np.resize(self.diverged, size), np.resize(self.comm_hash, size)
-        if self.open.count + rows > len(self.position):
-            size = max(self.open.count + rows, 2 * len(self.position))
-            self.position = np.resize(self.position, size)
-            self.aggregate = np.resize(self.aggregate, (size, _AGGREGATES))
 
     def fold(self, instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent):
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
         counts = np.array([self.instances.count, self.comms.count, self.open.count], dtype=np.int64)
-        window, keep, new_members, diverged, still_open = _fold(
+        open_ = self.open
+        window, keep, new_members, diverged, still_open, open_.keys, open_.slots, self.position, self.aggregate = _fold(
             instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
-            self.instances.keys, self.instances.slots, self.comms.keys, self.comms.slots, self.open.keys, self.open.slots,
+            self.instances.keys, self.instances.slots, self.comms.keys, self.comms.slots, open_.keys, open_.slots,
             self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
             self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
         )
@@ -291,8 +288,12 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
         where[i] = pos
         if pos < 0 or pos >= (1 << _POSITION_BITS):
             continue
+        if keymap.full(open_keys, opened):
+            open_keys, open_slots = keymap.room(open_keys, open_slots, opened)
         p = keymap.find_or_add(open_keys, open_slots, _open_key(c, pos), opened)
         if p == opened:
+            if opened == len(position):
+                position, aggregate = keymap.longer(position, opened), keymap.longer(aggregate, opened)
             opened += 1
             position[p] = pos
             aggregate[p, _COMM] = c
@@ -355,7 +356,7 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
             keep[i] = True
         row = total - n + i
         window[i] = _still_kept(row, s, total, recent, ring, pushed)
-    return window, keep, new_members[:added], diverged, kept
+    return window, keep, new_members[:added], diverged, kept, open_keys, open_slots, position, aggregate
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -132,11 +132,11 @@ class LiveState:
         now = self._clock()
         tables = batch.tables
         self.bytes_read = batch.bytes_read
-        last = _last_calls(tables, batch.source.path)
+        last = _last_calls(batch.collectives, tables["lines"], batch.source.path)
         self._processes = _fold_processes(self._processes, tables, last)
         if last.height:
             self._members = _fold_calls(self._members, last, now)
-        self._calls.append((now, tables["collectives"].height))
+        self._calls.append((now, batch.collectives.height))
         self._pending.extend(self._warn_events(tables, batch.source.path, now))
 
     # ---------------------------------------------------------------------------------------- output
@@ -237,9 +237,9 @@ class LiveState:
 
 
 # --------------------------------------------------------------------------------------- batch folds
-def _last_calls(tables: dict[str, pl.DataFrame], path: str) -> pl.DataFrame:
+def _last_calls(coll: pl.DataFrame, lines: pl.DataFrame, path: str) -> pl.DataFrame:
     """Each (comm_uid, rank)'s last call in the batch, its line, and whether its opCount rose on every call."""
-    coll = tables["collectives"].select(*KEY, "host", "pid", "ordinal", "opcount", "op", "nranks", *LINE_KEY)
+    coll = coll.select(*KEY, "host", "pid", "ordinal", "opcount", "op", "nranks", *LINE_KEY)
     coll = coll.filter(pl.col("comm_uid").is_not_null() & pl.col("rank").is_not_null())
     if coll.is_empty():
         return coll
@@ -251,7 +251,7 @@ def _last_calls(tables: dict[str, pl.DataFrame], path: str) -> pl.DataFrame:
         rising=(pl.col("opcount").sort_by("ordinal").diff() > 0).all() & pl.col("opcount").is_not_null().all(),
         calls=pl.len(),
     )
-    return _with_text(last, tables["lines"]).with_columns(path=pl.lit(path))
+    return _with_text(last, lines).with_columns(path=pl.lit(path))
 
 
 def _fold_calls(members: pl.DataFrame, last: pl.DataFrame, now: float) -> pl.DataFrame:

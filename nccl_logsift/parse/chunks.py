@@ -18,6 +18,7 @@ import polars as pl
 
 from nccl_logsift.io.lines import LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
+from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import LineParser, hosts_of
 from nccl_logsift.parse.schema import conform
 
@@ -37,19 +38,21 @@ class Scanned:
 
 
 class ChunkParser:
-    """Feed raw chunks with :meth:`add`; :meth:`flush` returns the tables of everything added since.
+    """Feed raw chunks with :meth:`add`; :meth:`flush` returns the tables of everything added since, and
+    :meth:`flush_calls` the same with the COLL calls as :class:`~nccl_logsift.parse.calls.Calls`.
 
     ``every_line`` keeps a ``lines`` row (and the sendbuff/recvbuff/stream addresses) for every COLL
     call, as ``logsift parse`` writes them; the diagnosis does without, so its ``lines`` table holds
     the other lines only and COLL calls live in ``collectives``.
     """
 
-    def __init__(self, parser: LineParser, every_line: bool = True):
+    def __init__(self, parser: LineParser, every_line: bool = True, ops: Names | None = None):
         self.parser = parser
         self.every_line = every_line
-        self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line)
+        self.ops = ops or Names()
+        self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=self.ops)
         self._learned: list[str] = []
-        self._fast: list[pl.DataFrame] = []
+        self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
         self._source_id = 0
         self._fast_rows = 0
@@ -112,12 +115,12 @@ class ChunkParser:
         self.parser.state.known_hosts.update(scanned.hosts)
         found = scanned.found
         if len(found.index):
-            rows = found.rows
+            piece = found.piece
             if self.every_line and self.parser.keep_text:
                 lines = found.index
-                rows = rows.with_columns(chunk.view.strings(chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text"))
-            self._fast.append(rows)
-            self._fast_rows += rows.height
+                piece.text = chunk.view.strings(chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text")
+            self._fast.append(piece)
+            self._fast_rows += len(piece)
         rest = None
         if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
             left = np.ones(len(chunk), dtype=bool)
@@ -134,6 +137,18 @@ class ChunkParser:
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
+        flushed = self.flush_calls()
+        if flushed is None:
+            return None
+        tables, calls = flushed
+        schema = self.parser.schemas.tables[fastcoll.TABLE]
+        coll = calls.frame()
+        tables[fastcoll.TABLE] = conform(coll, schema) if self.every_line or coll.is_empty() else coll
+        return tables
+
+    def flush_calls(self) -> tuple[dict[str, pl.DataFrame], Calls] | None:
+        """The tables of the lines added since the last flush but ``collectives``, and their COLL calls;
+        None when nothing is waiting."""
         if not self._fast and not self._rest:
             return None
         parser = self.parser
@@ -141,32 +156,17 @@ class ChunkParser:
             tables = parser.parse(LineChunk.concat(self._rest))
         else:
             tables = dict(self._empty)
+        general = tables.pop(fastcoll.TABLE)
+        schema = parser.schemas.tables[fastcoll.TABLE]
+        calls = Calls.of([*self._fast, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
         if self._fast:
-            fast = pl.concat(self._fast, how="vertical_relaxed").with_columns(
-                source_id=pl.lit(self._source_id, pl.UInt16), part=pl.lit(0, pl.UInt8),
-                family=pl.lit(fastcoll.FAMILY), pattern=pl.lit(fastcoll.PATTERN),
-            )
-            table = fastcoll.TABLE
-            tables[table] = self._merge(tables[table], fast, parser.schemas.tables[table])
+            fast_rows = sum(len(piece) for piece in self._fast)
             if self.every_line:
-                lines = fast.drop(*fastcoll.COLL_FIELDS).rename({fastcoll.LAUNCHER_STREAM: "stream"}).with_columns(
+                fast = pl.concat([piece.frame() for piece in self._fast], how="vertical_relaxed")
+                lines = fast.drop(*fastcoll.COLL_FIELDS).rename({LAUNCHER_STREAM: "stream"}).with_columns(
                     producer=pl.lit("nccl"), torn=pl.lit(False)
                 )
                 tables["lines"] = pl.concat([tables["lines"], conform(lines, parser.schemas.lines)]).sort("line_no", "part")
-            parser.account_fast(fastcoll.FAMILY, fast.height)
+            parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
-        return tables
-
-    def _merge(self, general: pl.DataFrame, fast: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        """The general parser's COLL rows and the fast ones, in line order.
-
-        For the diagnosis the fast rows keep only the columns they have (the null launcher and envelope
-        columns of the full schema would be most of their size); ``logsift parse`` writes the full schema.
-        """
-        if self.every_line:
-            fast = conform(fast, schema)
-        else:
-            fast = fast.select([c for c in schema if c in fast.columns])
-        if general.is_empty():
-            return fast
-        return pl.concat([general, fast], how="diagonal_relaxed").sort("line_no", "part")
+        return tables, calls

@@ -27,18 +27,17 @@ import polars as pl
 
 from nccl_logsift.io.lines import ByteView, RawChunk
 from nccl_logsift.parse import collscan
+from nccl_logsift.parse.calls import FAMILY, LAUNCHER_STREAM, PATTERN, FastPiece, Names, process_keys, signatures
 from nccl_logsift.parse.collscan import ByteTable
 
-FAMILY = "coll"
-PATTERN = "coll"
+__all__ = ["FAMILY", "PATTERN", "TABLE", "COLL_FIELDS", "LAUNCHER_STREAM", "CollFastPath", "FastRows"]
+
 TABLE = "collectives"
-# Fields the fast path reads from the message, and the launcher's "stream" (stdout/stderr), renamed
-# while both sit in one frame because COLL lines have a "stream" address too.
+# Fields the fast path reads from the message (the lines table of ``logsift parse`` goes without them).
 COLL_FIELDS = ("op", "opcount", "count", "datatype", "redop", "root", "comm", "nranks", "sendbuff", "recvbuff", "stream")
-LAUNCHER_STREAM = "launcher_stream"
 _POINTERS = {"sendbuff": collscan.SENDBUFF, "recvbuff": collscan.RECVBUFF, "stream": collscan.STREAM}
-# The call fields, after the prefix fields: rows of collscan's integer outputs, then comm.
-_CALL = {"count": collscan.COUNT, "datatype": collscan.DATATYPE, "redop": collscan.REDOP, "root": collscan.ROOT, "nranks": collscan.NRANKS}
+_NUMBERS = {"opcount": collscan.OPCOUNT, "count": collscan.COUNT, "datatype": collscan.DATATYPE, "redop": collscan.REDOP,
+            "root": collscan.ROOT, "nranks": collscan.NRANKS}
 
 # What the prefix parser returns for distinct prefixes: a "prefix" column, "producer" ("nccl" when the
 # prefix is exactly one clean NCCL INFO envelope, else null: the line goes to the general parser) and
@@ -51,7 +50,12 @@ class FastRows:
     """COLL rows read by the fast path and the chunk positions (line indices) they came from."""
 
     index: np.ndarray  # int64 positions in the chunk, ascending
-    rows: pl.DataFrame  # line_no, byte_offset, prefix fields, COLL fields
+    piece: FastPiece | None
+
+    @property
+    def rows(self) -> pl.DataFrame:
+        """The rows as a frame: line_no, byte_offset, op, opcount, pointers, prefix fields, call fields."""
+        return self.piece.frame() if self.piece is not None else pl.DataFrame()
 
 
 class CollFastPath:
@@ -60,14 +64,17 @@ class CollFastPath:
     ``prefixes`` parses distinct line prefixes (the general parser's launcher and envelope grammars),
     once per prefix while the table of known ones (``ByteTable``, bounded) holds it. ``pointers``
     also reads the sendbuff, recvbuff and stream addresses, which only the tables written by
-    ``logsift parse`` carry. ``tables`` makes the prefix and op tables (tests pass small ones).
+    ``logsift parse`` carry. ``ops`` numbers op names for the stream; ``tables`` makes the prefix and
+    op tables (tests pass small ones).
     """
 
-    def __init__(self, prefixes: PrefixParser, pointers: bool = True, tables: Callable[[], ByteTable] = ByteTable):
+    def __init__(self, prefixes: PrefixParser, pointers: bool = True, tables: Callable[[], ByteTable] = ByteTable,
+                 ops: Names | None = None):
         self._parse_prefixes = prefixes
         self.pointers = pointers
+        self.ops = ops or Names()
         self._prefixes = _Prefixes(tables(), self._prefix_rows)
-        self._ops = _Ops(tables())
+        self._ops = _Ops(tables(), self.ops)
 
     def read(self, chunk: RawChunk) -> FastRows:
         lines = len(chunk)
@@ -91,19 +98,17 @@ class CollFastPath:
         index = integers[collscan.LINE, pick]
         if not len(index):
             return _none()
-        columns = [
-            pl.Series("line_no", (index + chunk.first_line_no).astype(np.uint32)),
-            pl.Series("byte_offset", chunk.byte_offset[index]),
-            self._ops.names(op_ids[pick]),
-            pl.Series("opcount", integers[collscan.OPCOUNT, pick]),
-        ]
+        values = {name: integers[row, pick] for name, row in _NUMBERS.items()}
+        values["comm"] = addresses[collscan.COMM, pick]
         if self.pointers:
-            columns += [_nullable(name, addresses[row, pick], nil[row, pick]) for name, row in _POINTERS.items()]
-        frame = pl.DataFrame(columns)
-        fields = self._prefixes.fields(prefix_ids[pick])
-        call = [pl.Series(name, integers[row, pick]) for name, row in _CALL.items()]
-        call.append(pl.Series("comm", addresses[collscan.COMM, pick]))
-        return FastRows(index, pl.concat([frame, fields, pl.DataFrame(call)], how="horizontal"))
+            for name, row in _POINTERS.items():
+                values[name], values[f"{name}_nil"] = addresses[row, pick], nil[row, pick]
+        values["line_no"] = (index + chunk.first_line_no).astype(np.uint32)
+        values["byte_offset"] = chunk.byte_offset[index]
+        values["op"] = self._ops.global_ids[op_ids[pick]]
+        values["sig"] = signatures(values["op"], values["count"], values["datatype"], values["redop"], values["root"])
+        fields, values["prefix"], values["process"] = self._prefixes.fields(prefix_ids[pick])
+        return FastRows(index, FastPiece(chunk.source_id, values, fields, self.ops))
 
     def _prefix_rows(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._parse_prefixes(prefixes)
@@ -111,17 +116,22 @@ class CollFastPath:
 
 
 class _Prefixes:
-    """The prefix table and, by prefix id, whether the prefix is a clean envelope and its fields."""
+    """The prefix table and, by prefix id, whether the prefix is a clean envelope, its fields and the hash
+    of its (host, pid)."""
 
     def __init__(self, table: ByteTable, parse: PrefixParser):
         self.table = table
         self._parse = parse
+        self._forget()
+
+    def _forget(self) -> None:
         self._good = np.zeros(0, dtype=bool)
+        self._process = np.zeros(0, dtype=np.uint64)
         self._fields: pl.DataFrame | None = None
 
     def trim(self) -> None:
         if self.table.trim():
-            self._good, self._fields = np.zeros(0, dtype=bool), None
+            self._forget()
 
     def number(self, view: ByteView, starts: np.ndarray, stops: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Number the prefixes the scan did not know (``ids`` -1, filled in place) and parse them; whether
@@ -137,43 +147,40 @@ class _Prefixes:
             )
             self._good = np.concatenate([self._good, parsed["producer"].is_not_null().to_numpy()])
             fields = parsed.drop("prefix", "producer")
+            self._process = np.concatenate([self._process, process_keys(fields)])
             self._fields = fields if self._fields is None else pl.concat([self._fields, fields], how="vertical_relaxed")
         return self._good[ids]
 
-    def fields(self, ids: np.ndarray) -> pl.DataFrame:
-        """The envelope and launcher fields of rows whose prefixes have these ids."""
-        return self._fields[ids]
+    def fields(self, ids: np.ndarray) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+        """The fields of the distinct prefixes among ``ids``, each row's row among them, and each row's
+        (host, pid) hash."""
+        used = np.zeros(len(self._good), dtype=bool)
+        used[ids] = True
+        distinct = np.flatnonzero(used)
+        local = np.cumsum(used) - 1
+        return self._fields[distinct], local[ids], self._process[ids]
 
 
 class _Ops:
-    """The op-name table and the names by id, as a String column."""
+    """The op-name table and each name's id among the stream's op names."""
 
-    def __init__(self, table: ByteTable):
+    def __init__(self, table: ByteTable, names: Names):
         self.table = table
-        self._names = pl.Series("op", dtype=pl.String)
+        self._names = names
+        self.global_ids = np.zeros(0, dtype=np.int32)
 
     def trim(self) -> None:
         if self.table.trim():
-            self._names = pl.Series("op", dtype=pl.String)
+            self.global_ids = np.zeros(0, dtype=np.int32)
 
     def number(self, view: ByteView, starts: np.ndarray, stops: np.ndarray, ids: np.ndarray) -> None:
         """Number the op names the scan did not know (``ids`` -1, filled in place)."""
         self.table.add(view.raw, view.words, starts, stops, ids)
-        known, count = len(self._names), len(self.table)
+        known, count = len(self.global_ids), len(self.table)
         if count > known:  # letters only, checked by the scan
-            new = pl.Series("op", [text.decode("ascii") for text in self.table.strings(known, count)], dtype=pl.String)
-            self._names = pl.concat([self._names, new])
-
-    def names(self, ids: np.ndarray) -> pl.Series:
-        """The names of these ids: a gather from the few distinct ones."""
-        return self._names.gather(ids)
-
-
-def _nullable(name: str, values: np.ndarray, nil: np.ndarray) -> pl.Series:
-    """``values`` as a UInt64 column, null where ``nil`` (%p printed "(nil)")."""
-    series = pl.Series(name, values)
-    return series.scatter(np.flatnonzero(nil), None) if nil.any() else series
+            new = [text.decode("ascii") for text in self.table.strings(known, count)]
+            self.global_ids = np.concatenate([self.global_ids, self._names.ids(new)])
 
 
 def _none() -> FastRows:
-    return FastRows(np.empty(0, dtype=np.int64), pl.DataFrame())
+    return FastRows(np.empty(0, dtype=np.int64), None)

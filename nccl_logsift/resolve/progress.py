@@ -19,17 +19,14 @@ import polars as pl
 
 from nccl_logsift import keymap
 from nccl_logsift.keymap import KeyMap
-from nccl_logsift.resolve.communicators import INSTANCE, SEQ, instances, with_seq
+from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, Calls, Names, instance_keys, process_keys
+from nccl_logsift.resolve.communicators import INSTANCE, instances
 
-ADDED = {"generation": pl.Int32, "rank": pl.Int64, "comm_uid": pl.String, "ordinal": pl.Int64}
-# A hash of the instance (host, pid, comm, generation) for grouping in memory; dropped before tables are written.
-INSTANCE_KEY = "__instance"
-_PROCESS_COMM = ["host", "pid", "comm"]
 _ORPHAN = np.uint64(0x6A09E667F3BCC909)  # mixed into the (host, pid, comm) key of calls without an init
 
 
 class CollectiveNumbering:
-    """Resolves each COLL line to its communicator instance, comm rank and ordinal."""
+    """Resolves each COLL call to its communicator instance, comm rank and ordinal."""
 
     def __init__(self) -> None:
         self._comms: list[pl.DataFrame] = []
@@ -37,6 +34,7 @@ class CollectiveNumbering:
         self._starts: _Starts | None = None
         self._counts = KeyMap()
         self._next = np.zeros(len(self._counts.keys), dtype=np.int64)
+        self.uids = Names()
 
     def observe(self, comms: pl.DataFrame) -> None:
         if comms.height:
@@ -52,39 +50,37 @@ class CollectiveNumbering:
             self._instances = instances(merged) if merged is not None else instances(_no_comms())
         return self._instances
 
-    def number(self, coll: pl.DataFrame) -> pl.DataFrame:
-        if coll.is_empty():
-            return coll.with_columns([pl.lit(None, dtype=t).alias(n) for n, t in {**ADDED, INSTANCE_KEY: pl.UInt64}.items()])
+    def number(self, calls: Calls) -> None:
+        """Add ``NUMBERED`` to ``calls``: each call's instance, ordinal, generation, comm rank and uid."""
         if self._starts is None:
-            self._starts = _Starts(self.instances)
+            self._starts = _Starts(self.instances, self.uids)
         starts = self._starts
-        keys = coll.select(pl.struct(_PROCESS_COMM).hash()).to_series().to_numpy()
-        seq = _seq(coll)
+        keys = instance_keys(calls["process"], calls["comm"])
+        seq = calls["seq"]
         # Batches come in line order, so this is usually the identity.
         order = np.arange(len(seq)) if _ascending(seq) else np.argsort(seq, kind="stable")
-        self._counts.reserve(len(seq))
-        if len(self._next) < len(self._counts.keys):
-            self._next = np.resize(self._next, len(self._counts.keys))
-        found, instance, ordinal, self._counts.count = _number(
+        counts = self._counts
+        found, instance, ordinal, counts.count, counts.keys, counts.slots, self._next = _number(
             keys, seq, order, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq, starts.instance,
-            self._counts.keys, self._counts.slots, self._next, self._counts.count,
+            counts.keys, counts.slots, self._next, counts.count,
         )
-        index = pl.Series(found).set(pl.Series(found < 0), None)
-        resolved = starts.table.select(pl.all().gather(index))
-        return coll.with_columns(
-            *resolved.get_columns(),
-            pl.Series("ordinal", ordinal),
-            pl.Series(INSTANCE_KEY, instance),
+        calls.columns.update(
+            instance=instance,
+            ordinal=ordinal,
+            generation=starts.generation[found],
+            rank=starts.rank[found],
+            uid=starts.uid[found],
         )
+        calls.uids = self.uids
 
 
 class _Starts:
-    """The instances' starts grouped by hashed (host, pid, comm), sorted by start within a group, as arrays."""
+    """The instances' starts grouped by (host, pid, comm), sorted by start within a group, as arrays."""
 
-    def __init__(self, instance_table: pl.DataFrame):
-        table = instance_table.select(
-            pl.struct(_PROCESS_COMM).hash().alias("key"), "start_seq", "generation", "rank", "comm_uid",
-            pl.struct(INSTANCE).hash().alias(INSTANCE_KEY),
+    def __init__(self, instance_table: pl.DataFrame, uids: Names):
+        table = instance_table.with_columns(
+            pl.Series("key", instance_keys(process_keys(instance_table), instance_table["comm"].cast(pl.UInt64).fill_null(0).to_numpy())),
+            pl.struct(INSTANCE).hash().alias("instance"),
         ).sort("key", "start_seq")
         key = table["key"].to_numpy()
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
@@ -94,8 +90,11 @@ class _Starts:
         _fill(self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64))
         self.map.count = len(first)
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
-        self.instance = table[INSTANCE_KEY].to_numpy()
-        self.table = table.select(*(pl.col(name).cast(dtype) for name, dtype in ADDED.items() if name != "ordinal"))
+        self.instance = table["instance"].to_numpy()
+        # What a call gets from its instance (sentinels for null); one more entry so that found = -1 reads it.
+        self.generation = np.r_[table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION]
+        self.rank = np.r_[table["rank"].cast(pl.Int64).fill_null(NO_RANK).to_numpy(), NO_RANK]
+        self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -126,13 +125,17 @@ def _number(keys, seq, order, start_keys, start_slots, lo, hi, start_seq, start_
             instance[i] = start_instance[at]
         else:
             instance[i] = keys[i] ^ _ORPHAN
+        if keymap.full(count_keys, counted):
+            count_keys, count_slots = keymap.room(count_keys, count_slots, counted)
         slot = keymap.find_or_add(count_keys, count_slots, instance[i], counted)
         if slot == counted:
+            if counted == len(next_ordinal):
+                next_ordinal = keymap.longer(next_ordinal, counted)
             next_ordinal[slot] = 0
             counted += 1
         ordinal[i] = next_ordinal[slot]
         next_ordinal[slot] += 1
-    return found, instance, ordinal, counted
+    return found, instance, ordinal, counted, count_keys, count_slots, next_ordinal
 
 
 @numba.njit(cache=True, nogil=True)
@@ -141,10 +144,6 @@ def _ascending(seq) -> bool:
         if seq[i] < seq[i - 1]:
             return False
     return True
-
-
-def _seq(coll: pl.DataFrame) -> np.ndarray:
-    return with_seq(coll.select("source_id", "line_no", "part"))[SEQ].to_numpy()
 
 
 def _no_comms() -> pl.DataFrame:

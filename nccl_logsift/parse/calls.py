@@ -1,0 +1,345 @@
+"""COLL calls as arrays: what numbering and the digest read, with a row's other columns built only on demand.
+
+A COLL-heavy log is millions of calls, and the diagnosis looks at the columns of a few hundred thousand
+of them (the digest's window, see findings/digest.py). So the calls of a batch travel as :class:`Calls`:
+one numpy array per column the compiled loops read (who called, on which communicator, opCount, nranks,
+a hash of the call's signature), plus the *pieces* the rows came from. A piece is either a chunk's rows
+read by the COLL fast path (:class:`FastPiece`: arrays, and the fields of the few distinct line prefixes)
+or a polars frame of rows the general parser read (:class:`FramePiece`). ``Calls.frame`` builds the
+polars rows, with every column the grammar gives a COLL line, for the rows asked for and nothing else.
+
+Strings the loops compare (op names, communicator uids) are numbered by :class:`Names`, one per stream,
+so equal strings have equal ids in every batch.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import numba
+import numpy as np
+import polars as pl
+
+from nccl_logsift.keymap import mix
+
+# The columns every piece gives the loops; a Calls holds these, then what numbering adds.
+KERNEL = ("seq", "process", "comm", "opcount", "has_opcount", "nranks", "sig", "op")
+# Numbering's results: the instance (a hash), the call's ordinal, and the instance's generation, comm rank
+# and communicator uid (ids in Calls.uids); the sentinels below stand for null.
+NUMBERED = ("instance", "ordinal", "generation", "rank", "uid")
+NO_GENERATION = np.iinfo(np.int32).min
+NO_RANK = np.iinfo(np.int64).min
+NO_ID = -1
+_NO_VALUE = np.iinfo(np.int64).min  # a null signature field, in the signature hash
+ADDED = {"generation": pl.Int32, "rank": pl.Int64, "comm_uid": pl.String, "ordinal": pl.Int64}
+LOCATION = ["source_id", "line_no", "part"]
+FAMILY = PATTERN = "coll"  # what the general parser's coll pattern would say of the fast path's rows
+# The launcher's "stream" (stdout/stderr) among a fast row's prefix fields, renamed while it sits in one
+# frame with the COLL "stream" address.
+LAUNCHER_STREAM = "launcher_stream"
+
+
+class Names:
+    """Strings numbered 0, 1, 2, ... in order of first sight; shared by the threads of one stream."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self.names: list[str] = []
+        self._lock = threading.Lock()
+
+    def ids(self, values: Sequence[str | None]) -> np.ndarray:
+        """The id of each value (int32, NO_ID for None)."""
+        with self._lock:
+            out = np.empty(len(values), dtype=np.int32)
+            for i, value in enumerate(values):
+                if value is None:
+                    out[i] = NO_ID
+                    continue
+                known = self._ids.get(value)
+                if known is None:
+                    known = self._ids[value] = len(self.names)
+                    self.names.append(value)
+                out[i] = known
+            return out
+
+    def of(self, series: pl.Series) -> np.ndarray:
+        """The ids of a String column: looked up once per distinct value."""
+        distinct = series.unique(maintain_order=True)
+        ids = self.ids(distinct.to_list())
+        position = series.to_frame("v").join(
+            distinct.to_frame("v").with_row_index("at"), on="v", how="left", nulls_equal=True, maintain_order="left"
+        )["at"].to_numpy()
+        return ids[position]
+
+    def series(self, name: str, ids: np.ndarray) -> pl.Series:
+        """A String column of the names of ``ids`` (null for NO_ID)."""
+        with self._lock:
+            names = pl.Series(name, self.names, dtype=pl.String)
+        return names.gather(nullable("", ids.astype(np.int64), ids < 0))
+
+
+def nullable(name: str, values: np.ndarray, null: np.ndarray) -> pl.Series:
+    """``values`` as a column, null where ``null``."""
+    series = pl.Series(name, values)
+    return series.scatter(np.flatnonzero(null), None) if null.any() else series
+
+
+def process_keys(frame: pl.DataFrame) -> np.ndarray:
+    """A hash of each row's (host, pid): with the comm address, what finds a call's communicator instance."""
+    host = pl.col("host").cast(pl.String) if "host" in frame.columns else pl.lit(None, pl.String)
+    pid = pl.col("pid").cast(pl.Int64) if "pid" in frame.columns else pl.lit(None, pl.Int64)
+    return frame.select(pl.struct(host.alias("host"), pid.alias("pid")).hash()).to_series().to_numpy()
+
+
+def seq_of(source_id: np.ndarray | int, line_no: np.ndarray, part: np.ndarray | int = 0) -> np.ndarray:
+    """A total order over the lines of all sources (resolve.communicators.with_seq, as arrays)."""
+    return (np.asarray(source_id, dtype=np.int64) << 40) + (line_no.astype(np.int64) << 8) + np.asarray(part, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def signatures(op, count, datatype, redop, root):
+    """A hash of each call's (op, count, datatype, redop, root): equal calls, equal hashes."""
+    out = np.empty(len(op), dtype=np.int64)
+    for i in range(len(op)):
+        h = mix(np.uint64(np.int64(op[i])), np.uint64(count[i]))
+        h = mix(h, np.uint64(datatype[i]))
+        h = mix(h, np.uint64(redop[i]))
+        out[i] = np.int64(mix(h, np.uint64(root[i])))
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def instance_keys(process, comm):
+    """The (host, pid, comm) key of each call or instance start."""
+    out = np.empty(len(process), dtype=np.uint64)
+    for i in range(len(process)):
+        out[i] = mix(process[i], comm[i])
+    return out
+
+
+class FastPiece:
+    """A chunk's rows read by the COLL fast path: arrays, and the fields of their distinct line prefixes.
+
+    ``values`` holds a column per field read from the message (and ``line_no``, ``byte_offset``,
+    ``op`` ids, ``prefix``: each row's row in ``fields``; pointer columns come with a ``<name>_nil`` mask),
+    and the loops' columns ``process``, ``sig``. ``text`` is each line's text (``logsift parse`` only).
+    """
+
+    # The message's columns, in the order of the frame (prefix fields go after opcount and the pointers).
+    HEAD = ("line_no", "byte_offset", "op", "opcount")
+    POINTERS = ("sendbuff", "recvbuff", "stream")
+    CALL = ("count", "datatype", "redop", "root", "nranks", "comm")
+
+    __slots__ = ("source_id", "values", "fields", "ops", "text")
+
+    def __init__(self, source_id: int, values: dict[str, np.ndarray], fields: pl.DataFrame, ops: Names,
+                 text: pl.Series | None = None):
+        self.source_id = source_id
+        self.values = values
+        self.fields = fields
+        self.ops = ops
+        self.text = text
+
+    def __len__(self) -> int:
+        return len(self.values["line_no"])
+
+    def kernel(self) -> dict[str, np.ndarray]:
+        v = self.values
+        return {
+            "seq": seq_of(self.source_id, v["line_no"]),
+            "process": v["process"],
+            "comm": v["comm"],
+            "opcount": v["opcount"],
+            "has_opcount": np.ones(len(self), dtype=np.bool_),
+            "nranks": v["nranks"],
+            "sig": v["sig"],
+            "op": v["op"],
+        }
+
+    def take(self, rows: np.ndarray) -> "FastPiece":
+        values = {name: column[rows] for name, column in self.values.items()}
+        # Only the prefixes still used: a piece reduced to a few rows keeps a few fields rows.
+        used = np.zeros(self.fields.height, dtype=np.bool_)
+        used[values["prefix"]] = True
+        renumber = np.cumsum(used) - 1
+        values["prefix"] = renumber[values["prefix"]]
+        text = None if self.text is None else self.text.gather(rows)
+        return FastPiece(self.source_id, values, self.fields.filter(pl.Series(used)), self.ops, text)
+
+    def frame(self) -> pl.DataFrame:
+        """The rows with the columns the general parser gives a COLL line (and ``launcher_stream``, the
+        prefix's stream), in the fast path's order."""
+        v = self.values
+        columns = [
+            pl.Series("line_no", v["line_no"]),
+            pl.Series("byte_offset", v["byte_offset"]),
+            self.ops.series("op", v["op"]),
+            pl.Series("opcount", v["opcount"]),
+        ]
+        columns += [nullable(name, v[name], v[f"{name}_nil"]) for name in self.POINTERS if name in v]
+        head = pl.DataFrame(columns)
+        fields = self.fields[v["prefix"]]
+        call = pl.DataFrame([pl.Series(name, v[name]) for name in self.CALL])
+        parts = [head, fields, call]
+        if self.text is not None:
+            parts.append(self.text.to_frame())
+        return pl.concat(parts, how="horizontal").with_columns(
+            source_id=pl.lit(self.source_id, pl.UInt16), part=pl.lit(0, pl.UInt8), family=pl.lit(FAMILY), pattern=pl.lit(PATTERN),
+        )
+
+
+class FramePiece:
+    """Rows of the ``collectives`` table as the general parser (or a worker process) made them."""
+
+    __slots__ = ("rows", "columns")
+
+    def __init__(self, rows: pl.DataFrame, ops: Names):
+        self.rows = rows
+        self.columns = _frame_kernel(rows, ops)
+
+    def __len__(self) -> int:
+        return self.rows.height
+
+    def kernel(self) -> dict[str, np.ndarray]:
+        return self.columns
+
+    def take(self, rows: np.ndarray) -> "FramePiece":
+        piece = object.__new__(FramePiece)
+        piece.rows = self.rows[rows]
+        piece.columns = {name: column[rows] for name, column in self.columns.items()}
+        return piece
+
+    def frame(self) -> pl.DataFrame:
+        return self.rows
+
+
+def _frame_kernel(rows: pl.DataFrame, ops: Names) -> dict[str, np.ndarray]:
+    """The loops' columns of general-parser rows (any of their fields may be null)."""
+    def ints(name: str) -> pl.Expr:
+        if name not in rows.columns:
+            return pl.lit(_NO_VALUE, pl.Int64).alias(name)
+        return pl.col(name).cast(pl.Int64).fill_null(_NO_VALUE)
+
+    values = rows.select(
+        pl.col("comm").cast(pl.UInt64).fill_null(0) if "comm" in rows.columns else pl.lit(0, pl.UInt64).alias("comm"),
+        pl.col("opcount").cast(pl.Int64).fill_null(0),
+        pl.col("opcount").is_not_null().alias("has_opcount"),
+        pl.col("nranks").cast(pl.Int64).fill_null(0) if "nranks" in rows.columns else pl.lit(0, pl.Int64).alias("nranks"),
+        *(ints(name) for name in ("count", "datatype", "redop", "root")),
+    )
+    op = ops.of(rows["op"].cast(pl.String)) if "op" in rows.columns else np.full(rows.height, NO_ID, dtype=np.int32)
+    arrays = {name: values[name].to_numpy() for name in values.columns}
+    part = rows["part"].to_numpy() if "part" in rows.columns else 0
+    return {
+        "seq": seq_of(rows["source_id"].to_numpy(), rows["line_no"].to_numpy(), part),
+        "process": process_keys(rows),
+        "comm": arrays["comm"],
+        "opcount": arrays["opcount"],
+        "has_opcount": arrays["has_opcount"],
+        "nranks": arrays["nranks"],
+        "sig": signatures(op, arrays["count"], arrays["datatype"], arrays["redop"], arrays["root"]),
+        "op": op,
+    }
+
+
+Piece = FastPiece | FramePiece
+
+
+@dataclass(slots=True)
+class Calls:
+    """COLL calls in line order: the loops' columns (``KERNEL``, then ``NUMBERED``) and the rows' pieces.
+
+    ``piece`` and ``row`` say where each call's row is; ``ops`` and ``uids`` name the op and uid ids;
+    ``schema`` (the ``collectives`` table's) orders the columns of :meth:`frame`.
+    """
+
+    columns: dict[str, np.ndarray]
+    pieces: list[Piece]
+    ops: Names
+    schema: dict[str, pl.DataType]
+    uids: Names | None = None
+
+    @staticmethod
+    def of(pieces: Sequence[Piece], ops: Names, schema: dict[str, pl.DataType]) -> "Calls":
+        pieces = [piece for piece in pieces if len(piece)]
+        kernels = [piece.kernel() for piece in pieces]
+        if pieces:
+            columns = {name: np.concatenate([kernel[name] for kernel in kernels]) for name in KERNEL}
+        else:
+            columns = {name: np.zeros(0, dtype=np.int64) for name in KERNEL}
+        columns["piece"] = np.repeat(np.arange(len(pieces), dtype=np.int32), [len(piece) for piece in pieces])
+        columns["row"] = np.concatenate([np.arange(len(piece), dtype=np.int64) for piece in pieces] or [np.zeros(0, np.int64)])
+        seq = columns["seq"]
+        if len(seq) > 1 and not (seq[1:] >= seq[:-1]).all():  # the general parser's rows go between the fast ones
+            order = np.argsort(seq, kind="stable")
+            columns = {name: column[order] for name, column in columns.items()}
+        return Calls(columns, pieces, ops, schema)
+
+    @staticmethod
+    def from_frame(rows: pl.DataFrame, ops: Names, schema: dict[str, pl.DataType]) -> "Calls":
+        return Calls.of([FramePiece(rows, ops)] if rows.height else [], ops, schema)
+
+    def __len__(self) -> int:
+        return len(self.columns["piece"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def take(self, keep: np.ndarray, names: Sequence[str] | None = None) -> "Calls":
+        """The calls where ``keep`` (a mask), with the columns ``names`` only (by default all)."""
+        picked = np.flatnonzero(keep)
+        piece, row = self.columns["piece"][picked], self.columns["row"][picked]
+        pieces, new_piece, new_row = [], np.empty(len(picked), np.int32), np.empty(len(picked), np.int64)
+        for p, old in enumerate(self.pieces):
+            mine = np.flatnonzero(piece == p)
+            if len(mine):
+                new_piece[mine] = len(pieces)
+                new_row[mine] = np.arange(len(mine))
+                pieces.append(old.take(row[mine]))
+        kept = names if names is not None else [name for name in self.columns if name not in ("piece", "row")]
+        columns = {name: self.columns[name][picked] for name in kept}
+        return Calls({**columns, "piece": new_piece, "row": new_row}, pieces, self.ops, self.schema, self.uids)
+
+    @staticmethod
+    def concat(calls: Sequence["Calls"]) -> "Calls":
+        """Calls one after the other, in the order given; they share their columns, ops and uids."""
+        calls = [c for c in calls if len(c)] or list(calls[:1])
+        if len(calls) == 1:
+            return calls[0]
+        first = calls[0]
+        offsets = np.cumsum([0] + [len(c.pieces) for c in calls[:-1]]).astype(np.int32)
+        columns = {name: np.concatenate([c.columns[name] for c in calls]) for name in first.columns if name != "piece"}
+        columns["piece"] = np.concatenate([c.columns["piece"] + offset for c, offset in zip(calls, offsets)])
+        return Calls(columns, [p for c in calls for p in c.pieces], first.ops, first.schema, first.uids)
+
+    def frame(self, extra: Sequence[str] = ()) -> pl.DataFrame:
+        """The rows of every call with the ``collectives`` columns they have (numbering's ``ADDED`` once
+        numbered) and the arrays named in ``extra``, in line order."""
+        frames = []
+        for p, piece in enumerate(self.pieces):
+            mine = np.flatnonzero(self.columns["piece"] == p)
+            rows = self.columns["row"][mine]
+            frame = piece.frame()
+            frame = frame.select([name for name in self.schema if name in frame.columns])
+            if len(rows) != len(piece) or (rows != np.arange(len(rows))).any():
+                frame = frame[rows]
+            frames.append(frame.with_columns(*self._added(mine), *(pl.Series(name, self.columns[name][mine]) for name in extra)))
+        if not frames:
+            return pl.DataFrame(schema={**self.schema, **(ADDED if "instance" in self.columns else {})})
+        if len(frames) == 1:
+            return frames[0]
+        return pl.concat(frames, how="diagonal_relaxed").sort(LOCATION)
+
+    def _added(self, at: np.ndarray) -> list[pl.Series]:
+        if "instance" not in self.columns:
+            return []
+        c = self.columns
+        generation, rank = c["generation"][at], c["rank"][at]
+        return [
+            nullable("generation", generation, generation == NO_GENERATION),
+            nullable("rank", rank, rank == NO_RANK),
+            self.uids.series("comm_uid", c["uid"][at]),
+            pl.Series("ordinal", c["ordinal"][at]),
+        ]

@@ -1,0 +1,78 @@
+"""COLL calls as arrays: rows built on demand are the rows the tables hold, whichever piece they came from."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from nccl_logsift.parse import chunks
+from nccl_logsift.parse.calls import NO_ID, Calls, Names, signatures
+from nccl_logsift.pipeline import ParseOptions, TableStream
+from nccl_logsift.simulate import Options, write
+
+
+@pytest.fixture(scope="module")
+def stream_batches(tmp_path_factory):
+    """A log whose torn lines send some COLL calls to the general parser, parsed as ``logsift parse`` does."""
+    path = tmp_path_factory.mktemp("calls") / "job.log"
+    write(Options(scenario="rank-stall", ranks=8, nodes=2, ops=200, torn_rate=0.02), str(path))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunks, "FAST_ROWS", 500)
+        batches = list(TableStream([str(path)], ParseOptions(chunk_bytes=1 << 15, workers=1)))
+    assert len(batches) > 2
+    return batches
+
+
+def test_a_batch_mixes_fast_rows_and_general_parser_rows(stream_batches):
+    kinds = {type(piece).__name__ for batch in stream_batches for piece in batch.calls.pieces}
+    assert kinds == {"FastPiece", "FramePiece"}
+
+
+def test_calls_are_in_line_order(stream_batches):
+    for batch in stream_batches:
+        seq = batch.calls["seq"]
+        assert (np.diff(seq) > 0).all()
+        assert batch.tables["collectives"]["line_no"].to_list() == (seq >> 8 & 0xFFFFFFFF).tolist()
+
+
+def test_taken_calls_build_the_rows_of_the_table(stream_batches):
+    rng = np.random.default_rng(7)
+    for batch in stream_batches:
+        calls, table = batch.calls, batch.tables["collectives"]
+        keep = rng.random(len(calls)) < 0.3
+        built = calls.take(keep).frame()
+        want = table.filter(pl.Series(keep)).select(built.columns)
+        assert built.equals(want, null_equal=True)
+
+
+def test_concatenated_calls_build_the_rows_of_both(stream_batches):
+    first, second = stream_batches[0].calls, stream_batches[1].calls
+    both = Calls.concat([first.take(np.arange(len(first)) % 2 == 0), second])
+    built = both.frame()
+    want = pl.concat([stream_batches[0].tables["collectives"].gather_every(2), stream_batches[1].tables["collectives"]])
+    assert built.equals(want.select(built.columns), null_equal=True)
+
+
+def test_calls_from_a_frame_give_the_same_loop_columns(stream_batches):
+    batch = stream_batches[0]
+    rebuilt = Calls.from_frame(batch.tables["collectives"], batch.calls.ops, batch.calls.schema)
+    for name in ("seq", "process", "comm", "opcount", "nranks", "sig", "op"):
+        assert (rebuilt[name] == batch.calls[name]).all(), name
+
+
+def test_names_number_strings_in_order_of_first_sight():
+    names = Names()
+    assert names.ids(["AllReduce", None, "Send", "AllReduce"]).tolist() == [0, NO_ID, 1, 0]
+    assert names.of(pl.Series(["Send", None, "Recv"])).tolist() == [1, NO_ID, 2]
+    assert names.series("op", np.array([2, NO_ID, 0], dtype=np.int32)).to_list() == ["Recv", None, "AllReduce"]
+
+
+def test_a_signature_changes_with_every_field():
+    base = [np.array([v], dtype=np.int64) for v in (1, 1024, 7, 0, -1)]
+    sig = signatures(*base)[0]
+    assert signatures(*[b.copy() for b in base])[0] == sig
+    for field in range(5):
+        changed = [b.copy() for b in base]
+        changed[field] += 1
+        assert signatures(*changed)[0] != sig, field
