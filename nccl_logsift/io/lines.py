@@ -3,6 +3,10 @@
 Nothing is dropped: every byte sequence between two newlines becomes one line with its 1-based line
 number and the byte offset where it starts (in the decompressed stream). ``\\r\\n`` endings lose the
 ``\\r``; invalid UTF-8 is replaced by U+FFFD and counted.
+
+The bytes are read once, into a fresh buffer per block with ``PADDING`` bytes to spare behind the data,
+so the words view of the fast paths (:class:`ByteView`) is built over them without a copy; the lines are
+found by one compiled pass (``io/split.py``), which also tells whether the UTF-8 check can be skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from nccl_logsift.io import split
 from nccl_logsift.io.sources import Source
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,8 @@ COMPRESSED_MAGIC = tuple(magic for magic, _ in _MAGIC)
 BINARY_SNIFF_BYTES = 64 << 10
 _BINARY_CONTROL_RATIO = 0.05
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
+# Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
+PADDING = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +73,7 @@ class RawChunk:
     source_id: int
     first_line_no: int
     view: "ByteView"  # the bytes, valid UTF-8 (invalid sequences already replaced)
-    starts: np.ndarray  # int64: where each line starts in data
+    starts: np.ndarray  # int64: where each line starts in data (``view.raw``)
     ends: np.ndarray  # int64: where its text ends (before "\n" or "\r\n")
     byte_offset: np.ndarray  # uint64: where each line starts in the decompressed stream
 
@@ -74,7 +81,7 @@ class RawChunk:
         return len(self.starts)
 
     @property
-    def data(self) -> bytes:
+    def data(self) -> memoryview:
         return self.view.data
 
     def lines(self, index: np.ndarray | None = None) -> LineChunk:
@@ -91,14 +98,24 @@ class RawChunk:
 
 
 class ByteView:
-    """A chunk's bytes, readable 8 at a time at any position: the base of the vectorised fast paths."""
+    """A chunk's bytes, readable 8 at a time at any position: the base of the vectorised fast paths.
 
-    def __init__(self, data: bytes):
-        self.data = data
-        padded = np.frombuffer(data + b"\0" * 16, dtype=np.uint8)
-        self.raw = padded[: len(data)]
-        # A strided view (stride 1 byte over 8-byte items): the little-endian word at every position.
-        self.words = np.ndarray(shape=(len(data) + 8,), dtype="<u8", buffer=padded, strides=(1,))
+    ``raw`` is the bytes as a uint8 array, ``data`` the same memory as a memoryview (equal to the
+    ``bytes``), and ``words`` the little-endian word at every position, which reads up to 15 bytes
+    past the data. Those must be memory of the same buffer: a block of :meth:`LineReader.texts` (or a
+    slice of one) has them and is viewed as it is; other bytes are copied once into a :func:`padded` array.
+    """
+
+    def __init__(self, data: bytes | np.ndarray):
+        raw = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+        words = _words(raw)
+        if words is None:
+            copy = padded(len(raw))
+            copy[:] = raw
+            raw, words = copy, _words(copy)
+        self.raw = raw
+        self.data = memoryview(raw)
+        self.words = words
 
     def strings(self, starts: np.ndarray, lengths: np.ndarray, name: str) -> pl.Series:
         """A polars String column of the byte ranges ``data[start:start+length]``, without copying them.
@@ -118,8 +135,27 @@ class ByteView:
         views[:, 1] = low & 0xFFFFFFFF
         views[:, 2] = np.where(inline, low >> np.uint64(32), 0)
         views[:, 3] = np.where(inline, high & 0xFFFFFFFF, starts)
-        array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.data)])
+        array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)])
         return pl.Series(name, array)
+
+
+def padded(size: int) -> np.ndarray:
+    """A fresh uint8 array of ``size`` bytes (not initialised) with ``PADDING`` zero bytes of its buffer behind it."""
+    buffer = np.empty(size + PADDING, dtype=np.uint8)
+    buffer[size:] = 0
+    return buffer[:size]
+
+
+def _words(raw: np.ndarray) -> np.ndarray | None:
+    """A strided view (stride 1 byte over 8-byte items) of the little-endian word at every byte of ``raw``
+    and 8 past it, or None when the buffer ``raw`` is a view of does not hold ``PADDING`` bytes after it."""
+    owner = raw.base
+    if not isinstance(owner, np.ndarray) or not (owner.flags.c_contiguous and raw.flags.c_contiguous):
+        return None
+    at = raw.ctypes.data - owner.ctypes.data
+    if raw.dtype != np.uint8 or at < 0 or at + len(raw) + PADDING > owner.nbytes:
+        return None
+    return np.ndarray(shape=(len(raw) + 8,), dtype="<u8", buffer=owner, offset=at, strides=(1,))
 
 
 def _byte_mask(lengths: np.ndarray) -> np.ndarray:
@@ -163,23 +199,11 @@ class LineReader:
             self.stats.lines += len(chunk)
             yield chunk
 
-    def _blocks(self, stream) -> Iterator[bytes | OSError | pa.ArrowException | EOFError]:
-        """Blocks of bytes as read; a read error is yielded (once, last) instead of raised."""
-        if self.max_wait is None:
-            while True:
-                try:
-                    block = stream.read(self.chunk_bytes)
-                except (OSError, pa.ArrowException, EOFError) as exc:
-                    yield exc
-                    return
-                yield block
-                if not block:
-                    return
-        yield from _timed_blocks(stream, self.chunk_bytes, self.max_wait)
-
-    def texts(self) -> Iterator[tuple[int, bytes]]:
+    def texts(self) -> Iterator[tuple[int, np.ndarray]]:
         """The source as line-aligned blocks of about ``chunk_bytes``, each with its decompressed offset.
 
+        A block is a uint8 array, the start of a buffer of its own (never written again once handed
+        out) with at least ``PADDING`` bytes behind it, which :class:`ByteView` reads without a copy.
         What :meth:`__iter__` splits into lines; the parallel parser hands these blocks to worker
         processes whole. ``stats.lines`` and ``invalid_utf8_lines`` are left to whoever splits them.
         """
@@ -194,39 +218,63 @@ class LineReader:
             if not self.source.is_stdin:
                 raw.close()
 
-    def _texts(self, raw: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    def _texts(self, raw: BinaryIO) -> Iterator[tuple[int, np.ndarray]]:
         stream = self._decompressing(raw)
-        pending = b""
+        live = None if self.max_wait is None else _timed_blocks(stream, self.chunk_bytes, self.max_wait)
+        pending = padded(0)  # the start of a line whose end has not been read yet
         offset = 0
         first = True
-        for block in self._blocks(stream):
-            if isinstance(block, BaseException):
+        while True:
+            buffer, filled, error = self._read(stream, live, pending)
+            if error is not None:
                 what = f"{self.stats.compression} stream" if self.stats.compression else "file"
-                self.stats.problem = f"{what} is truncated or corrupt after {self.stats.bytes + len(pending)} bytes ({block})"
-                block = b""
-            eof = not block
+                self.stats.problem = f"{what} is truncated or corrupt after {self.stats.bytes + len(pending)} bytes ({error})"
+            eof = filled == len(pending)
             if first:
                 first = False
-                if block and looks_binary(block[:BINARY_SNIFF_BYTES]):
+                if not eof and looks_binary(bytes(buffer[: min(filled, BINARY_SNIFF_BYTES)])):
                     self.stats.problem = "looks like binary data, not a text log"
                     return
             if eof:
-                data, pending = pending, b""
+                data = pending
             else:
-                # pending holds no newline, so the block's last one ends the data: one copy of the block
-                # (joined to what was pending), not two (joined, then cut).
-                cut = block.rfind(b"\n") + 1
-                if cut == 0:  # one huge line (or a live block without a newline): keep reading until it ends
-                    pending += block
+                newline = split.last_newline(buffer, len(pending), filled)  # pending holds none
+                if newline < 0:  # one huge line (or a live block without a newline): keep reading until it ends
+                    pending = buffer[:filled]
                     continue
-                data = block if not pending and cut == len(block) else b"".join((pending, memoryview(block)[:cut]))
-                pending = block[cut:]
-            if data:
+                data, pending = buffer[: newline + 1], buffer[newline + 1 : filled]
+            if len(data):
                 self.stats.bytes += len(data)
                 yield offset, data
                 offset += len(data)
             if eof:
                 return
+
+    def _read(self, stream, live: Iterator | None, pending: np.ndarray) -> tuple[np.ndarray, int, BaseException | None]:
+        """A fresh :func:`padded` buffer starting with ``pending`` and continuing with what was read next,
+        how many bytes of it were filled, and the error that ended the input (None if none did).
+
+        The stream reads straight into the buffer: the block's one copy is the read itself. A read asks
+        for ``chunk_bytes``, or for as much as is pending if that is more (a line longer than a chunk
+        is then copied a logarithmic number of times, not once per chunk). Live input comes in blocks
+        of the reader thread, copied in after ``pending``.
+        """
+        error = None
+        if live is None:
+            buffer = padded(len(pending) + max(self.chunk_bytes, len(pending)))
+            try:
+                got = stream.readinto(buffer[len(pending) :]) or 0
+            except (OSError, pa.ArrowException, EOFError) as exc:
+                got, error = 0, exc
+        else:
+            block = next(live, b"")
+            if isinstance(block, BaseException):
+                block, error = b"", block
+            got = len(block)
+            buffer = padded(len(pending) + got)
+            buffer[len(pending) :] = np.frombuffer(block, dtype=np.uint8)
+        buffer[: len(pending)] = pending
+        return buffer, len(pending) + got, error
 
     def _decompressing(self, raw: BinaryIO):
         head = raw.peek(4)[:4] if hasattr(raw, "peek") else b""
@@ -237,39 +285,46 @@ class LineReader:
         return raw
 
 
-def split_lines(data: bytes, source_id: int, first_line_no: int, first_offset: int, stats: ReadStats) -> RawChunk:
-    """Find every line of ``data`` with one vectorised newline scan; repair invalid UTF-8 (rare) first.
+def split_lines(
+    data: np.ndarray | bytes, source_id: int, first_line_no: int, first_offset: int, stats: ReadStats
+) -> RawChunk:
+    """Find every line of ``data`` with one compiled pass; check UTF-8 only when a byte is not ASCII,
+    and repair invalid UTF-8 (rare).
 
-    Lines whose bytes were repaired are counted in ``stats.invalid_utf8_lines``.
+    ``data`` is best a block of :meth:`LineReader.texts` or a slice of one, which :class:`ByteView`
+    reads without a copy. Lines whose bytes were repaired are counted in ``stats.invalid_utf8_lines``.
     """
-    offsets = _line_offsets(data)
-    text = data
-    try:
-        _binary_lines(data, offsets).view(pa.large_string()).validate(full=True)
-    except pa.ArrowInvalid:
-        # Invalid UTF-8 somewhere in the chunk: replace it (U+FFFD) and count the lines that changed.
-        text = data.decode("utf-8", errors="replace").encode("utf-8")
-        repaired = _line_offsets(text)
-        before, after = pl.Series(_binary_lines(data, offsets)), pl.Series(_binary_lines(text, repaired))
-        stats.invalid_utf8_lines += int((before != after).sum())
-        offsets_in_text = repaired
-    else:
-        offsets_in_text = offsets
-    starts = offsets_in_text[:-1]
-    ends = offsets_in_text[1:].copy()
-    raw = np.frombuffer(text, dtype=np.uint8)
-    if len(ends):
-        newline = raw[ends - 1] == 10
-        ends -= newline
-        ends -= (ends > starts) & (raw[np.maximum(ends - 1, 0)] == 13) & newline
+    view = ByteView(data)
+    starts, ends, ascii = split.find_lines(view.raw)
+    byte_offset = starts.astype(np.uint64) + np.uint64(first_offset)
+    if not ascii and not _is_utf8(view.raw):
+        view, starts, ends = _repaired(view, starts, stats)
     return RawChunk(
-        source_id=source_id,
-        first_line_no=first_line_no,
-        view=ByteView(text),
-        starts=starts,
-        ends=ends,
-        byte_offset=(offsets[:-1] + first_offset).astype(np.uint64),
+        source_id=source_id, first_line_no=first_line_no, view=view, starts=starts, ends=ends, byte_offset=byte_offset
     )
+
+
+def _is_utf8(raw: np.ndarray) -> bool:
+    """Whether the bytes are valid UTF-8 (checked by Arrow as one string: a newline, being ASCII, can
+    neither start nor end a sequence, so the whole is valid exactly when every line is)."""
+    try:
+        _binary_lines(raw, np.array([0, len(raw)], dtype=np.int64)).view(pa.large_string()).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _repaired(view: ByteView, starts: np.ndarray, stats: ReadStats) -> tuple[ByteView, np.ndarray, np.ndarray]:
+    """The chunk with invalid UTF-8 replaced by U+FFFD, and its line bounds; the lines that changed are counted.
+
+    A newline is never part of an invalid sequence, so the chunk keeps its lines.
+    """
+    fixed = ByteView(str(view.data, "utf-8", errors="replace").encode("utf-8"))
+    fixed_starts, fixed_ends, _ = split.find_lines(fixed.raw)
+    before = pl.Series(_binary_lines(view.raw, np.append(starts, len(view.raw))))
+    after = pl.Series(_binary_lines(fixed.raw, np.append(fixed_starts, len(fixed.raw))))
+    stats.invalid_utf8_lines += int((before != after).sum())
+    return fixed, fixed_starts, fixed_ends
 
 
 def _timed_blocks(stream, size: int, max_wait: float) -> Iterator[bytes | BaseException]:
@@ -321,18 +376,7 @@ def _timed_blocks(stream, size: int, max_wait: float) -> Iterator[bytes | BaseEx
             return
 
 
-def _line_offsets(data: bytes) -> np.ndarray:
-    """Start of every line, plus the end of the data: one vectorised scan for newlines."""
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
-    if not data.endswith(b"\n"):  # the last line of the stream has no terminator
-        ends = np.append(ends, len(data))
-    offsets = np.empty(len(ends) + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:] = ends
-    return offsets
-
-
-def _binary_lines(data: bytes, offsets: np.ndarray) -> pa.LargeBinaryArray:
+def _binary_lines(data: np.ndarray, offsets: np.ndarray) -> pa.LargeBinaryArray:
     """Zero-copy view of ``data`` as one binary value per line (terminators included)."""
     return pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]

@@ -34,13 +34,15 @@ from itertools import count
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.ipc
 
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.io.lines import COMPRESSED_MAGIC, BINARY_SNIFF_BYTES, ReadStats, looks_binary, split_lines
+from nccl_logsift.io.lines import COMPRESSED_MAGIC, BINARY_SNIFF_BYTES, ReadStats, looks_binary, padded, split_lines
 from nccl_logsift.io.sources import Source
+from nccl_logsift.io.split import last_newline, next_newline
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser, ParseState
 
@@ -64,7 +66,7 @@ class Segment:
     offset: int  # decompressed byte offset of the first line
     length: int | None  # bytes; None: to the end of the file
     path: str | None  # the file a worker reads the range from; None when ``data`` is given
-    data: bytes | None = None
+    data: np.ndarray | None = None  # a block of ``LineReader.texts`` (uint8)
     known_hosts: frozenset[str] = frozenset()
     spilled: bool = False  # ``path`` holds just this segment's bytes (from offset 0); the worker removes it
 
@@ -112,8 +114,12 @@ def parse_segment(chunks: ChunkParser, segment: Segment, chunk_bytes: int) -> Se
         data = segment.data if segment.data is not None else _read_range(segment)
     except OSError as exc:
         return SegmentTables([], 0, 0, 0, ParseState(), problem=f"read error at byte {segment.offset}: {exc}")
+    if not isinstance(data, np.ndarray):
+        data = np.frombuffer(data, dtype=np.uint8)
     batches = []
     line_no = 1
+    # The pieces are views of the segment's buffer, which has the padding the line splitter needs behind
+    # it (a text column kept from one piece keeps the whole buffer).
     for start, stop in _pieces(data, chunk_bytes):
         chunk = split_lines(data[start:stop], segment.source_id, line_no, segment.offset + start, stats)
         line_no += len(chunk)
@@ -356,14 +362,19 @@ def _empty(schema: tuple[tuple[str, pl.DataType], ...]) -> pl.DataFrame:
     return pl.DataFrame(schema=dict(schema))
 
 
-def _read_range(segment: Segment) -> bytes:
+def _read_range(segment: Segment) -> np.ndarray:
+    """The segment's bytes, read into a :func:`padded` buffer (split into lines without another copy)."""
     with open(segment.path, "rb") as handle:
-        if segment.spilled:
-            data = handle.read()
-            os.unlink(segment.path)
-            return data
-        handle.seek(segment.offset)
-        return handle.read() if segment.length is None else handle.read(segment.length)
+        start = 0 if segment.spilled else segment.offset
+        size = os.fstat(handle.fileno()).st_size - start
+        if segment.length is not None and not segment.spilled:
+            size = min(size, segment.length)
+        handle.seek(start)
+        data = padded(max(size, 0))
+        got = handle.readinto(data)
+    if segment.spilled:
+        os.unlink(segment.path)
+    return data[:got]
 
 
 def _spilled(segment: Segment, names: Iterator[str]) -> Segment:
@@ -378,13 +389,13 @@ def _spilled(segment: Segment, names: Iterator[str]) -> Segment:
     return replace(segment, path=path, data=None, spilled=True)
 
 
-def _pieces(data: bytes, size: int) -> Iterator[tuple[int, int]]:
+def _pieces(data: np.ndarray, size: int) -> Iterator[tuple[int, int]]:
     """Line-aligned ranges of about ``size`` bytes."""
     start, end = 0, len(data)
     while start < end:
-        stop = data.rfind(b"\n", start, start + size) + 1 if start + size < end else end
+        stop = last_newline(data, start, start + size) + 1 if start + size < end else end
         if stop <= start:  # a line longer than size
-            newline = data.find(b"\n", start + size)
+            newline = next_newline(data, start + size)
             stop = end if newline < 0 else newline + 1
         yield start, stop
         start = stop

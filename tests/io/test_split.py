@@ -1,0 +1,140 @@
+"""The compiled line splitter gives the line bounds of a plain Python split, and says when a chunk is ASCII."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nccl_logsift.io import split
+from nccl_logsift.io.lines import PADDING, ByteView, LineReader, ReadStats, padded, split_lines
+from nccl_logsift.io.sources import expand_paths
+
+
+def reference(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every line: the end before "\\n", and before a "\\r" just ahead of it."""
+    bounds, start = [], 0
+    while start < len(data):
+        newline = data.find(b"\n", start)
+        if newline < 0:  # the last line, without "\n", keeps everything
+            bounds.append((start, len(data)))
+            break
+        end = newline - 1 if newline > start and data[newline - 1] == 13 else newline
+        bounds.append((start, end))
+        start = newline + 1
+    return bounds
+
+
+def found(data: bytes) -> tuple[list[tuple[int, int]], bool]:
+    view = ByteView(data)
+    starts, ends, ascii = split.find_lines(view.raw)
+    return list(zip(starts.tolist(), ends.tolist())), ascii
+
+
+@pytest.mark.parametrize("cut", [1, 6, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65])
+def test_find_lines_finds_a_newline_at_every_position_of_a_word_and_a_step(cut):
+    data = b"x" * (cut - 1) + b"\n" + b"y" * 70 + b"\n" + b"z" * 3
+    assert found(data) == (reference(data), True)
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 8, 13, 31, 32, 33, 100, 1001])
+def test_find_lines_reads_chunks_whose_size_is_not_a_multiple_of_the_word(size):
+    data = (b"ab\ncd\r\n" * 200)[:size]
+    assert found(data) == (reference(data), True)
+
+
+def test_find_lines_drops_crlf_and_keeps_a_lone_cr():
+    data = b"one\r\ntwo\rhalf\n\r\n\r\rx\r\n\nlast\r"
+    assert found(data)[0] == [(0, 3), (5, 13), (14, 14), (16, 19), (21, 21), (22, 27)]
+
+
+def test_find_lines_takes_a_chunk_without_newline_as_one_line():
+    data = b"no newline at all " * 10
+    assert found(data) == ([(0, len(data))], True)
+
+
+def test_find_lines_ends_at_the_last_newline():
+    assert found(b"a\nb\n")[0] == [(0, 1), (2, 3)]
+    assert found(b"\n\n")[0] == [(0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("at", [0, 7, 8, 31, 32, 40])
+def test_find_lines_sees_a_byte_above_ascii_anywhere(at):
+    data = bytearray(b"a" * 41)
+    data[at] = 0xC3
+    assert found(bytes(data))[1] is False
+
+
+def test_find_lines_makes_room_for_more_newlines_than_estimated():
+    data = b"\n" * 50_000 + b"\r\n" * 20_000
+    assert found(data) == (reference(data), True)
+
+
+def test_find_lines_matches_a_python_split_on_random_bytes():
+    rng = np.random.default_rng(20240611)
+    alphabet = np.frombuffer(b"\n\r\n ab\xc3\xa9\xff\x00", dtype=np.uint8)
+    for trial in range(2000):
+        size = int(rng.integers(0, 300))
+        if trial % 2:
+            data = rng.choice(alphabet, size).astype(np.uint8).tobytes()
+        else:
+            data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        assert found(data) == (reference(data), all(b < 128 for b in data)), data
+
+
+def test_find_lines_reads_a_slice_of_a_buffer_from_any_offset():
+    rng = np.random.default_rng(7)
+    text = b"".join(b"line %d %s\r\n" % (i, b"x" * int(rng.integers(0, 40))) for i in range(300))
+    buffer = padded(len(text))
+    buffer[:] = np.frombuffer(text, dtype=np.uint8)
+    for start in range(40):
+        stop = len(text) - int(rng.integers(0, 40))
+        piece = buffer[start:stop]
+        starts, ends, ascii = split.find_lines(piece)
+        assert list(zip(starts.tolist(), ends.tolist())) == reference(text[start:stop]) and ascii
+
+
+def test_newline_search_backwards_and_forwards():
+    raw = np.frombuffer(b"ab\ncd\nef", dtype=np.uint8)
+    assert split.last_newline(raw, 0, 8) == 5 and split.last_newline(raw, 0, 5) == 2
+    assert split.last_newline(raw, 3, 5) == -1
+    assert split.next_newline(raw, 3) == 5 and split.next_newline(raw, 6) == -1
+
+
+def test_split_lines_counts_no_valid_utf8_line_as_invalid():
+    data = "naïve ünïcode ✓\nplain\n€ at the end".encode()
+    stats = ReadStats()
+    chunk = split_lines(data, 0, 1, 0, stats)
+    assert chunk.lines().text.to_list() == ["naïve ünïcode ✓", "plain", "€ at the end"]
+    assert stats.invalid_utf8_lines == 0
+
+
+def test_split_lines_repairs_and_counts_invalid_utf8_lines():
+    data = b"ok\nbad \xff\xfe here\r\nfine \xc3\xa9\ncut \xe2\x82\nend"
+    stats = ReadStats()
+    chunk = split_lines(data, 0, 10, 100, stats)
+    lines = chunk.lines()
+    assert lines.text.to_list() == ["ok", "bad \ufffd\ufffd here", "fine é", "cut \ufffd", "end"]
+    assert lines.line_no.to_list() == [10, 11, 12, 13, 14]
+    # Offsets are those of the bytes as read, before the repair changed their length.
+    assert lines.byte_offset.to_list() == [100 + start for start, _ in reference(data)]
+    assert stats.invalid_utf8_lines == 2
+
+
+def test_reader_blocks_are_viewed_without_a_copy_and_never_written_again(tmp_path):
+    text = b"".join(b"line %05d of the log\n" % i for i in range(3000)) + b"and a last line without newline"
+    path = tmp_path / "a.log"
+    path.write_bytes(text)
+    reader = LineReader(expand_paths([str(path)])[0][0], chunk_bytes=1000)
+    blocks = list(reader.texts())
+    # Read to the end before looking: a buffer written again by a later read would show here.
+    assert b"".join(bytes(data) for _, data in blocks) == text
+    for offset, data in blocks:
+        view = ByteView(data)
+        assert np.shares_memory(view.raw, data) and view.data == text[offset : offset + len(data)]
+        assert data.base.nbytes - (data.ctypes.data - data.base.ctypes.data) >= len(data) + PADDING
+
+
+def test_byte_view_of_bytes_copies_them_once_with_padding():
+    view = ByteView(b"abc")
+    assert view.data == b"abc" and len(view.raw) == 3 and len(view.words) == 11
+    assert int(view.words[0]) == int.from_bytes(b"abc", "little")
