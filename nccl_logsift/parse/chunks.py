@@ -8,8 +8,10 @@ order with its communicator inits, as one chunk always did.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -25,7 +27,10 @@ from nccl_logsift.parse.schema import conform
 # A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
-SCAN_AHEAD = 4  # chunks read and scanned ahead of the batches (4 MB each)
+SCAN_AHEAD = 6  # chunks read and scanned ahead of the batches (4 MB each)
+# Threads that scan chunks side by side: the compiled scan releases the GIL, so two keep two cores busy
+# while the batches are numbered and digested between them.
+SCAN_THREADS = min(4, max(2, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +55,7 @@ class ChunkParser:
         self.parser = parser
         self.every_line = every_line
         self.ops = ops or Names()
-        self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=self.ops)
-        self._learned: list[str] = []
+        self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
         self._source_id = 0
@@ -65,49 +69,79 @@ class ChunkParser:
     def ready(self) -> bool:
         return self._rest_lines >= REST_LINES or self._fast_rows >= FAST_ROWS
 
+    @property
+    def fast(self) -> fastcoll.CollFastPath:
+        return self._scanner.fast
+
     def scan(self, chunk: RawChunk) -> Scanned:
         """The fast path's part of :meth:`add`, which may run in another thread (:meth:`scan_ahead`)."""
-        found = self.fast.read(chunk)
-        hosts, self._learned = self._learned, []
-        return Scanned(chunk, found, hosts)
+        return self._scanner.scan(chunk)
 
-    def scan_ahead(self, chunks: Iterable[RawChunk]) -> Iterator[Scanned]:
-        """``scan`` every chunk in a thread that reads and scans up to SCAN_AHEAD chunks ahead.
+    def _new_scanner(self) -> "_Scanner":
+        return _Scanner(self.parser, self.every_line, self.ops)
 
-        Reading, decompression and the compiled COLL scan release the GIL, so on two cores they run
-        beside the batches being parsed, numbered and digested. What a scan learns (the hosts of new
-        prefixes) reaches the parser's state only in :meth:`add`, in input order, so the tables are
-        those of reading one chunk after the other.
+    def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
+        """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
+
+        A thread reads (and splits) the chunks and hands them to the scanning threads, each with a fast
+        path (prefix and op tables) of its own. Reading, decompression and the compiled COLL scan
+        release the GIL, so on two cores they run beside the batches being parsed, numbered and
+        digested. What a scan learns (the hosts of new prefixes) reaches the parser's state only in
+        :meth:`add`, in input order, so the tables are those of reading one chunk after the other.
         """
-        ahead: queue.Queue = queue.Queue(maxsize=SCAN_AHEAD)
+        order: queue.Queue = queue.Queue(maxsize=SCAN_AHEAD)  # a Future per chunk, in input order
+        todo: queue.Queue = queue.Queue()
         stop = threading.Event()
 
-        def produce() -> None:
+        def put(where: queue.Queue, item) -> bool:
+            while not stop.is_set():
+                try:
+                    where.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def read() -> None:
             try:
                 for chunk in chunks:
-                    item = self.scan(chunk)
-                    while not stop.is_set():
-                        try:
-                            ahead.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    done: Future = Future()
+                    if not put(order, done):
                         return
-                ahead.put(None)
+                    todo.put((done, chunk))
+                put(order, None)
             except BaseException as exc:  # handed to the consumer, raised there
-                ahead.put(exc)
+                put(order, exc)
+            finally:
+                for _ in range(threads):
+                    todo.put(None)
 
-        thread = threading.Thread(target=produce, name="logsift-scan", daemon=True)
-        thread.start()
+        def scan(scanner: _Scanner) -> None:
+            while (work := todo.get()) is not None:
+                done, chunk = work
+                if stop.is_set():
+                    done.cancel()
+                    continue
+                try:
+                    done.set_result(scanner.scan(chunk))
+                except BaseException as exc:
+                    done.set_exception(exc)
+
+        scanners = [self._scanner] + [self._new_scanner() for _ in range(threads - 1)]
+        workers = [threading.Thread(target=read, name="logsift-read", daemon=True)]
+        workers += [threading.Thread(target=scan, args=(scanner,), name=f"logsift-scan-{n}", daemon=True)
+                    for n, scanner in enumerate(scanners)]
+        for worker in workers:
+            worker.start()
         try:
-            while (item := ahead.get()) is not None:
+            while (item := order.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                yield item.result()
         finally:
             stop.set()
-            thread.join()
+            for worker in workers:
+                worker.join()
 
     def add(self, chunk: RawChunk, scanned: Scanned | None = None) -> None:
         self._source_id = chunk.source_id
@@ -129,11 +163,6 @@ class ChunkParser:
         if rest is None or len(rest):
             self._rest.append(chunk.lines(rest))
             self._rest_lines += len(self._rest[-1])
-
-    def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
-        parsed = self.parser.parse_prefixes(prefixes, learn=False)
-        self._learned += hosts_of(parsed)
-        return parsed
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -170,3 +199,22 @@ class ChunkParser:
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
         return tables, calls
+
+
+class _Scanner:
+    """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread."""
+
+    def __init__(self, parser: LineParser, every_line: bool, ops: Names):
+        self.parser = parser
+        self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
+        self._learned: list[str] = []
+
+    def scan(self, chunk: RawChunk) -> Scanned:
+        found = self.fast.read(chunk)
+        hosts, self._learned = self._learned, []
+        return Scanned(chunk, found, hosts)
+
+    def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
+        parsed = self.parser.parse_prefixes(prefixes, learn=False)
+        self._learned += hosts_of(parsed)
+        return parsed
