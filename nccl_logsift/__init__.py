@@ -14,7 +14,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = ["__version__"]
 
 # The modules with loops compiled by numba (tests/test_compiled.py checks the list is complete).
-COMPILED_MODULES = ("keymap.py", "io/split.py", "parse/collscan.py", "resolve/progress.py", "findings/digest.py")
+COMPILED_MODULES = ("keymap.py", "io/split.py", "parse/collscan.py", "parse/calls.py", "resolve/progress.py", "findings/digest.py")
 
 
 def _numba_cache_dir() -> None:
