@@ -38,7 +38,7 @@ STATS_KEY = ["comm_uid", "rank"]
 UNUSED = ("sendbuff", "recvbuff", "stream", "size", "src_file", "src_line", "logger", "severity", "func", "rccl_task")
 # What the window keeps of a call besides its row: the call's number in the whole log ("serial", to tell
 # which rows are still kept), its instance, and numbering's columns.
-_WINDOW = ("serial", "instance", "ordinal", "generation", "rank", "uid")
+_WINDOW = ("serial", "slot", "ordinal", "generation", "rank", "uid")
 _POSITION_BITS = 44  # open positions are keyed by (communicator slot, position) packed into 64 bits
 _MAX_COMMS = 1 << (64 - _POSITION_BITS)
 
@@ -69,11 +69,11 @@ class CollectiveDigest:
         self.calls += n
         uid = c["uid"]
         state = self._state
-        state.reserve(pl.Series(c["instance"]).n_unique(), len(calls.uids.names))
+        state.reserve(int(c["slot"].max()) + 1, len(calls.uids.names))
         # Signatures and op ids are compared as int64 (the aggregates are int64; mixing in uint64 would
         # make numba compare floats).
         window, keep, new_members, diverged = state.fold(
-            c["instance"], uid.astype(np.uint64), uid >= 0, c["opcount"], c["has_opcount"], c["ordinal"], c["nranks"],
+            c["slot"], uid.astype(np.uint64), uid >= 0, c["opcount"], c["has_opcount"], c["ordinal"], c["nranks"],
             c["sig"], c["op"].astype(np.int64), np.isin(c["op"], calls.ops.ids(P2P_OPS)), self.calls, self.final,
         )
         if len(new_members):
@@ -104,10 +104,10 @@ class CollectiveDigest:
         """Per (comm_uid, rank): calls, whether opCount grew on every call, and its smallest value."""
         schema = {"comm_uid": pl.String, "rank": pl.Int64, "calls": pl.UInt32, "steady": pl.Boolean, "min_opcount": pl.Int64}
         state = self._state
-        used = state.comm_of[: state.instances.count] >= 0
+        used = state.comm_of[: state.instances] >= 0
         if not self._members or not used.any():
             return pl.DataFrame(schema=schema)
-        count = state.instances.count
+        count = state.instances
         uid = np.concatenate([uid for uid, _ in self._members])
         rank = np.concatenate([rank for _, rank in self._members])
         per_instance = pl.DataFrame([
@@ -134,7 +134,7 @@ class CollectiveDigest:
         if not self._window:
             return
         window = Calls.concat(self._window)
-        alive = self._state.alive(window["instance"], window["serial"], self.calls, self.final)
+        alive = self._state.alive(window["slot"], window["serial"], self.calls, self.final)
         self._window = [window.take(alive)] if alive.any() else []
         self._rows = len(self._window[0]) if self._window else 0
 
@@ -159,7 +159,7 @@ class _State:
 
     def __init__(self, min_window: int):
         self.min_window = min_window
-        self.instances = KeyMap()
+        self.instances = 0  # instance slots seen (numbering's dense ids, 0 to instances - 1)
         self.comms = KeyMap()
         self.open = KeyMap()
         size = 16
@@ -178,11 +178,10 @@ class _State:
         self.aggregate = np.zeros((16, _AGGREGATES), dtype=np.int64)
 
     def reserve(self, instances: int, comms: int) -> None:
-        """Room for a batch of calls on that many distinct instances and communicators (open positions
-        grow in the loop)."""
-        self.instances.reserve(instances)
+        """Room for instance slots below ``instances`` and for that many communicators more (open
+        positions grow in the loop)."""
         self.comms.reserve(comms)
-        need = self.instances.count + instances
+        need = instances
         if need > len(self.calls):
             size = max(need, 2 * len(self.calls))
             for name, fill in (("comm_of", -1), ("calls", 0), ("last_opcount", 0), ("min_opcount", 0),
@@ -201,22 +200,22 @@ class _State:
     def fold(self, instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent):
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
-        counts = np.array([self.instances.count, self.comms.count, self.open.count], dtype=np.int64)
+        counts = np.array([self.instances, self.comms.count, self.open.count], dtype=np.int64)
         open_ = self.open
         window, keep, new_members, diverged, still_open, open_.keys, open_.slots, self.position, self.aggregate = _fold(
             instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
-            self.instances.keys, self.instances.slots, self.comms.keys, self.comms.slots, open_.keys, open_.slots,
+            self.comms.keys, self.comms.slots, open_.keys, open_.slots,
             self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
             self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
         )
-        self.instances.count, self.comms.count = int(counts[0]), int(counts[1])
+        self.instances, self.comms.count = int(counts[0]), int(counts[1])
         if still_open > OPEN_POSITIONS:
             still_open = _keep_highest(self.position, self.aggregate, self.open.keys, self.open.slots, still_open, OPEN_POSITIONS)
         self.open.count = still_open
         return window, keep, new_members, diverged
 
     def alive(self, instance: np.ndarray, row: np.ndarray, total: int, recent: int) -> np.ndarray:
-        return _alive(instance, row, total, recent, self.instances.keys, self.instances.slots, self.ring, self.pushed)
+        return _alive(instance, row, total, recent, self.ring, self.pushed)
 
 
 # Columns of _State.aggregate, per open position.
@@ -226,7 +225,7 @@ _AGGREGATES = 8
 
 @numba.njit(cache=True, nogil=True)
 def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
-          inst_keys, inst_slots, comm_keys, comm_slots, open_keys, open_slots,
+          comm_keys, comm_slots, open_keys, open_slots,
           comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm,
           comm_hash, position, aggregate):
     n = len(instance)
@@ -236,8 +235,8 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
     added = 0
     # 1. Instances, opCount statistics and each instance's last rows.
     for i in range(n):
-        s = keymap.find_or_add(inst_keys, inst_slots, np.uint64(instance[i]), counts[0])
-        if s == counts[0]:
+        s = instance[i]
+        if s == counts[0]:  # numbering numbers instances in the order of their first call
             counts[0] += 1
             new_members[added] = i
             added += 1
@@ -380,10 +379,10 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
 
 
 @numba.njit(cache=True, nogil=True)
-def _alive(instance, row, total, recent, inst_keys, inst_slots, ring, pushed):
+def _alive(instance, row, total, recent, ring, pushed):
     alive = np.zeros(len(row), dtype=np.bool_)
     for i in range(len(row)):
-        s = keymap.find(inst_keys, inst_slots, np.uint64(instance[i]))
+        s = instance[i]
         alive[i] = _still_kept(row[i], s, total, recent, ring, pushed)
     return alive
 

@@ -26,9 +26,10 @@ from nccl_logsift.keymap import mix
 
 # The columns every piece gives the loops; a Calls holds these, then what numbering adds.
 KERNEL = ("seq", "process", "comm", "opcount", "has_opcount", "nranks", "sig", "op")
-# Numbering's results: the instance (a hash), the call's ordinal, and the instance's generation, comm rank
-# and communicator uid (ids in Calls.uids); the sentinels below stand for null.
-NUMBERED = ("instance", "ordinal", "generation", "rank", "uid")
+# Numbering's results: the instance (a hash, and "slot": a dense id in the order of first call), the call's
+# ordinal, and the instance's generation, comm rank and communicator uid (ids in Calls.uids); the
+# sentinels below stand for null.
+NUMBERED = ("instance", "slot", "ordinal", "generation", "rank", "uid")
 NO_GENERATION = np.iinfo(np.int32).min
 NO_RANK = np.iinfo(np.int64).min
 NO_ID = -1
@@ -327,13 +328,13 @@ class Calls:
                 frame = frame[rows]
             frames.append(frame.with_columns(*self._added(mine), *(pl.Series(name, self.columns[name][mine]) for name in extra)))
         if not frames:
-            return pl.DataFrame(schema={**self.schema, **(ADDED if "instance" in self.columns else {})})
+            return pl.DataFrame(schema={**self.schema, **(ADDED if "ordinal" in self.columns else {})})
         if len(frames) == 1:
             return frames[0]
         return pl.concat(frames, how="diagonal_relaxed").sort(LOCATION)
 
     def _added(self, at: np.ndarray) -> list[pl.Series]:
-        if "instance" not in self.columns:
+        if "ordinal" not in self.columns:  # not numbered
             return []
         c = self.columns
         generation, rank = c["generation"][at], c["rank"][at]

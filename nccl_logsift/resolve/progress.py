@@ -60,12 +60,13 @@ class CollectiveNumbering:
         # Batches come in line order, so this is usually the identity.
         order = np.arange(len(seq)) if _ascending(seq) else np.argsort(seq, kind="stable")
         counts = self._counts
-        found, instance, ordinal, counts.count, counts.keys, counts.slots, self._next = _number(
+        found, instance, slot, ordinal, counts.count, counts.keys, counts.slots, self._next = _number(
             keys, seq, order, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq, starts.instance,
             counts.keys, counts.slots, self._next, counts.count,
         )
         calls.columns.update(
             instance=instance,
+            slot=slot,
             ordinal=ordinal,
             generation=starts.generation[found],
             rank=starts.rank[found],
@@ -109,6 +110,7 @@ def _number(keys, seq, order, start_keys, start_slots, lo, hi, start_seq, start_
     n = len(keys)
     found = np.full(n, -1, dtype=np.int64)
     instance = np.empty(n, dtype=np.uint64)
+    dense = np.empty(n, dtype=np.int64)
     ordinal = np.empty(n, dtype=np.int64)
     for i in order:
         group = keymap.find(start_keys, start_slots, keys[i])
@@ -133,9 +135,10 @@ def _number(keys, seq, order, start_keys, start_slots, lo, hi, start_seq, start_
                 next_ordinal = keymap.longer(next_ordinal, counted)
             next_ordinal[slot] = 0
             counted += 1
+        dense[i] = slot
         ordinal[i] = next_ordinal[slot]
         next_ordinal[slot] += 1
-    return found, instance, ordinal, counted, count_keys, count_slots, next_ordinal
+    return found, instance, dense, ordinal, counted, count_keys, count_slots, next_ordinal
 
 
 @numba.njit(cache=True, nogil=True)
