@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain, islice
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
@@ -281,7 +282,9 @@ class Analysis:
 
     ``analyze`` feeds it every batch at once; ``watch`` feeds it as a live job writes its log. COLL calls
     go to a :class:`~nccl_logsift.findings.digest.CollectiveDigest`, so memory stays bounded whatever
-    the size of the log.
+    the size of the log. A batch is folded into the digest in a thread of its own while the stream
+    parses and numbers the next one (the fold's compiled loop releases the GIL); batches are folded
+    one at a time, in order.
     """
 
     def __init__(self, stream: TableStream, budget: int | None = None):
@@ -291,17 +294,31 @@ class Analysis:
         self.stream = stream
         self.sink = MemorySink()
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
+        self._folder: ThreadPoolExecutor | None = None
+        self._folding: Future | None = None
 
     def add(self, batch: Batch) -> None:
-        self.digest.add(batch.calls)
+        self._folded()
+        if self._folder is None:
+            self._folder = ThreadPoolExecutor(1, thread_name_prefix="logsift-digest")
+        self._folding = self._folder.submit(self.digest.add, batch.calls)
         for name, frame in batch.tables.items():
             if name != "collectives":
                 self.sink.write(name, frame)
+
+    def _folded(self) -> None:
+        """Wait for the batch being folded (its error, if any, is raised here)."""
+        folding, self._folding = self._folding, None
+        if folding is not None:
+            folding.result()
 
     def job(self):
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.findings.context import Job
 
+        self._folded()
+        if self._folder is not None:
+            self._folder.shutdown()
         kept = self.digest.table()
         if not kept.is_empty():
             self.sink.write("collectives", kept)

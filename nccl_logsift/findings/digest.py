@@ -20,6 +20,8 @@ window the earlier side's line may be gone (the divergence is still reported, fr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numba
 import numpy as np
 import polars as pl
@@ -64,8 +66,9 @@ class CollectiveDigest:
         n = len(calls)
         if not n:
             return
+        # The call's number in the whole log, on a copy: the caller may still read the batch's calls.
+        calls = replace(calls, columns={**calls.columns, "serial": np.arange(self.calls, self.calls + n, dtype=np.int64)})
         c = calls.columns
-        c["serial"] = np.arange(self.calls, self.calls + n, dtype=np.int64)
         self.calls += n
         uid = c["uid"]
         state = self._state
