@@ -12,9 +12,11 @@ opCount counts every call (``positioned``). :class:`CollectiveDigest` keeps
   of the first divergent position of each communicator (and of the one before it) are kept for good;
 * per (communicator, rank) running opCount statistics, so ``positioned`` judges the whole run.
 
-Every call goes through one compiled loop (:func:`_fold`), which updates the statistics and the open
-positions and says which rows of the batch the window keeps; polars only ever holds the window. The rows
-of a divergence are those still in the window when it is found; with per-rank files larger than the
+Calls arrive as arrays (:class:`~nccl_logsift.parse.calls.Calls`, numbered, with a dense instance
+``slot``). Every call goes through one compiled loop (:func:`_fold`), which updates the statistics and
+the open positions and says which calls of the batch the window keeps; the window holds those calls as
+arrays too, and their polars rows are built once, by :meth:`CollectiveDigest.table`. The rows of a
+divergence are those still in the window when it is found; with per-rank files larger than the
 window the earlier side's line may be gone (the divergence is still reported, from the side that is left).
 """
 

@@ -90,3 +90,18 @@ def test_open_positions_beyond_the_cap_forget_the_lowest(tmp_path, monkeypatch):
     assert kept._state.open.count <= 100
     key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]  # noqa: E731
     assert key(capped) == key(full)
+
+
+def test_an_error_while_folding_reaches_the_caller(tmp_path, monkeypatch):
+    path = tmp_path / "job.log"
+    write(Options(scenario="healthy", ranks=4, nodes=1, ops=50, noise=False), str(path))
+    analysis = Analysis(TableStream([str(path)], ParseOptions(every_line=False)))
+
+    def broken(calls):
+        raise RuntimeError("fold failed")
+
+    monkeypatch.setattr(analysis.digest, "add", broken)
+    with pytest.raises(RuntimeError, match="fold failed"):
+        for batch in analysis.stream:
+            analysis.add(batch)
+        analysis.job()

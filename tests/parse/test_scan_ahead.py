@@ -19,11 +19,11 @@ def chunks_of(path, chunk_bytes=1 << 16):
     return LineReader(sources[0], chunk_bytes)
 
 
-def tables(path, ahead: bool) -> list[dict]:
+def tables(path, ahead: bool, threads: int = 2) -> list[dict]:
     parser = ChunkParser(LineParser(load_grammars()), every_line=False)
     reader = chunks_of(path)
     out = []
-    items = parser.scan_ahead(reader) if ahead else map(parser.scan, reader)
+    items = parser.scan_ahead(reader, threads) if ahead else map(parser.scan, reader)
     for scanned in items:
         parser.add(scanned.chunk, scanned)
         if parser.ready:
@@ -32,14 +32,15 @@ def tables(path, ahead: bool) -> list[dict]:
     return [tables for tables in out if tables is not None]
 
 
-def test_scanning_ahead_gives_the_tables_of_scanning_in_turn(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_scanning_ahead_gives_the_tables_of_scanning_in_turn(tmp_path, monkeypatch, threads):
     from nccl_logsift.parse import chunks
 
     monkeypatch.setattr(chunks, "REST_LINES", 500)
     monkeypatch.setattr(chunks, "FAST_ROWS", 500)
     path = tmp_path / "job.log"
     write(Options(scenario="rank-stall", ranks=8, nodes=2, ops=300, torn_rate=0.01), str(path))
-    ahead, in_turn = tables(path, True), tables(path, False)
+    ahead, in_turn = tables(path, True, threads), tables(path, False)
     assert len(ahead) == len(in_turn) > 3
     for a, b in zip(ahead, in_turn):
         assert a.keys() == b.keys()
@@ -61,6 +62,27 @@ def test_an_error_while_scanning_reaches_the_consumer(tmp_path):
             parser.add(scanned.chunk, scanned)
 
 
+def test_an_error_in_a_scanning_thread_reaches_the_consumer(tmp_path, monkeypatch):
+    path = tmp_path / "job.log"
+    write(Options(scenario="healthy", ranks=4, nodes=1, ops=200, noise=False), str(path))
+    parser = ChunkParser(LineParser(load_grammars()), every_line=False)
+    from nccl_logsift.parse import chunks
+
+    real = chunks._Scanner.scan
+    seen = []
+
+    def scan(self, chunk):
+        seen.append(chunk)
+        if len(seen) == 3:
+            raise ValueError("bad chunk")
+        return real(self, chunk)
+
+    monkeypatch.setattr(chunks._Scanner, "scan", scan)
+    with pytest.raises(ValueError, match="bad chunk"):
+        for scanned in parser.scan_ahead(chunks_of(path, 1 << 12), threads=2):
+            parser.add(scanned.chunk, scanned)
+
+
 def test_a_consumer_that_stops_early_stops_the_thread(tmp_path):
     path = tmp_path / "job.log"
     write(Options(scenario="healthy", ranks=4, nodes=1, ops=400, noise=False), str(path))
@@ -68,4 +90,4 @@ def test_a_consumer_that_stops_early_stops_the_thread(tmp_path):
     items = parser.scan_ahead(chunks_of(path, 1 << 12))
     next(items)
     items.close()
-    assert not any(t.name == "logsift-scan" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name.startswith(("logsift-read", "logsift-scan")) and t.is_alive() for t in threading.enumerate())
