@@ -17,6 +17,11 @@ __all__ = ["__version__"]
 COMPILED_MODULES = ("keymap.py", "io/split.py", "parse/collscan.py", "parse/calls.py", "resolve/progress.py", "findings/digest.py")
 
 
+def cache_dir() -> Path:
+    """Where logsift keeps what it can rebuild (compiled loops, parsed grammars): $XDG_CACHE_HOME/nccl-logsift."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nccl-logsift"
+
+
 def _numba_cache_dir() -> None:
     """Keep numba's compiled-code cache in a directory named after the kernels' source.
 
@@ -34,9 +39,8 @@ def _numba_cache_dir() -> None:
             digest.update((here / name).read_bytes())
         except OSError:
             return
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    for root in (base, Path(tempfile.gettempdir())):
-        target = root / "nccl-logsift" / f"numba-{digest.hexdigest()[:16]}"
+    for root in (cache_dir(), Path(tempfile.gettempdir()) / "nccl-logsift"):
+        target = root / f"numba-{digest.hexdigest()[:16]}"
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError:

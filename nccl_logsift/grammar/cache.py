@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nccl_logsift import cache_dir
+
 if TYPE_CHECKING:
     from nccl_logsift.grammar.registry import GrammarSet
 
@@ -29,10 +31,6 @@ log = logging.getLogger(__name__)
 # The modules whose code decides what a parsed set holds and whether it is accepted.
 _READER = tuple(Path(__file__).with_name(name) for name in ("schema.py", "registry.py", "cache.py"))
 _DIGEST_BYTES = hashlib.sha256().digest_size
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nccl-logsift"
 
 
 def cached_grammars(root: Path, paths: Sequence[Path], parse: Callable[[], GrammarSet]) -> GrammarSet:
