@@ -202,13 +202,13 @@ class _State:
             size = max(self.comms.count + comms, 2 * len(self.diverged))
             self.diverged, self.comm_hash = np.resize(self.diverged, size), np.resize(self.comm_hash, size)
 
-    def fold(self, instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent):
+    def fold(self, slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent):
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
         counts = np.array([self.instances, self.comms.count, self.open.count], dtype=np.int64)
         open_ = self.open
         window, keep, new_members, diverged, still_open, open_.keys, open_.slots, self.position, self.aggregate = _fold(
-            instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
+            slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
             self.comms.keys, self.comms.slots, open_.keys, open_.slots,
             self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
             self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
@@ -219,8 +219,8 @@ class _State:
         self.open.count = still_open
         return window, keep, new_members, diverged
 
-    def alive(self, instance: np.ndarray, row: np.ndarray, total: int, recent: int) -> np.ndarray:
-        return _alive(instance, row, total, recent, self.ring, self.pushed)
+    def alive(self, slot: np.ndarray, row: np.ndarray, total: int, recent: int) -> np.ndarray:
+        return _alive(slot, row, total, recent, self.ring, self.pushed)
 
 
 # Columns of _State.aggregate, per open position.
@@ -229,18 +229,17 @@ _AGGREGATES = 8
 
 
 @numba.njit(cache=True, nogil=True)
-def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
+def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
           comm_keys, comm_slots, open_keys, open_slots,
           comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm,
           comm_hash, position, aggregate):
-    n = len(instance)
+    n = len(slot)
     width = ring.shape[1]
-    slot_of = np.empty(n, dtype=np.int64)
     new_members = np.empty(n, dtype=np.int64)
     added = 0
     # 1. Instances, opCount statistics and each instance's last rows.
     for i in range(n):
-        s = instance[i]
+        s = slot[i]
         if s == counts[0]:  # numbering numbers instances in the order of their first call
             counts[0] += 1
             new_members[added] = i
@@ -257,7 +256,6 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
             steady[s] = True
             opcount_seen[s] = False
             pushed[s] = 0
-        slot_of[i] = s
         ring[s, pushed[s] % width] = total - n + i
         pushed[s] += 1
         if comm_of[s] >= 0:
@@ -285,7 +283,7 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
     where = np.full(n, -1, dtype=np.int64)
     opened = counts[2]
     for i in range(n):
-        c = comm_of[slot_of[i]]
+        c = comm_of[slot[i]]
         if c < 0 or c >= _MAX_COMMS:
             continue
         pos = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
@@ -354,7 +352,7 @@ def _fold(instance, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, o
     keep = np.zeros(n, dtype=np.bool_)
     window = np.zeros(n, dtype=np.bool_)
     for i in range(n):
-        s = slot_of[i]
+        s = slot[i]
         c = comm_of[s]
         if c >= 0 and first[c] >= 0 and (where[i] == first[c] or where[i] == first[c] - 1):
             keep[i] = True
@@ -384,10 +382,10 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
 
 
 @numba.njit(cache=True, nogil=True)
-def _alive(instance, row, total, recent, ring, pushed):
+def _alive(slot, row, total, recent, ring, pushed):
     alive = np.zeros(len(row), dtype=np.bool_)
     for i in range(len(row)):
-        s = instance[i]
+        s = slot[i]
         alive[i] = _still_kept(row[i], s, total, recent, ring, pushed)
     return alive
 

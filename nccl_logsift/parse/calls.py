@@ -196,9 +196,10 @@ class FramePiece:
 
     __slots__ = ("rows", "columns")
 
-    def __init__(self, rows: pl.DataFrame, ops: Names):
+    def __init__(self, rows: pl.DataFrame, ops: Names | None, columns: dict[str, np.ndarray] | None = None):
+        """``columns``: the loops' columns when already known (a taken piece), else computed (``ops`` numbers the op names)."""
         self.rows = rows
-        self.columns = _frame_kernel(rows, ops)
+        self.columns = columns if columns is not None else _frame_kernel(rows, ops)
 
     def __len__(self) -> int:
         return self.rows.height
@@ -207,10 +208,7 @@ class FramePiece:
         return self.columns
 
     def take(self, rows: np.ndarray) -> "FramePiece":
-        piece = object.__new__(FramePiece)
-        piece.rows = self.rows[rows]
-        piece.columns = {name: column[rows] for name, column in self.columns.items()}
-        return piece
+        return FramePiece(self.rows[rows], None, {name: column[rows] for name, column in self.columns.items()})
 
     def frame(self) -> pl.DataFrame:
         return self.rows
