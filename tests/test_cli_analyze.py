@@ -49,3 +49,22 @@ def test_analyze_unreadable_input_exits_2_without_traceback(tmp_path):
         [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "missing.log")], capture_output=True, text=True
     )
     assert proc.returncode == 2 and proc.stderr.startswith("Error:") and "Traceback" not in proc.stderr
+
+
+def test_the_entry_point_flushes_its_output_and_keeps_the_exit_status():
+    # main() leaves without the interpreter's teardown: what it wrote must still arrive, with the status.
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(STALL), "--format", "json", "--fail-on", "error"],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert json.loads(proc.stdout)["findings"][0]["ranks"] == [1]
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly():
+    # `logsift analyze big.log | head -1`: the pipe closes before the report is written.
+    proc = subprocess.run(
+        f"{sys.executable} -m nccl_logsift analyze {STALL} --format json | head -c 1",
+        shell=True, capture_output=True, text=True,
+    )
+    assert proc.stdout == "{" and "Traceback" not in proc.stderr

@@ -21,11 +21,12 @@ NOT_FOR_ANALYZE = ["nccl_logsift.simulate", "nccl_logsift.batch", "nccl_logsift.
 
 
 def imported_after(code: str) -> set[str]:
-    """The modules a fresh interpreter holds after running ``code`` (SystemExit is caught)."""
+    """The modules a fresh interpreter holds after running ``code`` (SystemExit is caught), as an exit
+    handler sees them (the entry point leaves with os._exit once its exit handlers have run)."""
     script = (
-        "import json, sys\n"
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
         f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
-        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
