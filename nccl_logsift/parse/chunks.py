@@ -60,9 +60,7 @@ class ChunkParser:
         self._rest: list[LineChunk] = []
         self._source_id = 0
         self._fast_rows = 0
-        # The tables of a batch without leftover lines (frames are immutable, so they are built once).
-        self._empty = {name: conform(pl.DataFrame(), columns) for name, columns in parser.schemas.tables.items()}
-        self._empty["lines"] = conform(pl.DataFrame(), parser.schemas.lines)
+        self._empty = parser.empty_tables  # the tables of a batch without leftover lines
         self._rest_lines = 0
 
     @property

@@ -84,6 +84,9 @@ class LineParser:
         self.grammars = grammars
         self.keep_text = keep_text
         self.schemas = TableSchemas.from_grammars(grammars, keep_text)
+        # Every table with no rows, built once (~0.3 ms each): a batch has rows for a few tables only.
+        self.empty_tables = {name: pl.DataFrame(schema=columns) for name, columns in self.schemas.tables.items()}
+        self.empty_tables["lines"] = pl.DataFrame(schema=self.schemas.lines)
         self.state = ParseState()
         self._launchers = [self._prefix(g, p) for g in grammars.layer(Layer.LAUNCHER) for p in g.patterns]
         self._envelopes = [self._prefix(g, p) for g in grammars.layer(Layer.ENVELOPE) for p in g.patterns]
@@ -325,7 +328,7 @@ class LineParser:
                 # In line order, glued pieces (numbered after the batch's rows) beside their line.
                 tables[name] = conform(merged.sort("line_no", "part"), columns)
             else:
-                tables[name] = conform(pl.DataFrame(schema={"row": pl.UInt32}), columns)
+                tables[name] = self.empty_tables[name]
         assignments = pl.concat(assigned) if assigned else pl.DataFrame(
             schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String}
         )
