@@ -6,7 +6,8 @@ at ~50 ns a row and a Python dict cannot be used for inside compiled code. :clas
 open-addressing table (linear probing, power-of-two capacity, at most half full) held in numpy arrays,
 so it lives across batches and is passed to the kernels as plain arrays. Keys are hashes already
 (polars ``hash``); they are mixed once more (SplitMix64's finaliser) because polars' integer hashes
-are not guaranteed to spread over the low bits.
+are not guaranteed to spread over the low bits. Lookups are inlined into the kernels' loops (a call per
+lookup, with its reference counting, cost 23 ns against 4).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def mix(a: np.uint64, b: np.uint64) -> np.uint64:
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _probe(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     """Where ``key`` is in the table, or the empty place where it would go."""
     mask = np.uint64(len(keys) - 1)
@@ -45,13 +46,13 @@ def _probe(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     return at
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def find(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     """The slot of ``key``, or EMPTY."""
     return slots[_probe(keys, slots, key)]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def find_or_add(keys: np.ndarray, slots: np.ndarray, key: np.uint64, new_slot: np.int64) -> np.int64:
     """The slot of ``key``; if absent it is added with ``new_slot`` (the caller checks ``== new_slot``)."""
     at = _probe(keys, slots, key)
@@ -77,10 +78,13 @@ def full(keys: np.ndarray, count: np.int64) -> bool:
 @numba.njit(cache=True, nogil=True)
 def room(keys: np.ndarray, slots: np.ndarray, count: np.int64):
     """``keys, slots`` with room for one more key beside the ``count`` held: a table twice as large.
-    Kernels call it when :func:`full` before an add and hand the arrays back, so a table is sized by the
-    keys it holds, not by how many a batch might add (a table much larger than the keys costs a cache
-    miss per lookup). Arrays returned from a compiled call cost reference counting, hence the test
-    apart, inlined."""
+
+    Tables grow when they fill, so a table is sized by the keys it holds, not by how many a batch might
+    add (a table much larger than its keys costs a cache miss per lookup). Never inside the loop that
+    probes the table: a loop that reassigns the arrays it probes keeps them in no register and counts
+    references at every step (measured: 45-67 ns a lookup instead of 4). The loop stops when
+    :func:`full` and returns where it stopped; its caller grows the table with this and resumes.
+    """
     grown_keys = np.zeros(2 * len(keys), dtype=np.uint64)
     grown_slots = np.full(2 * len(keys), EMPTY, dtype=np.int64)
     _rehash(keys, slots, grown_keys, grown_slots)

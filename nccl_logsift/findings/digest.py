@@ -163,6 +163,8 @@ class _State:
     """What the compiled loop carries from batch to batch, as numpy arrays (grown by :meth:`reserve`)."""
 
     def __init__(self, min_window: int):
+        if min_window < 1 or min_window & (min_window - 1):  # the ring's place is a mask, not a division
+            raise ValueError(f"min_window must be a power of two, not {min_window}")
         self.min_window = min_window
         self.instances = 0  # instance slots seen (numbering's dense ids, 0 to instances - 1)
         self.comms = KeyMap()
@@ -179,8 +181,9 @@ class _State:
         self.diverged = np.zeros(16, dtype=np.bool_)  # per communicator slot
         self.comm_hash = np.zeros(16, dtype=np.uint64)
         # Open positions: key (comm slot, position) → slot, with the summary of the calls seen there.
-        self.position = np.zeros(16, dtype=np.int64)
-        self.aggregate = np.zeros((16, _AGGREGATES), dtype=np.int64)
+        # (both as long as the table, so that the loop that fills them never grows them).
+        self.position = np.zeros(len(self.open.keys), dtype=np.int64)
+        self.aggregate = np.zeros((len(self.open.keys), _AGGREGATES), dtype=np.int64)
 
     def reserve(self, instances: int, comms: int) -> None:
         """Room for instance slots below ``instances`` and for that many communicators more (open
@@ -256,7 +259,7 @@ def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p
             steady[s] = True
             opcount_seen[s] = False
             pushed[s] = 0
-        ring[s, pushed[s] % width] = total - n + i
+        ring[s, pushed[s] & (width - 1)] = total - n + i
         pushed[s] += 1
         if comm_of[s] >= 0:
             calls[s] += 1
@@ -279,41 +282,16 @@ def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p
             if not steady[s] or (opcount_seen[s] and min_opcount[s] > 1):
                 usable[c] = False
             most[c] = max(most[c], calls[s])
-    # 3. Fold every call into the open position it sits at.
+    # 3. Fold every call into the open position it sits at (growing the table when it fills).
     where = np.full(n, -1, dtype=np.int64)
-    opened = counts[2]
-    for i in range(n):
-        c = comm_of[slot[i]]
-        if c < 0 or c >= _MAX_COMMS:
-            continue
-        pos = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
-        where[i] = pos
-        if pos < 0 or pos >= (1 << _POSITION_BITS):
-            continue
-        if keymap.full(open_keys, opened):
-            open_keys, open_slots = keymap.room(open_keys, open_slots, opened)
-        p = keymap.find_or_add(open_keys, open_slots, _open_key(c, pos), opened)
-        if p == opened:
-            if opened == len(position):
-                position, aggregate = keymap.longer(position, opened), keymap.longer(aggregate, opened)
-            opened += 1
-            position[p] = pos
-            aggregate[p, _COMM] = c
-            aggregate[p, _CALLS] = 0
-            aggregate[p, _NRANKS] = 0
-            aggregate[p, _P2P] = 1
-            aggregate[p, _SIG_MIN] = sig[i]
-            aggregate[p, _SIG_MAX] = sig[i]
-            aggregate[p, _OP_MIN] = op[i]
-            aggregate[p, _OP_MAX] = op[i]
-        aggregate[p, _CALLS] += 1
-        aggregate[p, _NRANKS] = max(aggregate[p, _NRANKS], nranks[i])
-        if not p2p[i]:
-            aggregate[p, _P2P] = 0
-        aggregate[p, _SIG_MIN] = min(aggregate[p, _SIG_MIN], sig[i])
-        aggregate[p, _SIG_MAX] = max(aggregate[p, _SIG_MAX], sig[i])
-        aggregate[p, _OP_MIN] = min(aggregate[p, _OP_MIN], op[i])
-        aggregate[p, _OP_MAX] = max(aggregate[p, _OP_MAX], op[i])
+    done, opened = 0, counts[2]
+    while True:
+        done, opened = _fold_positions(slot, ordinal, opcount, has_opcount, nranks, sig, op, p2p, comm_of, usable,
+                                       most, where, done, opened, open_keys, open_slots, position, aggregate)
+        if done == n:
+            break
+        open_keys, open_slots = keymap.room(open_keys, open_slots, opened)
+        position, aggregate = keymap.longer(position, opened), keymap.longer(aggregate, opened)
     # 4. Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
     # point-to-point pair are the same op); positions every member has called are closed.
     first = np.full(communicators, -1, dtype=np.int64)
@@ -356,9 +334,51 @@ def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p
         c = comm_of[s]
         if c >= 0 and first[c] >= 0 and (where[i] == first[c] or where[i] == first[c] - 1):
             keep[i] = True
-        row = total - n + i
-        window[i] = _still_kept(row, s, total, recent, ring, pushed)
+        window[i] = _still_kept(total - n + i, total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
     return window, keep, new_members[:added], diverged, kept, open_keys, open_slots, position, aggregate
+
+
+@numba.njit(cache=True, nogil=True)
+def _fold_positions(slot, ordinal, opcount, has_opcount, nranks, sig, op, p2p, comm_of, usable, most, where,
+                    done, opened, open_keys, open_slots, position, aggregate):
+    """Fold the calls from the ``done``-th into their open positions; stop at the end or before a call
+    that might open a position in a full table. Returns how many calls are done and positions open
+    (``position`` and ``aggregate`` are as long as the table's capacity)."""
+    i = done
+    while i < len(slot):
+        if keymap.full(open_keys, opened):
+            break
+        c = comm_of[slot[i]]
+        if c < 0 or c >= _MAX_COMMS:
+            i += 1
+            continue
+        pos = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
+        where[i] = pos
+        if pos < 0 or pos >= (1 << _POSITION_BITS):
+            i += 1
+            continue
+        p = keymap.find_or_add(open_keys, open_slots, _open_key(c, pos), opened)
+        if p == opened:
+            opened += 1
+            position[p] = pos
+            aggregate[p, _COMM] = c
+            aggregate[p, _CALLS] = 0
+            aggregate[p, _NRANKS] = 0
+            aggregate[p, _P2P] = 1
+            aggregate[p, _SIG_MIN] = sig[i]
+            aggregate[p, _SIG_MAX] = sig[i]
+            aggregate[p, _OP_MIN] = op[i]
+            aggregate[p, _OP_MAX] = op[i]
+        aggregate[p, _CALLS] += 1
+        aggregate[p, _NRANKS] = max(aggregate[p, _NRANKS], nranks[i])
+        if not p2p[i]:
+            aggregate[p, _P2P] = 0
+        aggregate[p, _SIG_MIN] = min(aggregate[p, _SIG_MIN], sig[i])
+        aggregate[p, _SIG_MAX] = max(aggregate[p, _SIG_MAX], sig[i])
+        aggregate[p, _OP_MIN] = min(aggregate[p, _OP_MIN], op[i])
+        aggregate[p, _OP_MAX] = max(aggregate[p, _OP_MAX], op[i])
+        i += 1
+    return i, opened
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -384,15 +404,16 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
 @numba.njit(cache=True, nogil=True)
 def _alive(slot, row, total, recent, ring, pushed):
     alive = np.zeros(len(row), dtype=np.bool_)
+    width = ring.shape[1]
     for i in range(len(row)):
         s = slot[i]
-        alive[i] = _still_kept(row[i], s, total, recent, ring, pushed)
+        alive[i] = _still_kept(row[i], total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
     return alive
 
 
 @numba.njit(cache=True, nogil=True)
-def _still_kept(row, s, total, recent, ring, pushed):
-    """Whether call ``row`` of instance slot ``s`` is among the log's ``recent`` last calls or its instance's
-    last ``ring.shape[1]`` (the ring's oldest entry is the earliest of those)."""
-    width = ring.shape[1]
-    return row >= total - recent or pushed[s] <= width or row >= ring[s, pushed[s] % width]
+def _still_kept(row, total, recent, pushed, oldest, width):
+    """Whether call ``row`` of an instance is among the log's ``recent`` last calls or its instance's last
+    ``width`` (``pushed`` calls so far; ``oldest`` is the ring's oldest entry, the earliest of those).
+    Scalars only: a helper that takes arrays costs reference counting at every call of a loop."""
+    return row >= total - recent or pushed <= width or row >= oldest

@@ -26,6 +26,7 @@ from nccl_logsift.keymap import mix
 
 # The columns every piece gives the loops; a Calls holds these, then what numbering adds.
 KERNEL = ("seq", "process", "comm", "opcount", "has_opcount", "nranks", "sig", "op")
+_KERNEL_TYPES = (np.int64, np.uint64, np.uint64, np.int64, np.bool_, np.int64, np.int64, np.int32)
 # Numbering's results: the instance (a hash, and "slot": a dense id in the order of first call), the call's
 # ordinal, and the instance's generation, comm rank and communicator uid (ids in Calls.uids); the
 # sentinels below stand for null.
@@ -267,7 +268,7 @@ class Calls:
         if pieces:
             columns = {name: np.concatenate([kernel[name] for kernel in kernels]) for name in KERNEL}
         else:
-            columns = {name: np.zeros(0, dtype=np.int64) for name in KERNEL}
+            columns = {name: np.zeros(0, dtype=dtype) for name, dtype in zip(KERNEL, _KERNEL_TYPES)}
         columns["piece"] = np.repeat(np.arange(len(pieces), dtype=np.int32), [len(piece) for piece in pieces])
         columns["row"] = np.concatenate([np.arange(len(piece), dtype=np.int64) for piece in pieces] or [np.zeros(0, np.int64)])
         seq = columns["seq"]

@@ -7,8 +7,10 @@ on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
 A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
 address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
 per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
-(:func:`_number`): a hash lookup of the call's (host, pid, comm) among the instance starts and a running
-count per instance.
+(:func:`_number`): a hash lookup of the call's (host, pid, comm), whose group remembers the instance of
+its last call and the span of lines where that instance holds, and a running count per instance. The
+instance starts are searched only when a call leaves that span (a new init of the same address) or the
+starts changed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from nccl_logsift import keymap
-from nccl_logsift.keymap import KeyMap
+from nccl_logsift.keymap import KeyMap, mix
 from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, Calls, Names, instance_keys, process_keys
 from nccl_logsift.resolve.communicators import INSTANCE, instances
 
@@ -32,8 +34,11 @@ class CollectiveNumbering:
         self._comms: list[pl.DataFrame] = []
         self._instances: pl.DataFrame | None = None
         self._starts: _Starts | None = None
+        self._epoch = 0  # how many times the starts were rebuilt: what a group's cached instance was found in
+        self._groups = KeyMap()
+        self._group = np.zeros((len(self._groups.keys), _GROUP_FIELDS), dtype=np.int64)  # per group, likewise
         self._counts = KeyMap()
-        self._next = np.zeros(len(self._counts.keys), dtype=np.int64)
+        self._next = np.zeros(len(self._counts.keys), dtype=np.int64)  # per instance slot, as long as the table
         self.uids = Names()
 
     def observe(self, comms: pl.DataFrame) -> None:
@@ -54,24 +59,22 @@ class CollectiveNumbering:
         """Add ``NUMBERED`` to ``calls``: each call's instance, ordinal, generation, comm rank and uid."""
         if self._starts is None:
             self._starts = _Starts(self.instances, self.uids)
+            self._epoch += 1
         starts = self._starts
-        keys = instance_keys(calls["process"], calls["comm"])
         seq = calls["seq"]
         # Batches come in line order, so this is usually the identity.
         order = np.arange(len(seq)) if _ascending(seq) else np.argsort(seq, kind="stable")
-        counts = self._counts
-        found, instance, slot, ordinal, counts.count, counts.keys, counts.slots, self._next = _number(
-            keys, seq, order, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq, starts.instance,
-            counts.keys, counts.slots, self._next, counts.count,
+        counts, groups = self._counts, self._groups
+        counted = np.array([counts.count, groups.count, self._epoch], dtype=np.int64)
+        (instance, slot, ordinal, generation, rank, uid,
+         counts.keys, counts.slots, self._next, groups.keys, groups.slots, self._group) = _number(
+            calls["process"], calls["comm"], seq, order, counted,
+            starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq, starts.instance,
+            starts.generation, starts.rank, starts.uid,
+            counts.keys, counts.slots, self._next, groups.keys, groups.slots, self._group,
         )
-        calls.columns.update(
-            instance=instance,
-            slot=slot,
-            ordinal=ordinal,
-            generation=starts.generation[found],
-            rank=starts.rank[found],
-            uid=starts.uid[found],
-        )
+        counts.count, groups.count = int(counted[0]), int(counted[1])
+        calls.columns.update(instance=instance, slot=slot, ordinal=ordinal, generation=generation, rank=rank, uid=uid)
         calls.uids = self.uids
 
 
@@ -92,7 +95,7 @@ class _Starts:
         self.map.count = len(first)
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
         self.instance = table["instance"].to_numpy()
-        # What a call gets from its instance (sentinels for null); one more entry so that found = -1 reads it.
+        # What a call gets from its instance (sentinels for null); one more entry, read for a call of no start.
         self.generation = np.r_[table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION]
         self.rank = np.r_[table["rank"].cast(pl.Int64).fill_null(NO_RANK).to_numpy(), NO_RANK]
         self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1]
@@ -104,41 +107,88 @@ def _fill(keys, slots, group_keys):
         keymap.find_or_add(keys, slots, group_keys[g], g)
 
 
+# What numbering remembers per (host, pid, comm) group between calls: the instance its last call belonged
+# to, found in which version of the starts (EPOCH), and the span of lines [FROM, UNTIL) where that instance
+# is the latest start, so that a call in the span needs no search.
+_EPOCH, _START, _FROM, _UNTIL, _SLOT, _INSTANCE = range(6)
+_GROUP_FIELDS = 6
+_LAST_LINE = np.iinfo(np.int64).max
+
+
 @numba.njit(cache=True, nogil=True)
-def _number(keys, seq, order, start_keys, start_slots, lo, hi, start_seq, start_instance,
-            count_keys, count_slots, next_ordinal, counted):
-    n = len(keys)
-    found = np.full(n, -1, dtype=np.int64)
-    instance = np.empty(n, dtype=np.uint64)
-    dense = np.empty(n, dtype=np.int64)
-    ordinal = np.empty(n, dtype=np.int64)
-    for i in order:
-        group = keymap.find(start_keys, start_slots, keys[i])
-        at = -1
-        if group >= 0:
-            # The latest start at or before the call (usually the only one).
-            j = hi[group] - 1
-            while j >= lo[group] and start_seq[j] > seq[i]:
-                j -= 1
-            if j >= lo[group]:
-                at = j
-        if at >= 0:
-            found[i] = at
-            instance[i] = start_instance[at]
-        else:
-            instance[i] = keys[i] ^ _ORPHAN
-        if keymap.full(count_keys, counted):
-            count_keys, count_slots = keymap.room(count_keys, count_slots, counted)
-        slot = keymap.find_or_add(count_keys, count_slots, instance[i], counted)
-        if slot == counted:
-            if counted == len(next_ordinal):
-                next_ordinal = keymap.longer(next_ordinal, counted)
-            next_ordinal[slot] = 0
-            counted += 1
+def _number(process, comm, seq, order, counted, start_keys, start_slots, lo, hi, start_seq, start_instance,
+            start_generation, start_rank, start_uid, count_keys, count_slots, next_ordinal,
+            group_keys, group_slots, group):
+    n = len(seq)
+    out = (np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+           np.empty(n, dtype=start_generation.dtype), np.empty(n, dtype=np.int64), np.empty(n, dtype=start_uid.dtype))
+    done = 0
+    while True:
+        done = _number_until_full(
+            process, comm, seq, order, done, counted, start_keys, start_slots, lo, hi, start_seq, start_instance,
+            start_generation, start_rank, start_uid, count_keys, count_slots, next_ordinal,
+            group_keys, group_slots, group, *out,
+        )
+        if done == n:
+            break
+        # A table is full: grow it (and its per-slot values, kept as long as its capacity) and go on.
+        if keymap.full(group_keys, counted[1]):
+            group_keys, group_slots = keymap.room(group_keys, group_slots, counted[1])
+            group = keymap.longer(group, counted[1])
+        if keymap.full(count_keys, counted[0]):
+            count_keys, count_slots = keymap.room(count_keys, count_slots, counted[0])
+            next_ordinal = keymap.longer(next_ordinal, counted[0])
+    return (*out, count_keys, count_slots, next_ordinal, group_keys, group_slots, group)
+
+
+@numba.njit(cache=True, nogil=True)
+def _number_until_full(process, comm, seq, order, done, counted, start_keys, start_slots, lo, hi, start_seq,
+                       start_instance, start_generation, start_rank, start_uid, count_keys, count_slots,
+                       next_ordinal, group_keys, group_slots, group, instance, dense, ordinal, generation, rank, uid):
+    """Number the calls from the ``done``-th in line order; stop at the end or before a call that might
+    add to a full table, and return how many are done."""
+    # Counts live in locals during the loop: kept in the array, every store to another int64 array could
+    # alias them, and the compiled loop would reload them at each call.
+    instances, groups, epoch = counted[0], counted[1], counted[2]
+    k = done
+    while k < len(order):
+        if keymap.full(group_keys, groups) or keymap.full(count_keys, instances):
+            break
+        i = order[k]
+        key = mix(process[i], comm[i])
+        g = keymap.find_or_add(group_keys, group_slots, key, groups)
+        if g == groups:
+            group[g, _EPOCH] = -1
+            groups += 1
+        if group[g, _EPOCH] != epoch or not group[g, _FROM] <= seq[i] < group[g, _UNTIL]:
+            # The latest start at or before the call (usually the only one), and until when it stays so.
+            at, since, until = -1, -_LAST_LINE - 1, _LAST_LINE
+            found = keymap.find(start_keys, start_slots, key)
+            if found >= 0:
+                j = hi[found] - 1
+                while j >= lo[found] and start_seq[j] > seq[i]:
+                    until = start_seq[j]
+                    j -= 1
+                if j >= lo[found]:
+                    at, since = j, start_seq[j]
+            this = start_instance[at] if at >= 0 else key ^ _ORPHAN
+            slot = keymap.find_or_add(count_keys, count_slots, this, instances)
+            if slot == instances:
+                next_ordinal[slot] = 0
+                instances += 1
+            group[g, _EPOCH], group[g, _START], group[g, _FROM], group[g, _UNTIL] = epoch, at, since, until
+            group[g, _SLOT], group[g, _INSTANCE] = slot, np.int64(this)
+        at, slot = group[g, _START], group[g, _SLOT]
+        instance[i] = np.uint64(group[g, _INSTANCE])
         dense[i] = slot
         ordinal[i] = next_ordinal[slot]
         next_ordinal[slot] += 1
-    return found, instance, dense, ordinal, counted, count_keys, count_slots, next_ordinal
+        generation[i] = start_generation[at]  # at -1: the sentinel entry at the end
+        rank[i] = start_rank[at]
+        uid[i] = start_uid[at]
+        k += 1
+    counted[0], counted[1] = instances, groups
+    return k
 
 
 @numba.njit(cache=True, nogil=True)

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from nccl_logsift.parse import chunks
-from nccl_logsift.parse.calls import NO_ID, Calls, Names, signatures
+from nccl_logsift.parse.calls import KERNEL, NO_ID, Calls, Names, signatures
 from nccl_logsift.pipeline import ParseOptions, TableStream
 from nccl_logsift.simulate import Options, write
 
@@ -59,6 +59,14 @@ def test_calls_from_a_frame_give_the_same_loop_columns(stream_batches):
     rebuilt = Calls.from_frame(batch.tables["collectives"], batch.calls.ops, batch.calls.schema)
     for name in ("seq", "process", "comm", "opcount", "nranks", "sig", "op"):
         assert (rebuilt[name] == batch.calls[name]).all(), name
+
+
+def test_no_calls_have_the_loop_columns_types_of_some(stream_batches):
+    # A batch without COLL lines still goes through the compiled loops, which are typed by their arrays.
+    calls = stream_batches[0].calls
+    empty = Calls.of([], calls.ops, calls.schema)
+    assert len(empty) == 0
+    assert {name: empty[name].dtype for name in KERNEL} == {name: calls[name].dtype for name in KERNEL}
 
 
 def test_names_number_strings_in_order_of_first_sight():

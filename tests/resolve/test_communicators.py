@@ -114,3 +114,26 @@ def test_ranks_per_rank_files_resolve_like_one_stream(tmp_path):
     parse_paths([str(tmp_path)], sink)
     c = sink.tables["collectives"].sort("source_id")
     assert c.select("source_id", "global_rank", "comm_uid").rows() == [(0, 0, "0x77"), (1, 1, "0x77")]
+
+
+def test_ordinals_follow_inits_that_arrive_in_later_batches(tmp_path, monkeypatch):
+    # Numbering remembers each (host, pid, comm)'s instance between calls: an init seen in a later batch
+    # (the starts change) or a reused address (a later start) must still move the calls to the new instance.
+    from nccl_logsift.parse import chunks
+    from nccl_logsift.pipeline import ParseOptions
+
+    lines = [coll("h", 7, "0xc0", i, 2) for i in range(300)]  # no init logged yet: their own instance
+    lines += [init("h", 7, "0xc0", 0, 2, "COMPLETE", "0x5")]
+    lines += [coll("h", 7, "0xc0", i, 2) for i in range(300)]
+    lines += [env("h", 7, "comm 0xc0 rank 0 nranks 2 cudaDev 0 busId 1b000 - Destroy COMPLETE")]
+    lines += [init("h", 7, "0xc0", 1, 2, "COMPLETE", "0x6")]
+    lines += [coll("h", 7, "0xc0", i, 2) for i in range(300)]
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(chunks, "FAST_ROWS", 100)
+    sink = MemorySink()
+    parse_paths([str(path)], sink, ParseOptions(chunk_bytes=8 << 10, workers=1))
+    c = sink.tables["collectives"].sort("line_no")
+    assert c["comm_uid"].to_list() == [None] * 300 + ["0x5"] * 300 + ["0x6"] * 300
+    assert c["rank"].to_list() == [None] * 300 + [0] * 300 + [1] * 300
+    assert c["ordinal"].to_list() == list(range(300)) * 3
