@@ -1,0 +1,96 @@
+"""The grammar-driven line parser: how message patterns claim lines, and the tables of a batch."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from nccl_logsift.grammar import load_grammars
+from nccl_logsift.grammar.registry import GrammarSet
+from nccl_logsift.grammar.schema import Layer, read_grammar
+from nccl_logsift.io.lines import LineChunk
+from nccl_logsift.parse.lineparser import LineParser
+
+PROBE = '''
+schema = "nccl-logsift/grammar/v1"
+family = "probe"
+layer = "message"
+source = "nccl"
+table = "probes"
+priority = 1
+
+[fields]
+n = { kind = "int" }
+word = { kind = "str" }
+tail = { kind = "str" }
+
+[[patterns]]
+name = "number"
+anchor = "Probe "
+regex = \'\'\'^Probe (?P<n>\\d+)$\'\'\'
+
+[[patterns]]
+name = "word"
+anchor = "Probe "
+regex = \'\'\'^Probe (?P<word>[a-z]+)$\'\'\'
+
+[[patterns]]
+name = "bare"
+anchor = "Bare"
+regex = \'\'\'^Bare(?: (?P<tail>\\S+))?$\'\'\'
+
+[[patterns]]
+name = "warned"
+anchor = "Warned"
+level = "WARN"
+regex = \'\'\'^Warned$\'\'\'
+'''
+
+
+@pytest.fixture(scope="module")
+def parser(tmp_path_factory) -> LineParser:
+    """The shipped launcher and envelope grammars with one message grammar of our own."""
+    path = tmp_path_factory.mktemp("grammars") / "probe.toml"
+    path.write_text(PROBE)
+    probe, problems = read_grammar(path)
+    assert not problems
+    shipped = load_grammars().grammars
+    return LineParser(GrammarSet(tuple(g for g in shipped if g.layer is not Layer.MESSAGE) + (probe,)))
+
+
+def parse(parser: LineParser, messages: list[str]) -> dict[str, pl.DataFrame]:
+    """``messages`` (level and text) as the NCCL lines of one batch."""
+    lines = [f"node1:7:7 [0] NCCL {message}" for message in messages]
+    return parser.parse(LineChunk(
+        source_id=0,
+        line_no=pl.Series("line_no", range(1, len(lines) + 1), dtype=pl.UInt32),
+        byte_offset=pl.Series("byte_offset", [0] * len(lines), dtype=pl.UInt64),
+        text=pl.Series("text", lines, dtype=pl.String),
+    ))
+
+
+def test_a_pattern_claims_only_the_lines_its_regex_matches_and_leaves_the_rest_to_the_next(parser):
+    tables = parse(parser, ["INFO Probe 7", "INFO Probe seven", "INFO Probe 7 and 8"])
+    probes = tables["probes"]
+    assert probes.select("line_no", "pattern", "n", "word").rows() == [(1, "number", 7, None), (2, "word", None, "seven")]
+    lines = tables["lines"].sort("line_no")
+    assert lines["family"].to_list() == ["probe", "probe", None]
+
+
+def test_a_match_whose_groups_are_all_empty_is_still_a_match(parser):
+    tables = parse(parser, ["INFO Bare", "INFO Bare words", "INFO Bareback riding"])
+    assert tables["probes"].select("line_no", "pattern", "tail").rows() == [(1, "bare", None), (2, "bare", "words")]
+
+
+def test_a_pattern_with_a_level_claims_only_lines_of_that_level(parser):
+    tables = parse(parser, ["INFO Warned", "WARN Warned"])
+    assert tables["probes"].select("line_no", "pattern").rows() == [(2, "warned")]
+    assert tables["lines"].sort("line_no")["family"].to_list() == [None, "probe"]
+
+
+def test_tables_no_line_reached_are_empty_with_their_schema(parser):
+    tables = parse(parser, ["INFO nothing anyone claims"])
+    for name, columns in parser.schemas.tables.items():
+        assert tables[name].is_empty() and tables[name].schema == pl.Schema(columns), name
+    tables = parse(parser, ["INFO Probe 1"])
+    assert tables["probes"].height == 1 and parser.empty_tables["probes"].is_empty()
