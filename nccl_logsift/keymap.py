@@ -6,8 +6,12 @@ at ~50 ns a row and a Python dict cannot be used for inside compiled code. :clas
 open-addressing table (linear probing, power-of-two capacity, at most half full) held in numpy arrays,
 so it lives across batches and is passed to the kernels as plain arrays. Keys are hashes already
 (polars ``hash``); they are mixed once more (SplitMix64's finaliser) because polars' integer hashes
-are not guaranteed to spread over the low bits. Lookups are inlined into the kernels' loops (a call per
-lookup, with its reference counting, cost 23 ns against 4).
+are not guaranteed to spread over the low bits.
+
+The loops take a batch's slots from :meth:`KeyMap.ids`, one compiled pass over the batch's keys, rather
+than probing the table themselves: inside a large loop a lookup helper costs ~13 ns a call (numba keeps
+the table's arrays in no register and counts references around it), against ~4 ns in a loop of its own;
+and a loop that grows the table it probes (reassigning its arrays) ran at 45-67 ns a lookup.
 """
 
 from __future__ import annotations
@@ -75,32 +79,8 @@ def full(keys: np.ndarray, count: np.int64) -> bool:
     return 2 * (count + 1) > len(keys)
 
 
-@numba.njit(cache=True, nogil=True)
-def room(keys: np.ndarray, slots: np.ndarray, count: np.int64):
-    """``keys, slots`` with room for one more key beside the ``count`` held: a table twice as large.
-
-    Tables grow when they fill, so a table is sized by the keys it holds, not by how many a batch might
-    add (a table much larger than its keys costs a cache miss per lookup). Never inside the loop that
-    probes the table: a loop that reassigns the arrays it probes keeps them in no register and counts
-    references at every step (measured: 45-67 ns a lookup instead of 4). The loop stops when
-    :func:`full` and returns where it stopped; its caller grows the table with this and resumes.
-    """
-    grown_keys = np.zeros(2 * len(keys), dtype=np.uint64)
-    grown_slots = np.full(2 * len(keys), EMPTY, dtype=np.int64)
-    _rehash(keys, slots, grown_keys, grown_slots)
-    return grown_keys, grown_slots
-
-
-@numba.njit(cache=True, nogil=True)
-def longer(values: np.ndarray, count: np.int64) -> np.ndarray:
-    """``values`` (per slot, along the first axis) twice as long, for slot ``count`` past its end."""
-    grown = np.zeros((2 * len(values),) + values.shape[1:], dtype=values.dtype)
-    grown[: len(values)] = values
-    return grown
-
-
 class KeyMap:
-    """Keys to slots 0, 1, 2, … in order of first sight. ``reserve`` before a kernel may add keys."""
+    """Keys to slots 0, 1, 2, … in order of first sight."""
 
     def __init__(self, capacity: int = 512):
         """Room for ``capacity`` keys before the table grows."""
@@ -108,6 +88,18 @@ class KeyMap:
         self.keys = np.zeros(size, dtype=np.uint64)
         self.slots = np.full(size, EMPTY, dtype=np.int64)
         self.count = 0
+
+    def ids(self, keys: np.ndarray) -> np.ndarray:
+        """The slot of each of ``keys`` (uint64); keys not held yet are added as slots ``count``,
+        ``count + 1``, … in order of first sight. The table doubles whenever it fills, so it stays sized
+        by the keys it holds (a table much larger than its keys costs a cache miss per lookup)."""
+        out = np.empty(len(keys), dtype=np.int64)
+        done = 0
+        while True:
+            done, self.count = _ids(self.keys, self.slots, keys, self.count, out, done)
+            if done == len(keys):
+                return out
+            self.reserve(1)
 
     def reserve(self, more: int) -> None:
         """Make room for ``more`` new keys while staying at most half full."""
@@ -122,3 +114,34 @@ class KeyMap:
     def clear(self) -> None:
         self.slots.fill(EMPTY)
         self.count = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _ids(keys, slots, batch, count, out, done):
+    """Fill ``out`` from the ``done``-th key; stop before a new key that a full table cannot take.
+    Returns how many keys are done and how many the table holds."""
+    i = done
+    while i < len(batch):
+        at = _probe(keys, slots, batch[i])
+        if slots[at] == EMPTY:
+            if full(keys, count):
+                break
+            keys[at] = batch[i]
+            slots[at] = count
+            count += 1
+        out[i] = slots[at]
+        i += 1
+    return i, count
+
+
+def grown(values: np.ndarray, length: int) -> np.ndarray:
+    """``values`` (per slot, along the first axis) at least ``length`` long: doubled as often as needed,
+    zeros after the old values."""
+    size = max(len(values), 1)
+    while size < length:
+        size *= 2
+    if size == len(values):
+        return values
+    out = np.zeros((size,) + values.shape[1:], dtype=values.dtype)
+    out[: len(values)] = values
+    return out

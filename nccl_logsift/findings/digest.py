@@ -13,8 +13,10 @@ opCount counts every call (``positioned``). :class:`CollectiveDigest` keeps
 * per (communicator, rank) running opCount statistics, so ``positioned`` judges the whole run.
 
 Calls arrive as arrays (:class:`~nccl_logsift.parse.calls.Calls`, numbered, with a dense instance
-``slot``). Every call goes through one compiled loop (:func:`_fold`), which updates the statistics and
-the open positions and says which calls of the batch the window keeps; the window holds those calls as
+``slot``). Every call goes through two compiled loops: :func:`_fold_calls` updates the statistics and
+finds each call's position, and :func:`_fold_positions` (with the positions' slots from a
+:class:`~nccl_logsift.keymap.KeyMap`) updates the open positions and says which calls of the batch the
+window keeps; the window holds those calls as
 arrays too, and their polars rows are built once, by :meth:`CollectiveDigest.table`. The rows of a
 divergence are those still in the window when it is found; with per-rank files larger than the
 window the earlier side's line may be gone (the divergence is still reported, from the side that is left).
@@ -181,13 +183,12 @@ class _State:
         self.diverged = np.zeros(16, dtype=np.bool_)  # per communicator slot
         self.comm_hash = np.zeros(16, dtype=np.uint64)
         # Open positions: key (comm slot, position) → slot, with the summary of the calls seen there.
-        # (both as long as the table, so that the loop that fills them never grows them).
-        self.position = np.zeros(len(self.open.keys), dtype=np.int64)
-        self.aggregate = np.zeros((len(self.open.keys), _AGGREGATES), dtype=np.int64)
+        self.position = np.zeros(16, dtype=np.int64)
+        self.aggregate = np.zeros((16, _AGGREGATES), dtype=np.int64)
 
     def reserve(self, instances: int, comms: int) -> None:
         """Room for instance slots below ``instances`` and for that many communicators more (open
-        positions grow in the loop)."""
+        positions grow as they are numbered)."""
         self.comms.reserve(comms)
         need = instances
         if need > len(self.calls):
@@ -208,15 +209,23 @@ class _State:
     def fold(self, slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent):
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
-        counts = np.array([self.instances, self.comms.count, self.open.count], dtype=np.int64)
-        open_ = self.open
-        window, keep, new_members, diverged, still_open, open_.keys, open_.slots, self.position, self.aggregate = _fold(
-            slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
-            self.comms.keys, self.comms.slots, open_.keys, open_.slots,
+        counts = np.array([self.instances, self.comms.count], dtype=np.int64)
+        new_members, where, usable, most = _fold_calls(
+            slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, self.comms.keys, self.comms.slots,
             self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
-            self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
+            self.ring, self.pushed, self.diverged, self.comm_hash,
         )
         self.instances, self.comms.count = int(counts[0]), int(counts[1])
+        # Each call's open position: (communicator, position) → slot, new positions numbered from opened.
+        opened = self.open.count
+        placed = (where >= 0) & (where < 1 << _POSITION_BITS)
+        at = np.full(len(slot), -1, dtype=np.int64)
+        at[placed] = self.open.ids(_open_keys(self.comm_of[slot[placed]], where[placed]))
+        self.position, self.aggregate = keymap.grown(self.position, self.open.count), keymap.grown(self.aggregate, self.open.count)
+        window, keep, diverged, still_open = _fold_positions(
+            slot, at, where, opened, self.open.count, nranks, sig, op, p2p, usable, most, total, recent, self.open.keys,
+            self.open.slots, self.comm_of, self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
+        )
         if still_open > OPEN_POSITIONS:
             still_open = _keep_highest(self.position, self.aggregate, self.open.keys, self.open.slots, still_open, OPEN_POSITIONS)
         self.open.count = still_open
@@ -232,15 +241,15 @@ _AGGREGATES = 8
 
 
 @numba.njit(cache=True, nogil=True)
-def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent, counts,
-          comm_keys, comm_slots, open_keys, open_slots,
-          comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm,
-          comm_hash, position, aggregate):
+def _fold_calls(slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, comm_keys, comm_slots,
+                comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm, comm_hash):
+    """Instances, opCount statistics and each instance's last rows; then the position of every call
+    (-1 when it is on no communicator). Returns the first row of each new instance, the positions, and per
+    communicator whether opCount counts its positions and the most calls of a member."""
     n = len(slot)
     width = ring.shape[1]
     new_members = np.empty(n, dtype=np.int64)
     added = 0
-    # 1. Instances, opCount statistics and each instance's last rows.
     for i in range(n):
         s = slot[i]
         if s == counts[0]:  # numbering numbers instances in the order of their first call
@@ -272,7 +281,7 @@ def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p
                     min_opcount[s] = opcount[i]
                     opcount_seen[s] = True
                 last_opcount[s] = opcount[i]
-    # 2. Which communicators count positions by opCount (findings.progress.positioned, on the stats so far).
+    # Which communicators count positions by opCount (findings.progress.positioned, on the stats so far).
     communicators = counts[1]
     usable = np.ones(communicators, dtype=np.bool_)
     most = np.zeros(communicators, dtype=np.int64)
@@ -282,86 +291,31 @@ def _fold(slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p
             if not steady[s] or (opcount_seen[s] and min_opcount[s] > 1):
                 usable[c] = False
             most[c] = max(most[c], calls[s])
-    # 3. Fold every call into the open position it sits at (growing the table when it fills).
     where = np.full(n, -1, dtype=np.int64)
-    done, opened = 0, counts[2]
-    while True:
-        done, opened = _fold_positions(slot, ordinal, opcount, has_opcount, nranks, sig, op, p2p, comm_of, usable,
-                                       most, where, done, opened, open_keys, open_slots, position, aggregate)
-        if done == n:
-            break
-        open_keys, open_slots = keymap.room(open_keys, open_slots, opened)
-        position, aggregate = keymap.longer(position, opened), keymap.longer(aggregate, opened)
-    # 4. Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
-    # point-to-point pair are the same op); positions every member has called are closed.
-    first = np.full(communicators, -1, dtype=np.int64)
-    kept = 0
-    open_slots.fill(keymap.EMPTY)
-    for p in range(opened):
-        c = aggregate[p, _COMM]
-        if aggregate[p, _P2P]:
-            split = aggregate[p, _CALLS] == 2 and aggregate[p, _OP_MIN] == aggregate[p, _OP_MAX]
-        else:
-            split = aggregate[p, _SIG_MIN] != aggregate[p, _SIG_MAX]
-        if split:
-            if not diverged_comm[c] and (first[c] < 0 or position[p] < first[c]):
-                first[c] = position[p]
-        elif aggregate[p, _CALLS] < aggregate[p, _NRANKS]:
-            position[kept] = position[p]
-            for k in range(_AGGREGATES):
-                aggregate[kept, k] = aggregate[p, k]
-            keymap.find_or_add(open_keys, open_slots, _open_key(c, position[p]), kept)
-            kept += 1
-    counts[2] = kept
-    found = 0
-    for c in range(communicators):
-        if first[c] >= 0:
-            found += 1
-    diverged = np.empty((found, 2), dtype=np.uint64)
-    found = 0
-    for c in range(communicators):
-        if first[c] >= 0:
-            diverged_comm[c] = True
-            diverged[found, 0] = comm_hash[c]
-            diverged[found, 1] = np.uint64(first[c])
-            found += 1
-    # 5. What is kept: this batch's rows at a new divergence (and the position before it), and the rows
-    # still among the most recent or their instance's last.
-    keep = np.zeros(n, dtype=np.bool_)
-    window = np.zeros(n, dtype=np.bool_)
     for i in range(n):
-        s = slot[i]
-        c = comm_of[s]
-        if c >= 0 and first[c] >= 0 and (where[i] == first[c] or where[i] == first[c] - 1):
-            keep[i] = True
-        window[i] = _still_kept(total - n + i, total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
-    return window, keep, new_members[:added], diverged, kept, open_keys, open_slots, position, aggregate
+        c = comm_of[slot[i]]
+        if c < 0 or c >= _MAX_COMMS:
+            continue
+        where[i] = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
+    return new_members[:added], where, usable, most
 
 
 @numba.njit(cache=True, nogil=True)
-def _fold_positions(slot, ordinal, opcount, has_opcount, nranks, sig, op, p2p, comm_of, usable, most, where,
-                    done, opened, open_keys, open_slots, position, aggregate):
-    """Fold the calls from the ``done``-th into their open positions; stop at the end or before a call
-    that might open a position in a full table. Returns how many calls are done and positions open
-    (``position`` and ``aggregate`` are as long as the table's capacity)."""
-    i = done
-    while i < len(slot):
-        if keymap.full(open_keys, opened):
-            break
-        c = comm_of[slot[i]]
-        if c < 0 or c >= _MAX_COMMS:
-            i += 1
+def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, usable, most, total, recent,
+                    open_keys, open_slots, comm_of, ring, pushed, diverged_comm, comm_hash, position, aggregate):
+    """Fold every call into its open position (``at``; slots from ``opened`` on are new), find the
+    divergent positions, close the positions every member has called, and say which calls are kept.
+    Returns (rows the window keeps, rows kept for good, [comm hash, position] of each newly divergent
+    communicator, positions still open)."""
+    n = len(slot)
+    for i in range(n):
+        p = at[i]
+        if p < 0:
             continue
-        pos = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
-        where[i] = pos
-        if pos < 0 or pos >= (1 << _POSITION_BITS):
-            i += 1
-            continue
-        p = keymap.find_or_add(open_keys, open_slots, _open_key(c, pos), opened)
-        if p == opened:
+        if p == opened:  # new positions come in order of first sight
             opened += 1
-            position[p] = pos
-            aggregate[p, _COMM] = c
+            position[p] = where[i]
+            aggregate[p, _COMM] = comm_of[slot[i]]
             aggregate[p, _CALLS] = 0
             aggregate[p, _NRANKS] = 0
             aggregate[p, _P2P] = 1
@@ -377,8 +331,59 @@ def _fold_positions(slot, ordinal, opcount, has_opcount, nranks, sig, op, p2p, c
         aggregate[p, _SIG_MAX] = max(aggregate[p, _SIG_MAX], sig[i])
         aggregate[p, _OP_MIN] = min(aggregate[p, _OP_MIN], op[i])
         aggregate[p, _OP_MAX] = max(aggregate[p, _OP_MAX], op[i])
-        i += 1
-    return i, opened
+    # Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
+    # point-to-point pair are the same op); positions every member has called are closed.
+    communicators = len(usable)
+    first = np.full(communicators, -1, dtype=np.int64)
+    kept = 0
+    open_slots.fill(keymap.EMPTY)
+    for p in range(positions):
+        c = aggregate[p, _COMM]
+        if aggregate[p, _P2P]:
+            split = aggregate[p, _CALLS] == 2 and aggregate[p, _OP_MIN] == aggregate[p, _OP_MAX]
+        else:
+            split = aggregate[p, _SIG_MIN] != aggregate[p, _SIG_MAX]
+        if split:
+            if not diverged_comm[c] and (first[c] < 0 or position[p] < first[c]):
+                first[c] = position[p]
+        elif aggregate[p, _CALLS] < aggregate[p, _NRANKS]:
+            position[kept] = position[p]
+            for k in range(_AGGREGATES):
+                aggregate[kept, k] = aggregate[p, k]
+            keymap.find_or_add(open_keys, open_slots, _open_key(c, position[p]), kept)
+            kept += 1
+    found = 0
+    for c in range(communicators):
+        if first[c] >= 0:
+            found += 1
+    diverged = np.empty((found, 2), dtype=np.uint64)
+    found = 0
+    for c in range(communicators):
+        if first[c] >= 0:
+            diverged_comm[c] = True
+            diverged[found, 0] = comm_hash[c]
+            diverged[found, 1] = np.uint64(first[c])
+            found += 1
+    # What is kept: this batch's rows at a new divergence (and the position before it), and the rows
+    # still among the most recent or their instance's last.
+    width = ring.shape[1]
+    keep = np.zeros(n, dtype=np.bool_)
+    window = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        s = slot[i]
+        c = comm_of[s]
+        if c >= 0 and first[c] >= 0 and (where[i] == first[c] or where[i] == first[c] - 1):
+            keep[i] = True
+        window[i] = _still_kept(total - n + i, total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
+    return window, keep, diverged, kept
+
+
+@numba.njit(cache=True, nogil=True)
+def _open_keys(comm, position):
+    out = np.empty(len(comm), dtype=np.uint64)
+    for i in range(len(comm)):
+        out[i] = _open_key(comm[i], position[i])
+    return out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

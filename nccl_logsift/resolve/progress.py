@@ -7,8 +7,9 @@ on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
 A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
 address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
 per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
-(:func:`_number`): a hash lookup of the call's (host, pid, comm), whose group remembers the instance of
-its last call and the span of lines where that instance holds, and a running count per instance. The
+(:func:`_number`) over the calls' (host, pid, comm) group slots (one :meth:`KeyMap.ids` pass): a group
+remembers the instance of its last call and the span of lines where that instance holds, and each
+instance keeps a running count. The
 instance starts are searched only when a call leaves that span (a new init of the same address) or the
 starts changed.
 """
@@ -20,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from nccl_logsift import keymap
-from nccl_logsift.keymap import KeyMap, mix
+from nccl_logsift.keymap import KeyMap
 from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, Calls, Names, instance_keys, process_keys
 from nccl_logsift.resolve.communicators import INSTANCE, instances
 
@@ -35,10 +36,10 @@ class CollectiveNumbering:
         self._instances: pl.DataFrame | None = None
         self._starts: _Starts | None = None
         self._epoch = 0  # how many times the starts were rebuilt: what a group's cached instance was found in
-        self._groups = KeyMap()
-        self._group = np.zeros((len(self._groups.keys), _GROUP_FIELDS), dtype=np.int64)  # per group, likewise
-        self._counts = KeyMap()
-        self._next = np.zeros(len(self._counts.keys), dtype=np.int64)  # per instance slot, as long as the table
+        self._groups = KeyMap()  # (host, pid, comm) → group slot
+        self._group = np.zeros((16, _GROUP_FIELDS), dtype=np.int64)  # per group slot
+        self._counts = KeyMap()  # instance → the dense instance slot
+        self._next = np.zeros(16, dtype=np.int64)  # per instance slot: its next ordinal
         self.uids = Names()
 
     def observe(self, comms: pl.DataFrame) -> None:
@@ -64,16 +65,18 @@ class CollectiveNumbering:
         seq = calls["seq"]
         # Batches come in line order, so this is usually the identity.
         order = np.arange(len(seq)) if _ascending(seq) else np.argsort(seq, kind="stable")
-        counts, groups = self._counts, self._groups
-        counted = np.array([counts.count, groups.count, self._epoch], dtype=np.int64)
-        (instance, slot, ordinal, generation, rank, uid,
-         counts.keys, counts.slots, self._next, groups.keys, groups.slots, self._group) = _number(
-            calls["process"], calls["comm"], seq, order, counted,
-            starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq, starts.instance,
-            starts.generation, starts.rank, starts.uid,
-            counts.keys, counts.slots, self._next, groups.keys, groups.slots, self._group,
+        keys = instance_keys(calls["process"], calls["comm"])
+        group = self._groups.ids(keys)
+        self._group = keymap.grown(self._group, self._groups.count)  # new groups: epoch 0, never searched
+        # A batch adds at most one instance per start and one per group without a start.
+        counts = self._counts
+        counts.reserve(len(starts.seq) + self._groups.count)
+        self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
+        instance, slot, ordinal, generation, rank, uid, counts.count = _number(
+            keys, group, seq, order, self._epoch, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq,
+            starts.instance, starts.generation, starts.rank, starts.uid, counts.keys, counts.slots, counts.count,
+            self._next, self._group,
         )
-        counts.count, groups.count = int(counted[0]), int(counted[1])
         calls.columns.update(instance=instance, slot=slot, ordinal=ordinal, generation=generation, rank=rank, uid=uid)
         calls.uids = self.uids
 
@@ -108,62 +111,31 @@ def _fill(keys, slots, group_keys):
 
 
 # What numbering remembers per (host, pid, comm) group between calls: the instance its last call belonged
-# to, found in which version of the starts (EPOCH), and the span of lines [FROM, UNTIL) where that instance
-# is the latest start, so that a call in the span needs no search.
+# to, found in which version of the starts (EPOCH; 0 for never), and the span of lines [FROM, UNTIL) where
+# that instance is the latest start, so that a call in the span needs no search.
 _EPOCH, _START, _FROM, _UNTIL, _SLOT, _INSTANCE = range(6)
 _GROUP_FIELDS = 6
 _LAST_LINE = np.iinfo(np.int64).max
 
 
 @numba.njit(cache=True, nogil=True)
-def _number(process, comm, seq, order, counted, start_keys, start_slots, lo, hi, start_seq, start_instance,
-            start_generation, start_rank, start_uid, count_keys, count_slots, next_ordinal,
-            group_keys, group_slots, group):
+def _number(keys, group_of, seq, order, epoch, start_keys, start_slots, lo, hi, start_seq, start_instance,
+            start_generation, start_rank, start_uid, count_keys, count_slots, instances, next_ordinal, group):
+    """Number the calls in line order (``group_of``: each call's group slot); returns the NUMBERED columns
+    and how many instances are counted. The instance table has room for what the batch can add."""
     n = len(seq)
-    out = (np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-           np.empty(n, dtype=start_generation.dtype), np.empty(n, dtype=np.int64), np.empty(n, dtype=start_uid.dtype))
-    done = 0
-    while True:
-        done = _number_until_full(
-            process, comm, seq, order, done, counted, start_keys, start_slots, lo, hi, start_seq, start_instance,
-            start_generation, start_rank, start_uid, count_keys, count_slots, next_ordinal,
-            group_keys, group_slots, group, *out,
-        )
-        if done == n:
-            break
-        # A table is full: grow it (and its per-slot values, kept as long as its capacity) and go on.
-        if keymap.full(group_keys, counted[1]):
-            group_keys, group_slots = keymap.room(group_keys, group_slots, counted[1])
-            group = keymap.longer(group, counted[1])
-        if keymap.full(count_keys, counted[0]):
-            count_keys, count_slots = keymap.room(count_keys, count_slots, counted[0])
-            next_ordinal = keymap.longer(next_ordinal, counted[0])
-    return (*out, count_keys, count_slots, next_ordinal, group_keys, group_slots, group)
-
-
-@numba.njit(cache=True, nogil=True)
-def _number_until_full(process, comm, seq, order, done, counted, start_keys, start_slots, lo, hi, start_seq,
-                       start_instance, start_generation, start_rank, start_uid, count_keys, count_slots,
-                       next_ordinal, group_keys, group_slots, group, instance, dense, ordinal, generation, rank, uid):
-    """Number the calls from the ``done``-th in line order; stop at the end or before a call that might
-    add to a full table, and return how many are done."""
-    # Counts live in locals during the loop: kept in the array, every store to another int64 array could
-    # alias them, and the compiled loop would reload them at each call.
-    instances, groups, epoch = counted[0], counted[1], counted[2]
-    k = done
-    while k < len(order):
-        if keymap.full(group_keys, groups) or keymap.full(count_keys, instances):
-            break
-        i = order[k]
-        key = mix(process[i], comm[i])
-        g = keymap.find_or_add(group_keys, group_slots, key, groups)
-        if g == groups:
-            group[g, _EPOCH] = -1
-            groups += 1
+    instance = np.empty(n, dtype=np.uint64)
+    dense = np.empty(n, dtype=np.int64)
+    ordinal = np.empty(n, dtype=np.int64)
+    generation = np.empty(n, dtype=start_generation.dtype)
+    rank = np.empty(n, dtype=np.int64)
+    uid = np.empty(n, dtype=start_uid.dtype)
+    for i in order:
+        g = group_of[i]
         if group[g, _EPOCH] != epoch or not group[g, _FROM] <= seq[i] < group[g, _UNTIL]:
             # The latest start at or before the call (usually the only one), and until when it stays so.
             at, since, until = -1, -_LAST_LINE - 1, _LAST_LINE
-            found = keymap.find(start_keys, start_slots, key)
+            found = keymap.find(start_keys, start_slots, keys[i])
             if found >= 0:
                 j = hi[found] - 1
                 while j >= lo[found] and start_seq[j] > seq[i]:
@@ -171,7 +143,7 @@ def _number_until_full(process, comm, seq, order, done, counted, start_keys, sta
                     j -= 1
                 if j >= lo[found]:
                     at, since = j, start_seq[j]
-            this = start_instance[at] if at >= 0 else key ^ _ORPHAN
+            this = start_instance[at] if at >= 0 else keys[i] ^ _ORPHAN
             slot = keymap.find_or_add(count_keys, count_slots, this, instances)
             if slot == instances:
                 next_ordinal[slot] = 0
@@ -186,9 +158,7 @@ def _number_until_full(process, comm, seq, order, done, counted, start_keys, sta
         generation[i] = start_generation[at]  # at -1: the sentinel entry at the end
         rank[i] = start_rank[at]
         uid[i] = start_uid[at]
-        k += 1
-    counted[0], counted[1] = instances, groups
-    return k
+    return instance, dense, ordinal, generation, rank, uid, instances
 
 
 @numba.njit(cache=True, nogil=True)
