@@ -165,10 +165,12 @@ class FastPiece:
         # Only the prefixes still used: a piece reduced to a few rows keeps a few fields rows.
         used = np.zeros(self.fields.height, dtype=np.bool_)
         used[values["prefix"]] = True
-        renumber = np.cumsum(used) - 1
-        values["prefix"] = renumber[values["prefix"]]
+        fields = self.fields
+        if not used.all():  # (usually all are: then the frame is shared, without a polars call)
+            values["prefix"] = (np.cumsum(used) - 1)[values["prefix"]]
+            fields = fields.filter(pl.Series(used))
         text = None if self.text is None else self.text.gather(rows)
-        return FastPiece(self.source_id, values, self.fields.filter(pl.Series(used)), self.ops, text)
+        return FastPiece(self.source_id, values, fields, self.ops, text)
 
     def frame(self) -> pl.DataFrame:
         """The rows with the columns the general parser gives a COLL line (and ``launcher_stream``, the
