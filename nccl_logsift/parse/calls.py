@@ -122,10 +122,11 @@ def instance_keys(process, comm):
 
 
 class FastPiece:
-    """A chunk's rows read by the COLL fast path: arrays, and the fields of their distinct line prefixes.
+    """A chunk's rows read by the COLL fast path: arrays, and the fields of the line prefixes they index.
 
     ``values`` holds a column per field read from the message (and ``line_no``, ``byte_offset``,
-    ``op`` ids, ``prefix``: each row's row in ``fields``; pointer columns come with a ``<name>_nil`` mask),
+    ``op`` ids, ``prefix``: each row's row in ``fields``, a frame of every prefix the fast path knew,
+    shared by the pieces of many chunks; pointer columns come with a ``<name>_nil`` mask),
     and the loops' columns ``process``, ``sig``. ``text`` is each line's text (``logsift parse`` only).
     """
 
@@ -162,15 +163,8 @@ class FastPiece:
 
     def take(self, rows: np.ndarray) -> "FastPiece":
         values = {name: column[rows] for name, column in self.values.items()}
-        # Only the prefixes still used: a piece reduced to a few rows keeps a few fields rows.
-        used = np.zeros(self.fields.height, dtype=np.bool_)
-        used[values["prefix"]] = True
-        fields = self.fields
-        if not used.all():  # (usually all are: then the frame is shared, without a polars call)
-            values["prefix"] = (np.cumsum(used) - 1)[values["prefix"]]
-            fields = fields.filter(pl.Series(used))
         text = None if self.text is None else self.text.gather(rows)
-        return FastPiece(self.source_id, values, fields, self.ops, text)
+        return FastPiece(self.source_id, values, self.fields, self.ops, text)
 
     def frame(self) -> pl.DataFrame:
         """The rows with the columns the general parser gives a COLL line (and ``launcher_stream``, the

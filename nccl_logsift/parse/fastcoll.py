@@ -107,7 +107,8 @@ class CollFastPath:
         values["byte_offset"] = chunk.byte_offset[index]
         values["op"] = self._ops.global_ids[op_ids[pick]]
         values["sig"] = signatures(values["op"], values["count"], values["datatype"], values["redop"], values["root"])
-        fields, values["prefix"], values["process"] = self._prefixes.fields(prefix_ids[pick])
+        values["prefix"] = prefix_ids[pick]
+        fields, values["process"] = self._prefixes.fields(values["prefix"])
         return FastRows(index, FastPiece(chunk.source_id, values, fields, self.ops))
 
     def _prefix_rows(self, prefixes: list[str]) -> pl.DataFrame:
@@ -151,14 +152,10 @@ class _Prefixes:
             self._fields = fields if self._fields is None else pl.concat([self._fields, fields], how="vertical_relaxed")
         return self._good[ids]
 
-    def fields(self, ids: np.ndarray) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-        """The fields of the distinct prefixes among ``ids``, each row's row among them, and each row's
-        (host, pid) hash."""
-        used = np.zeros(len(self._good), dtype=bool)
-        used[ids] = True
-        distinct = np.flatnonzero(used)
-        local = np.cumsum(used) - 1
-        return self._fields[distinct], local[ids], self._process[ids]
+    def fields(self, ids: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
+        """The fields of every prefix known, by id (one frame, shared by the pieces that index it: no
+        copy per chunk), and each row's (host, pid) hash."""
+        return self._fields, self._process[ids]
 
 
 class _Ops:
