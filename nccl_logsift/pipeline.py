@@ -315,10 +315,12 @@ class Analysis:
     def job(self):
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.findings.context import Job
+        from nccl_logsift.tables import DIAGNOSIS_COLUMNS
 
         self._folded()
         if self._folder is not None:
             self._folder.shutdown()
+        self.sink.keep_only(DIAGNOSIS_COLUMNS)
         kept = self.digest.table()
         if not kept.is_empty():
             self.sink.write("collectives", kept)

@@ -1,8 +1,13 @@
 """Where parsed tables go: kept in memory (for analysis) or streamed to Parquet files (``logsift parse -o``).
 
-Both sinks receive the same per-chunk frames and apply the same final step, :func:`attach_ranks`, which
-needs the whole run's communicator map and therefore happens once at the end: in memory it is a join, on
-disk a streaming ``scan_parquet → join → sink_parquet`` so that memory stays bounded by the small maps.
+Both sinks receive the same per-chunk frames and apply the same final step, ranks attached from the whole
+run's communicator map, which therefore happens once at the end: in memory the rank column is looked up and
+added beside the kept columns, on disk a streaming ``scan_parquet → join → sink_parquet`` keeps memory bounded
+by the small maps.
+
+An analysis keeps in memory only the columns the diagnosis reads (:data:`DIAGNOSIS_COLUMNS`), and a column
+that is null on every row of a chunk is kept as a null literal, which takes no memory: most columns of the
+wide message tables are null on most lines.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Collection, Mapping, Protocol
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -19,6 +24,73 @@ from nccl_logsift.resolve.communicators import PROCESS
 
 # Tables whose rows belong to a process get its global rank; rows of the comms table get their comm_uid.
 RANKED_BY_PROCESS = "global_rank"
+
+# The envelope and launcher columns every message table starts with (parse/schema.py).
+_KEYS = (
+    "source_id", "line_no", "part", "byte_offset", "collector_ts", "host", "pid", "tid", "dev", "level", "severity",
+    "ts", "torch_rank", "task", "local_rank", "mpi_rank", "pattern",
+)
+# Per parsed table, the columns that findings, views, the report and the resolvers read; the others are
+# parsed for ``logsift parse`` only. Tables not named here (collectives, which the digest already trims, and
+# the resolved communicators and processes) are kept whole. tests/test_tables.py checks that every column
+# name the diagnosis code mentions is here.
+DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
+    "lines": (
+        "source_id", "line_no", "part", "byte_offset", "collector_ts", "mpi_rank", "task", "local_rank",
+        "torch_rank", "ts", "host", "pid", "tid", "dev", "tms", "func", "level", "severity", "producer", "pattern",
+        "text",
+    ),
+    "app_errors": (
+        *_KEYS, "error_class", "detail", "oom_alloc", "gpu_index", "cuda_error", "nccl_error", "nccl_error_code",
+        "barrier_rank", "barrier_key", "world_size", "worker_count", "clients_joined", "clients_expected",
+        "spawn_index", "signal_name", "exit_code", "event",
+    ),
+    "calls": (
+        *_KEYS, "op", "count", "datatype", "redop", "root", "comm", "nranks", "comm_id", "rank", "cuda_dev", "parent",
+        "color", "key",
+    ),
+    "comms": (
+        *_KEYS, "phase", "what", "func", "comm", "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "parent",
+        "split_count", "color", "key", "comm_id", "result", "n_nodes", "local_ranks",
+    ),
+    "errors": (
+        *_KEYS, "error_text", "peer", "peer_ip", "status", "status_name", "vendor_err", "req_type", "hca", "ib_port",
+        "event_text", "call", "errno_text", "retry_max", "rank", "peer_rank", "cuda_error", "bytes", "device",
+        "expected", "received", "comm", "result_code", "chain_file", "chain_line", "op", "channel", "direction",
+        "gpu", "nranks", "error_kind",
+    ),
+    "exits": (
+        *_KEYS, "exit_time", "exit_host", "exit_rank", "exit_local_rank", "exit_code", "exit_pid", "signal_num",
+        "signal_name", "error_file", "entry_index", "script", "exit_tasks", "exit_reason", "cancel_time",
+        "cancel_reason", "detail", "event",
+    ),
+    "nccltests": (
+        *_KEYS, "test_name", "rank", "test_pid", "test_host", "device", "size", "count", "dtype", "redop", "root",
+        "oop_busbw", "ip_busbw", "status", "test_error", "detail", "event",
+    ),
+    "network": (
+        *_KEYS, "net_name", "interfaces", "ifname", "address", "gdr", "gdr_gpu", "hca", "distance", "distance_op",
+        "distance_limit", "gdr_reason", "gpu", "plugin_type", "plugin_name", "plugin_lib", "plugin_text", "net_dev",
+        "ib_port", "event",
+    ),
+    "notes": (
+        *_KEYS, "direction", "transport", "op_type", "result", "bytes", "gpu", "comm", "rank", "nranks", "func",
+        "parent", "color", "key",
+    ),
+    "ras": (*_KEYS, "peer", "peer_ip", "event"),
+    "settings": (*_KEYS, "name", "value", "origin"),
+    "topology": (*_KEYS, "channel", "ring_order", "trees", "gpu", "comm", "nranks", "bus_id", "nvml_dev", "event"),
+    "torch": (
+        *_KEYS, "pg_rank", "op_type", "seq", "next_seq", "ranks", "event", "store_host", "store_port", "detail",
+        "pg_id", "pg_desc", "last_enqueued", "last_completed", "timeout_ms", "work_rank", "numel_in",
+    ),
+    "transports": (
+        *_KEYS, "channel", "from_rank", "to_rank", "from_dev", "to_dev", "direction", "transport", "path", "net_name",
+        "net_dev", "gdr", "comm", "nranks",
+    ),
+    "tuning": (*_KEYS, "op", "bytes", "count", "opcount", "comm", "event"),
+    "versions": (*_KEYS, "version", "cuda", "product"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +108,34 @@ def attach_ranks(name: str, frame: pl.LazyFrame, maps: RankMaps) -> pl.LazyFrame
         return frame
     ranks = maps.processes.lazy().select(*PROCESS, RANKED_BY_PROCESS)
     frame = frame.join(ranks, on=PROCESS, how="left")
-    if name == "lines":
-        labels = [c for c in ("torch_rank", "mpi_rank") if c in columns]
-        frame = frame.with_columns(rank=pl.coalesce(RANKED_BY_PROCESS, *labels)).drop(RANKED_BY_PROCESS)
-    return frame
+    return _rank_of_line(name, frame, columns)
+
+
+def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
+    """:func:`attach_ranks` in memory: the rank column is looked up from the process columns alone and added
+    to the frame, whose other columns are shared, not copied (a join would gather every column anew)."""
+    if not set(PROCESS) <= set(frame.columns):
+        return frame
+    ranks = maps.processes.select(*PROCESS, RANKED_BY_PROCESS)
+    looked_up = frame.select(PROCESS).join(ranks, on=PROCESS, how="left", maintain_order="left")
+    frame = frame.with_columns(looked_up[RANKED_BY_PROCESS])
+    return _rank_of_line(name, frame, frame.columns)
+
+
+def _rank_of_line(name: str, frame, columns: list[str]):
+    if name != "lines":
+        return frame
+    labels = [c for c in ("torch_rank", "mpi_rank") if c in columns]
+    return frame.with_columns(rank=pl.coalesce(RANKED_BY_PROCESS, *labels)).drop(RANKED_BY_PROCESS)
+
+
+def compact(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with every column that is null on all rows replaced by a null literal (no memory)."""
+    if frame.is_empty():
+        return frame
+    nulls = frame.null_count().row(0)
+    empty = [pl.lit(None, frame.schema[c]).alias(c) for c, n in zip(frame.columns, nulls) if n == frame.height]
+    return frame.with_columns(empty) if empty else frame
 
 
 class TableSink(Protocol):
@@ -49,23 +145,38 @@ class TableSink(Protocol):
 
 
 class MemorySink:
-    """Keeps every table in memory; ``tables`` is filled by ``finish``."""
+    """Keeps the tables in memory; ``tables`` is filled by ``finish``.
 
-    def __init__(self) -> None:
+    ``columns`` (table → names) keeps only those columns of the tables it names (an analysis passes
+    :data:`DIAGNOSIS_COLUMNS`); :meth:`keep_only` sets it after the first writes.
+    """
+
+    def __init__(self, columns: Mapping[str, Collection[str]] | None = None) -> None:
         self._parts: dict[str, list[pl.DataFrame]] = {}
+        self._columns = columns or {}
         self.tables: dict[str, pl.DataFrame] = {}
 
+    def keep_only(self, columns: Mapping[str, Collection[str]]) -> None:
+        """Keep only these columns of the tables named, in what is already written and in what comes."""
+        self._columns = columns
+        self._parts = {name: [self._kept(name, part) for part in parts] for name, parts in self._parts.items()}
+
     def write(self, name: str, frame: pl.DataFrame) -> None:
-        self._parts.setdefault(name, []).append(frame)
+        self._parts.setdefault(name, []).append(self._kept(name, frame))
+
+    def _kept(self, name: str, frame: pl.DataFrame) -> pl.DataFrame:
+        wanted = self._columns.get(name)
+        if wanted is not None:
+            frame = frame.select([c for c in frame.columns if c in wanted])
+        return compact(frame)
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
-        # One table at a time, its parts released as soon as it is joined (not every table's parts,
-        # concatenated copy and joined copy alive at once); the join writes new contiguous columns
-        # anyway, so the parts are not rechunked first.
+        # One table at a time, its parts released as soon as it is built. The parts stay chunks of the
+        # table (no concatenated copy), and the rank column is added beside them (no joined copy).
         while self._parts:
             name = next(iter(self._parts))
-            merged = pl.concat(self._parts.pop(name), how="vertical_relaxed", rechunk=False)
-            self.tables[name] = attach_ranks(name, merged.lazy(), maps).collect()
+            merged = compact(pl.concat(self._parts.pop(name), how="vertical_relaxed", rechunk=False))
+            self.tables[name] = with_ranks(name, merged, maps)
             del merged
         self.tables.update(extra)
         return {name: frame.height for name, frame in self.tables.items()}

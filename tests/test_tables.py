@@ -1,0 +1,93 @@
+"""The memory sink: the columns an analysis keeps, null columns that take no memory, ranks in row order."""
+
+import ast
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import FIXTURES
+from nccl_logsift.grammar import load_grammars
+from nccl_logsift.parse.schema import TableSchemas
+from nccl_logsift.pipeline import parse_paths
+from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, RankMaps, compact, with_ranks
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nccl_logsift"
+# The code that reads the tables of a Job: every string it contains may name a column. The digest reads
+# the parser's calls, not the Job (its list of columns to drop would count as names).
+READERS = [
+    path
+    for path in [*PACKAGE.glob("findings/*.py"), *PACKAGE.glob("views/*.py"), *PACKAGE.glob("resolve/*.py"), PACKAGE / "report.py"]
+    if path.name != "digest.py"
+]
+
+
+def mentioned_names() -> set[str]:
+    return {
+        node.value
+        for path in READERS
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def parsed_tables() -> dict[str, dict[str, pl.DataType]]:
+    schemas = TableSchemas.from_grammars(load_grammars(), keep_text=True)
+    return {"lines": schemas.lines, **schemas.tables}
+
+
+@pytest.mark.parametrize("table", sorted(parsed_tables()))
+def test_diagnosis_columns_hold_every_column_the_diagnosis_names(table):
+    columns = parsed_tables()[table]
+    named = [c for c in columns if c in mentioned_names()]
+    kept = DIAGNOSIS_COLUMNS.get(table, columns)
+    assert [c for c in named if c not in kept] == []
+
+
+def test_diagnosis_columns_name_only_columns_of_their_table():
+    tables = parsed_tables()
+    assert {name: [c for c in kept if c not in tables[name]] for name, kept in DIAGNOSIS_COLUMNS.items()} == {
+        name: [] for name in DIAGNOSIS_COLUMNS
+    }
+
+
+def full_and_kept(path: Path) -> tuple[dict[str, pl.DataFrame], dict[str, pl.DataFrame]]:
+    full, kept = MemorySink(), MemorySink(DIAGNOSIS_COLUMNS)
+    parse_paths([str(path)], full)
+    parse_paths([str(path)], kept)
+    return full.tables, kept.tables
+
+
+@pytest.mark.parametrize("fixture", ["rank_stall_8ranks.log", "ib_error_4ranks.log", "pp_deadlock_4ranks.log"])
+def test_memory_sink_with_columns_keeps_those_columns_of_the_same_rows(fixture):
+    full, kept = full_and_kept(FIXTURES / fixture)
+    assert kept.keys() == full.keys()
+    for name, table in kept.items():
+        wanted = [c for c in full[name].columns if c in DIAGNOSIS_COLUMNS.get(name, full[name].columns) or c in ("rank", "global_rank")]
+        assert table.columns == wanted, name
+        assert table.equals(full[name].select(wanted)), name
+
+
+def test_memory_sink_tables_keep_rows_in_line_order():
+    full, _ = full_and_kept(FIXTURES / "rank_stall_8ranks.log")
+    for name in ("lines", "comms", "topology", "transports"):
+        assert full[name].select("source_id", "line_no", "part").rows() == sorted(
+            full[name].select("source_id", "line_no", "part").rows()
+        ), name
+
+
+def test_compact_keeps_values_and_a_null_column_takes_no_memory():
+    frame = pl.DataFrame({"a": range(100_000), "b": pl.Series([None] * 100_000, dtype=pl.Int64)})
+    compacted = compact(frame)
+    assert compacted.estimated_size() < frame.estimated_size() * 0.6  # before equals(), which fills the column
+    assert compacted.equals(frame) and compacted.schema == frame.schema
+
+
+def test_with_ranks_adds_the_process_rank_in_row_order_and_the_line_rank_from_labels():
+    maps = RankMaps(
+        processes=pl.DataFrame({"host": ["b", "a"], "pid": [2, 1], "global_rank": [1, 0], "world_size": [2, 2]}),
+        instances=pl.DataFrame(),
+    )
+    lines = pl.DataFrame({"host": ["a", "x", "b", "a"], "pid": [1, 9, 2, 1], "torch_rank": [None, 5, None, None]})
+    assert with_ranks("lines", lines, maps)["rank"].to_list() == [0, 5, 1, 0]
+    assert with_ranks("comms", lines, maps)["global_rank"].to_list() == [0, None, 1, 0]
