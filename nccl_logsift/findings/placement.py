@@ -199,7 +199,7 @@ def _local_rank_to_rank(job: Job, rows: pl.DataFrame) -> pl.Expr:
     lines = job.lines
     if lines.is_empty() or "local_rank" not in lines.columns or "local_rank" not in rows.columns:
         return pl.lit(None, pl.Int64)
-    tagged = lines.filter(pl.col("local_rank").is_not_null() & pl.col("host").is_not_null()).select("local_rank", *PROC).unique()
+    tagged = lines.select("local_rank", *PROC).filter(pl.col("local_rank").is_not_null() & pl.col("host").is_not_null()).unique()
     if tagged.is_empty():
         return pl.lit(None, pl.Int64)
     ranks = known_ranks(job)

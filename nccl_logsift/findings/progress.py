@@ -217,7 +217,7 @@ def hang_evidence(job: Job) -> bool:
     if not comms.is_empty() and comms.filter(pl.col("what") == "Abort").height:
         return True
     lines = job.lines
-    if not lines.is_empty() and lines.filter((pl.col("producer") == "nccl") & (pl.col("level") == "WARN")).height:
+    if not lines.is_empty() and lines.select(((pl.col("producer") == "nccl") & (pl.col("level") == "WARN")).any()).item():
         return True
     exits = job.table("exits")
     return not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height > 0

@@ -128,9 +128,10 @@ def known_ranks(job: Job) -> pl.DataFrame:
     if not lines.is_empty() and set(PROC) <= set(lines.columns):
         labels = [c for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
         if labels:
+            # Columns first, then rows: filtering the whole table would copy every column of every line.
             labelled = (
-                lines.filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
-                .select(*PROC, pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in labels]).alias("rank"))
+                lines.select(*PROC, pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in labels]).alias("rank"))
+                .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
                 .drop_nulls("rank")
             )
             if labelled.height:
@@ -196,7 +197,7 @@ def nccl_processes(job: Job) -> pl.DataFrame:
 
     The diagnosis keeps COLL calls out of ``lines``, so their processes come from ``collectives``."""
     frames = [
-        frame.filter(keep).select(*PROC, "source_id", "line_no", "part")
+        frame.select(*PROC, "source_id", "line_no", "part", keep.alias("_keep")).filter("_keep").drop("_keep")
         for frame, keep in (
             (job.lines, pl.col("producer") == "nccl" if "producer" in job.lines.columns else pl.lit(False)),
             (job.table("collectives"), pl.lit(True)),

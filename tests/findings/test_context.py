@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+
 from conftest import FIXTURES
-from nccl_logsift.findings.context import load_job, per_job
+from nccl_logsift.findings.context import load_job, per_job, read_lines
 from nccl_logsift.findings.progress import timeouts, work_states
 
 
@@ -26,3 +28,16 @@ def test_helpers_of_the_same_name_in_two_modules_are_kept_apart():
     twin.__module__ = "nccl_logsift.findings.elsewhere"
     job = load_job([str(FIXTURES / "collective_mismatch_4ranks.log")])
     assert (per_job(helper)(job), per_job(twin)(job)) == ("first", "second")
+
+
+def test_read_lines_gives_each_offset_its_line_in_the_order_asked(tmp_path):
+    path = tmp_path / "job.log"
+    path.write_bytes(b"first\nsecond line\r\nthird\n")
+    assert read_lines(str(path), [19, 0, 6, 0]) == ["third", "first", "second line", "first"]
+
+
+def test_read_lines_gives_none_for_a_pipe_a_compressed_file_or_a_missing_one(tmp_path):
+    packed = tmp_path / "job.log.gz"
+    packed.write_bytes(gzip.compress(b"first\n"))
+    for path in ("-", str(packed), str(tmp_path / "absent.log")):
+        assert read_lines(path, [0, 0]) == [None, None]
