@@ -220,7 +220,8 @@ class _State:
         opened = self.open.count
         placed = (where >= 0) & (where < 1 << _POSITION_BITS)
         at = np.full(len(slot), -1, dtype=np.int64)
-        at[placed] = self.open.ids(_open_keys(self.comm_of[slot[placed]], where[placed]))
+        comm_of, position = self.comm_of[slot[placed]].astype(np.uint64), where[placed].astype(np.uint64)
+        at[placed] = self.open.ids((comm_of << np.uint64(_POSITION_BITS)) | position)  # what _open_key makes
         self.position, self.aggregate = keymap.grown(self.position, self.open.count), keymap.grown(self.aggregate, self.open.count)
         window, keep, diverged, still_open = _fold_positions(
             slot, at, where, opened, self.open.count, nranks, sig, op, p2p, usable, most, total, recent, self.open.keys,
@@ -376,14 +377,6 @@ def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, us
             keep[i] = True
         window[i] = _still_kept(total - n + i, total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
     return window, keep, diverged, kept
-
-
-@numba.njit(cache=True, nogil=True)
-def _open_keys(comm, position):
-    out = np.empty(len(comm), dtype=np.uint64)
-    for i in range(len(comm)):
-        out[i] = _open_key(comm[i], position[i])
-    return out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
