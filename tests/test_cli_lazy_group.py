@@ -53,6 +53,7 @@ def test_analyze_imports_neither_the_simulator_nor_batch_nor_watch_nor_the_html_
     assert json.loads(out.read_text())["findings"]
     assert "nccl_logsift.cli.analyze" in loaded
     assert sorted(loaded & set(NOT_FOR_ANALYZE)) == []
+    assert "scipy.linalg" not in loaded  # numba's compiled calls import it for BLAS unless told not to
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
