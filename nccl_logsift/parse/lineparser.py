@@ -298,24 +298,30 @@ class LineParser:
             body = pl.col("rest") if source == "text" else pl.col("msg")
             pool = frame.filter(selector).select("row", body.alias("msg"), "level")
             for grammar in self.grammars.messages(source):
-                for pattern in grammar.patterns:
-                    if pool.is_empty():
-                        break
-                    # The literal anchor over the pool, the regex only over the rows that contain it: an
-                    # expression "anchor & regex" would run the regex over every row for every pattern.
-                    candidate = pl.col("msg").str.contains(pattern.anchor, literal=True)
-                    if pattern.level:
-                        candidate = candidate & (pl.col("level") == pattern.level)
-                    hit = pool.filter(candidate)
+                if pool.is_empty():
+                    break
+                # The literal anchor over the pool, the regex only over the rows that contain it: an
+                # expression "anchor & regex" would run the regex over every row for every pattern. The
+                # anchors of all the grammar's patterns are marked in one query, so a pattern whose anchor no
+                # message has costs nothing more (most, in a batch; a query costs ~0.05 ms however few rows).
+                marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
+                marked = pool.with_columns(_candidate(p).alias(m) for p, m in zip(grammar.patterns, marks))
+                anchored = marked.select(pl.col(m).any() for m in marks).row(0)
+                for pattern, mark, present in zip(grammar.patterns, marks, anchored):
+                    if not present:
+                        continue
+                    hit = marked.filter(pl.col(mark))
                     if hit.is_empty():
                         continue
                     hit = hit.filter(pl.col("msg").str.contains(pattern.regex))
                     if hit.is_empty():
                         continue
-                    pool = pool.filter(~pl.col("row").is_in(hit["row"].implode()))
+                    marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
                     assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)
+                if marked.height < pool.height:
+                    pool = marked.select(pool.columns)
         tables = {}
         located = frame.select("row", *keys)
         for name, columns in self.schemas.tables.items():
@@ -380,6 +386,14 @@ class LineParser:
                 .len()
             )
             state.unparsed_shapes.update(dict(shapes.iter_rows()))
+
+
+def _candidate(pattern: Pattern) -> pl.Expr:
+    """The messages a pattern is worth trying on: those with its literal anchor (and of its level)."""
+    candidate = pl.col("msg").str.contains(pattern.anchor, literal=True)
+    if pattern.level:
+        candidate = candidate & (pl.col("level") == pattern.level)
+    return candidate
 
 
 def shape_of(msg: pl.Expr) -> pl.Expr:
