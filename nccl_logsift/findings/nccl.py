@@ -211,7 +211,7 @@ class NcclError(Rule):
     def _teardown(self, job: Job, rows: pl.DataFrame, chains: pl.DataFrame) -> Finding:
         ranks = sorted({int(r) for r in rows["job_rank"].drop_nulls()})
         hosts = sorted(set(rows["host"].drop_nulls()))
-        kinds = rows.unique("sig", maintain_order=True)["message"].head(2).to_list()
+        kinds = rows.unique("sig", keep="first", maintain_order=True)["message"].head(2).to_list()
         who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if ranks else f"{len(hosts)} host(s)"
         return self.finding(
             job,

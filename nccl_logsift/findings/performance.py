@@ -66,7 +66,7 @@ def arrival_times(job: Job) -> pl.DataFrame:
     extra = [c for c in ("collector_ts", "tms") if c in job.lines.columns and c not in coll.columns]
     if extra:
         coll = coll.join(job.lines.select("source_id", "line_no", "part", *extra), on=["source_id", "line_no", "part"],
-                         how="left")
+                         how="left", maintain_order="left")
     ts = pl.col("ts").cast(pl.String) if "ts" in coll.columns else pl.lit(None, pl.String)
     digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)  # noqa: E731
     coll = coll.with_columns(
@@ -86,9 +86,10 @@ def arrival_times(job: Job) -> pl.DataFrame:
         full = rel.group_by("comm_uid").agg(members=pl.col("job_rank").n_unique())
         first = (common.join(full, on="comm_uid").filter(pl.col("n") == pl.col("members"))
                  .group_by("comm_uid").agg(pl.col("ordinal").min().alias("base")))
-        base = rel.join(first, on="comm_uid").filter(pl.col("ordinal") == pl.col("base")).select(
-            "comm_uid", "job_rank", pl.col("tms").alias("t0"))
-        rel = rel.join(base, on=["comm_uid", "job_rank"], how="inner")
+        # A rank that logged its base call twice takes the first line (maintain_order: rows in line order).
+        base = rel.join(first, on="comm_uid", maintain_order="left").filter(pl.col("ordinal") == pl.col("base")).select(
+            "comm_uid", "job_rank", pl.col("tms").alias("t0")).unique(["comm_uid", "job_rank"], keep="first", maintain_order=True)
+        rel = rel.join(base, on=["comm_uid", "job_rank"], how="inner", maintain_order="left")
         return rel.with_columns(t_ms=pl.col("tms") - pl.col("t0"), res_ms=pl.lit(0.001), clock=pl.lit("tms"))
     return pl.DataFrame()
 
@@ -144,9 +145,12 @@ class LatencyOutlier(Rule):
         times = arrival_times(job)
         if times.is_empty():
             return
-        times = times.filter(pl.col("job_rank").is_not_null()).unique(["comm_uid", "ordinal", "job_rank"], keep="first")
+        # One row per rank and call, the first line that logged it; rows in line order from here on, so the
+        # communicators, the worst calls and their peers are taken in the same order on every run.
+        times = (times.filter(pl.col("job_rank").is_not_null()).sort("source_id", "line_no", "part")
+                 .unique(["comm_uid", "ordinal", "job_rank"], keep="first", maintain_order=True))
         per_call = times.group_by("comm_uid", "ordinal").agg(n=pl.len(), med=pl.col("t_ms").median(), total=pl.col("t_ms").sum())
-        times = times.join(per_call.filter(pl.col("n") >= 2), on=["comm_uid", "ordinal"], how="inner")
+        times = times.join(per_call.filter(pl.col("n") >= 2), on=["comm_uid", "ordinal"], how="inner", maintain_order="left")
         # Two members: the other's time; more: the median of all members.
         centre = pl.when(pl.col("n") == 2).then(pl.col("total") - pl.col("t_ms")).otherwise(pl.col("med"))
         times = times.with_columns(lag=pl.col("t_ms") - centre)
@@ -173,7 +177,7 @@ class LatencyOutlier(Rule):
         stats = calls.group_by("job_rank").agg(
             calls=pl.len(), median_lag=pl.col("lag").median(), late=(pl.col("lag") > threshold).mean(),
             host=pl.col("host").first(),
-        )
+        )  # rows of a rank in line order: first is its first line's host
         late = stats.filter(
             (pl.col("calls") >= MIN_ALIGNED) & (pl.col("median_lag") > threshold) & (pl.col("late") >= MIN_LATE_SHARE)
         )
@@ -194,9 +198,10 @@ class LatencyOutlier(Rule):
             if whole:
                 title += (f"; every rank of {', '.join(whole)} lags alike, which clock skew between hosts would "
                           "also explain")
-        worst = calls.filter(pl.col("job_rank").is_in(ranks)).sort("lag", descending=True).head(2)
-        peers = calls.join(worst.select("ordinal"), on="ordinal").filter(~pl.col("job_rank").is_in(ranks)).head(2)
-        op = worst["op"].mode().first() if "op" in worst.columns and worst["op"].drop_nulls().len() else None
+        worst = calls.filter(pl.col("job_rank").is_in(ranks)).sort("lag", descending=True, maintain_order=True).head(2)
+        peers = (calls.join(worst.select("ordinal"), on="ordinal", maintain_order="left")
+                 .filter(~pl.col("job_rank").is_in(ranks)).head(2))
+        op = worst["op"].mode().sort(nulls_last=True).first() if "op" in worst.columns and worst["op"].drop_nulls().len() else None
         return self.finding(
             job, title, evidence_rows=pl.concat([locations(worst), locations(peers)]), ranks=ranks, hosts=hosts,
             severity=Severity.ERROR if lag >= HUGE_LAG_MS else Severity.WARNING, comm=uid, op=op,
@@ -301,7 +306,8 @@ def nccltests_runs(job: Job) -> pl.DataFrame:
             .join(procs, on="pid", how="inner").group_by("run").agg(ranks=pl.col("global_rank").unique())
         )
         per_size = per_size.join(pid_ranks, on="run", how="left")
-    return per_size.sort("run", "size")
+    # A total order: a run can hold several rows of one size (one per datatype or reduction).
+    return per_size.sort("run", "size", "test_name", "dtype", "redop", nulls_last=True)
 
 
 RULES: tuple[type[Rule], ...] = (LatencyOutlier,)

@@ -138,8 +138,8 @@ def cuda_rows(job: Job) -> pl.DataFrame:
             chains = errors.filter((pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA))
             if chains.height:
                 # Chains of processes that printed the CUDA message: evidence for that group.
-                owners = cuda.select(*PROC, "key").unique(PROC, keep="first")
-                frames.append(chains.join(owners, on=PROC, how="inner").with_columns(origin=pl.lit("chain"), message=pl.lit(None, pl.String)))
+                owners = cuda.select(*PROC, "key").unique(PROC, keep="first", maintain_order=True)
+                frames.append(chains.join(owners, on=PROC, how="inner", maintain_order="left").with_columns(origin=pl.lit("chain"), message=pl.lit(None, pl.String)))
         chains = errors.filter((pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA))
         if chains.height:
             owners = cuda.select(*PROC).unique() if cuda.height else pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
@@ -182,11 +182,11 @@ def cuda_rows(job: Job) -> pl.DataFrame:
     # PyTorch's report of a NCCL CUDA failure ("unhandled cuda error") joins the group of that rank's message.
     unkeyed = rows.filter(pl.col("key").is_null())
     if unkeyed.height:
-        by_rank = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank", "key").unique("job_rank", keep="first")
+        by_rank = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank", "key").unique("job_rank", keep="first", maintain_order=True)
         fallback = rows.filter(pl.col("key").is_not_null())["key"]
         default = fallback[0] if fallback.len() else "unhandled CUDA error (reported by PyTorch)"
         rows = (
-            rows.join(by_rank.rename({"key": "_rk"}), on="job_rank", how="left")
+            rows.join(by_rank.rename({"key": "_rk"}), on="job_rank", how="left", maintain_order="left")
             .with_columns(key=pl.coalesce("key", "_rk", pl.lit(default)))
             .drop("_rk")
         )
@@ -255,10 +255,11 @@ def _comm_at(job: Job, group: pl.DataFrame) -> str | None:
     located = group.filter(pl.col("host").is_not_null())
     if inst.is_empty() or located.is_empty():
         return None
-    mine = located.select(*PROC, "seq").join(inst.select(*PROC, "start_seq", "complete_seq", "comm_uid"), on=PROC, how="inner")
+    mine = located.select(*PROC, "seq").join(inst.select(*PROC, "start_seq", "complete_seq", "comm_uid"), on=PROC, how="inner",
+                                             maintain_order="left_right")
     inside = mine.filter((pl.col("start_seq") <= pl.col("seq")) & (pl.col("complete_seq").is_null() | (pl.col("complete_seq") >= pl.col("seq"))))
     if inside.height:
-        return inside.sort("start_seq").tail(1)["comm_uid"][0]
+        return inside.sort("start_seq", maintain_order=True).tail(1)["comm_uid"][0]
     return None
 
 
@@ -368,7 +369,7 @@ class DuplicateGpu(Rule):
         inst = inst.with_columns(gpu=gpu).filter(pl.col("gpu").is_not_null() & pl.col("global_rank").is_not_null())
         addr = bootstrap_addresses(job)
         if not addr.is_empty():
-            inst = inst.join(addr, on=PROC, how="left")
+            inst = inst.join(addr, on=PROC, how="left", maintain_order="left")
         else:
             inst = inst.with_columns(address=pl.lit(None, pl.String))
         dup = (
@@ -379,6 +380,7 @@ class DuplicateGpu(Rule):
                 source_id=pl.col("source_id"), line_no=pl.col("line_no"),
             )
             .filter((pl.col("ranks").list.len() > 1) & ~pl.col("completed"))
+            .sort("host", "gpu", "comm_uid", "addr")  # group_by's order follows its threads
         )
         seen = set()
         for row in dup.iter_rows(named=True):
@@ -458,7 +460,7 @@ def bootstrap_addresses(job: Job) -> pl.DataFrame:
                       "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
         orient="row",
     )
-    return frame.sort("prio", "source_id", "line_no").unique(PROC, keep="first").drop("prio")
+    return frame.sort("prio", "source_id", "line_no").unique(PROC, keep="first", maintain_order=True).drop("prio")
 
 
 # ---------------------------------------------------------------------------------------------- LS403
@@ -518,7 +520,7 @@ class HostCollision(Rule):
         cross = _cross_machine_transports(job, addr)
         merged = _merged_summaries(job, addr)
         for host in sorted(multi["host"].to_list()):
-            procs = addr.filter(pl.col("host") == host).join(ranks_of, on=PROC, how="left")
+            procs = addr.filter(pl.col("host") == host).join(ranks_of, on=PROC, how="left", maintain_order="left")
             same_if = procs.group_by("ifname").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1)
             x = cross.filter(pl.col("host") == host) if not cross.is_empty() else cross
             m = merged.filter(pl.col("host") == host) if not merged.is_empty() else merged
@@ -550,7 +552,7 @@ class HostCollision(Rule):
                 )
                 severity = Severity.WARNING
             ev = pl.concat([
-                evidence(procs.sort("address").unique("address", keep="first")),
+                evidence(procs.sort("address", maintain_order=True).unique("address", keep="first", maintain_order=True)),
                 evidence(x.head(2)) if x.height else evidence(pl.DataFrame()),
                 evidence(m.head(1)) if m.height else evidence(pl.DataFrame()),
             ])
@@ -574,7 +576,7 @@ class HostCollision(Rule):
                  source_id=pl.col("source_id"), line_no=pl.col("line_no"))
             .filter((pl.col("ranks").list.len() > 1) & (pl.col("pids") > 1))
         )
-        for (host,), group in dup.group_by("host"):
+        for (host,), group in dup.sort("host", "bus_id", "comm_uid").group_by("host", maintain_order=True):
             if host in reported:
                 continue
             ranks = sorted({int(r) for rs in group["ranks"] for r in rs})
@@ -626,10 +628,12 @@ def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("comm_uid").is_not_null())
     if located.is_empty():
         return pl.DataFrame()
-    members = inst.select("comm_uid", "rank", *PROC).unique(["comm_uid", "rank"]).join(addr.select(*PROC, "address"), on=PROC, how="left")
+    members = (inst.select("comm_uid", "rank", *PROC).unique(["comm_uid", "rank"], keep="first", maintain_order=True)
+               .join(addr.select(*PROC, "address"), on=PROC, how="left", maintain_order="left"))
     a = members.rename({"rank": "from_rank", "host": "a_host", "pid": "a_pid", "address": "a_addr"})
     b = members.rename({"rank": "to_rank", "host": "b_host", "pid": "b_pid", "address": "b_addr"})
-    pairs = located.join(a, on=["comm_uid", "from_rank"], how="inner").join(b, on=["comm_uid", "to_rank"], how="inner")
+    pairs = (located.join(a, on=["comm_uid", "from_rank"], how="inner", maintain_order="left")
+             .join(b, on=["comm_uid", "to_rank"], how="inner", maintain_order="left"))
     pairs = pairs.filter(
         (pl.col("a_host") == pl.col("b_host")) & pl.col("a_addr").is_not_null() & pl.col("b_addr").is_not_null()
         & (pl.col("a_addr") != pl.col("b_addr"))
@@ -638,11 +642,13 @@ def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
         return pairs
     ranks = known_ranks(job)
     pairs = (
-        pairs.join(ranks.rename({"host": "a_host", "pid": "a_pid", "rank": "a_rank"}), on=["a_host", "a_pid"], how="left")
-        .join(ranks.rename({"host": "b_host", "pid": "b_pid", "rank": "b_rank"}), on=["b_host", "b_pid"], how="left")
+        pairs.join(ranks.rename({"host": "a_host", "pid": "a_pid", "rank": "a_rank"}), on=["a_host", "a_pid"], how="left",
+                   maintain_order="left")
+        .join(ranks.rename({"host": "b_host", "pid": "b_pid", "rank": "b_rank"}), on=["b_host", "b_pid"], how="left",
+              maintain_order="left")
         .with_columns(host=pl.col("a_host"))
     )
-    return pairs.sort("seq")
+    return pairs.sort("seq", maintain_order=True)
 
 
 def _merged_summaries(job: Job, addr: pl.DataFrame) -> pl.DataFrame:

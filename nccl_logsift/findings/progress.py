@@ -56,7 +56,7 @@ def pg_labels(*frames: pl.DataFrame) -> dict[str, str]:
     for frame in frames:
         if frame.is_empty() or "pg_desc" not in frame.columns:
             continue
-        for key, desc in frame.select("pg", "pg_desc").drop_nulls().unique().iter_rows():
+        for key, desc in frame.select("pg", "pg_desc").drop_nulls().unique(maintain_order=True).iter_rows():
             if desc != key:
                 labels.setdefault(key, f"{key} ({desc})")
     return labels
@@ -77,8 +77,10 @@ def timeouts(job: Job) -> pl.DataFrame:
     # on the same rank does ("[PG ID 2 PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1] failure detected ...").
     states = _work_states(job)
     if not states.is_empty():
-        follow = states.select("source_id", "job_rank", "line_no", pl.col("pg").alias("next_pg")).sort("line_no")
-        rows = rows.sort("line_no").join_asof(
+        # Sorted by line, then source (a total order: rows keep it, and equal lines of two files tie).
+        follow = states.select("source_id", "job_rank", "line_no", "part", pl.col("pg").alias("next_pg")).sort(
+            "line_no", "source_id", "part").drop("part")
+        rows = rows.sort("line_no", "source_id", "part").join_asof(
             follow, on="line_no", by=["source_id", "job_rank"], strategy="forward", tolerance=8, check_sortedness=False
         )
     else:
@@ -132,7 +134,7 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
     if coll.is_empty():
         return coll.with_columns(position=pl.lit(None, pl.Int64))
     if stats is None or stats.is_empty():
-        stats = coll.sort("ordinal").group_by("comm_uid", "rank").agg(
+        stats = coll.sort("ordinal", "source_id", "line_no", "part").group_by("comm_uid", "rank").agg(
             steady=(pl.col("opcount").diff().drop_nulls() > 0).all(),
             min_opcount=pl.col("opcount").min(),
             calls=pl.len(),
@@ -158,7 +160,7 @@ def per_position(coll: pl.DataFrame) -> pl.DataFrame:
     """Per (comm_uid, ordinal) of positioned calls: how many, how many signatures, whether all are p2p."""
     return with_signature(coll).group_by("comm_uid", "ordinal").agg(
         n=pl.len(), kinds=pl.col("sig").n_unique(), p2p=pl.col("is_p2p").all(), nranks=pl.col("nranks").max(),
-        ops=pl.col("op").unique(),
+        ops=pl.col("op").unique().sort(),
     )
 
 
@@ -167,7 +169,8 @@ def first_divergences(positions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFra
     (both sides send, or both receive)."""
     collectives = positions.filter(~pl.col("p2p") & (pl.col("kinds") > 1))
     pairs = positions.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
-    return tuple(frame.sort("ordinal").group_by("comm_uid").agg(pl.all().first()) for frame in (collectives, pairs))
+    return tuple(frame.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).sort("comm_uid")
+                 for frame in (collectives, pairs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +191,9 @@ def comm_progress(job: Job) -> list[CommProgress]:
     coll = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).with_columns(
         ordinal=pl.col("position")
     )
+    # The last call of each member: by position, then by line (a member can log one position twice).
     last = (
-        coll.sort("ordinal")
+        coll.sort("ordinal", "source_id", "line_no", "part")
         .group_by("comm_uid", "rank")
         .agg(pl.all().last())
         .select("comm_uid", "rank", "global_rank", "ordinal", "op", "source_id", "line_no", "part", "host", "pid", "dev", "nranks")
@@ -203,9 +207,11 @@ def comm_progress(job: Job) -> list[CommProgress]:
             pl.col("cuda_dev").alias("dev"), "nranks",
         )
         last = pl.concat([last, silent], how="diagonal_relaxed")
+    # Communicators by uid, members by rank, then where their line is: the same order on every run.
+    last = last.sort("comm_uid", "rank", "global_rank", "source_id", "line_no", "part", nulls_last=True)
     return [
-        CommProgress(uid, int(group["nranks"].max()), group.sort("rank"))
-        for (uid,), group in last.group_by("comm_uid")
+        CommProgress(uid, int(group["nranks"].max()), group)
+        for (uid,), group in last.group_by("comm_uid", maintain_order=True)
     ]
 
 
@@ -331,14 +337,14 @@ class RankBehind(Rule):
             reporters = set(t_rows["job_rank"].drop_nulls().to_list()) | set(s_rows["job_rank"].drop_nulls().to_list())
             laggards: list[int] = []
             evidence = t_rows.select("source_id", "line_no", "part").head(3)
-            seq = int(t_rows["seq"].mode().first()) if t_rows.height and t_rows["seq"].drop_nulls().len() else None
-            op = t_rows["op_type"].mode().first() if t_rows.height and t_rows["op_type"].drop_nulls().len() else None
+            seq = int(t_rows["seq"].mode().sort(nulls_last=True).first()) if t_rows.height and t_rows["seq"].drop_nulls().len() else None
+            op = t_rows["op_type"].mode().sort(nulls_last=True).first() if t_rows.height and t_rows["op_type"].drop_nulls().len() else None
             enq = s_rows.filter(pl.col("last_enqueued").is_not_null()).group_by("job_rank").agg(pl.col("last_enqueued").max())
             if enq.height >= 2 and enq["last_enqueued"].n_unique() > 1:
                 low = enq["last_enqueued"].min()
                 candidates = enq.filter(pl.col("last_enqueued") == low)
                 if candidates.height * 2 < enq.height:
-                    laggards = candidates["job_rank"].to_list()
+                    laggards = sorted(candidates["job_rank"].to_list())
                     evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
             if not laggards and pg.split(" ")[0] == DEFAULT_PG and world and len(reporters) * 2 > world:
                 # A rank whose watchdog fired in another group was waiting there, not stuck outside NCCL.
@@ -360,7 +366,7 @@ def _next_op(job: Job, uid: str, position: int) -> str | None:
     coll = job.table("collectives")
     coll = positioned(coll.filter(pl.col("comm_uid") == uid), job.table("coll_stats"))
     at = coll.filter(pl.col("position") == position)
-    return at["op"].mode().first() if at.height else None
+    return at["op"].mode().sort(nulls_last=True).first() if at.height else None
 
 
 def _by_pg(timed_out: pl.DataFrame, states: pl.DataFrame):
@@ -437,8 +443,10 @@ class CollectiveMismatch(Rule):
         coll = with_signature(coll)
         for row in first.iter_rows(named=True):
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
-            counts = at.group_by("sig").agg(pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first())
-            majority = counts.sort("len", descending=True).row(0, named=True)
+            # Signatures in the order of their first line; of two equally common, the first seen is the majority.
+            at = at.sort("source_id", "line_no", "part")
+            counts = at.group_by("sig", maintain_order=True).agg(pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first())
+            majority = counts.sort("len", descending=True, maintain_order=True).row(0, named=True)
             minority = at.filter(pl.col("sig") != majority["sig"])
             if minority.height * 2 > at.height:
                 continue
@@ -482,8 +490,8 @@ class CollectiveMismatch(Rule):
         others = pairs.filter(pl.col("comm_uid") != uid)
         if others.is_empty():
             return None
-        expected = others.group_by("rank").agg(pl.col("op").mode().first().alias("expected"), pl.len())
-        mine = pairs.filter(pl.col("comm_uid") == uid).join(expected, on="rank", how="inner")
+        expected = others.group_by("rank").agg(pl.col("op").mode().sort().first().alias("expected"), pl.len())
+        mine = pairs.filter(pl.col("comm_uid") == uid).join(expected, on="rank", how="inner", maintain_order="left")
         deviants = mine.filter(pl.col("op") != pl.col("expected"))
         return deviants if 0 < deviants.height < mine.height else None
 
@@ -494,8 +502,8 @@ class CollectiveMismatch(Rule):
         rows = rows.with_columns(
             sig=pl.concat_str([pl.col("op_type").fill_null("-"), pl.col("numel_in").cast(pl.String).fill_null("-")], separator="|")
         )
-        for (pg, seq), group in rows.group_by("pg", "seq"):
-            per_rank = group.unique("job_rank")
+        for (pg, seq), group in rows.group_by("pg", "seq", maintain_order=True):
+            per_rank = group.unique("job_rank", keep="first", maintain_order=True)
             if per_rank["sig"].n_unique() < 2:
                 if per_rank.height == 2 and per_rank["op_type"].n_unique() == 1 and per_rank["op_type"].first() in ("SEND", "RECV"):
                     ranks = sorted(per_rank["job_rank"].drop_nulls().to_list())
@@ -510,7 +518,7 @@ class CollectiveMismatch(Rule):
                 # Point-to-point work: one stage sends while the next receives at the same SeqNum, and a PG id
                 # names a different pair on each pipeline, so a majority says nothing about who is wrong.
                 continue
-            counts = per_rank.group_by("sig").agg(pl.len()).sort("len", descending=True)
+            counts = per_rank.group_by("sig", maintain_order=True).agg(pl.len()).sort("len", descending=True, maintain_order=True)
             majority = counts["sig"].first()
             minority = per_rank.filter(pl.col("sig") != majority)
             if minority.height * 2 >= per_rank.height:
@@ -577,7 +585,7 @@ class WatchdogTimeout(Rule):
         if rows.is_empty():
             return
         states = work_states(job)
-        for (pg,), group in rows.group_by("pg"):
+        for (pg,), group in rows.group_by("pg", maintain_order=True):
             ranks = sorted(group["job_rank"].drop_nulls().unique().to_list())
             seqs = sorted(group["seq"].drop_nulls().unique().to_list())
             ops = sorted(group["op_type"].drop_nulls().unique().to_list())

@@ -135,7 +135,7 @@ def known_ranks(job: Job) -> pl.DataFrame:
                 .drop_nulls("rank")
             )
             if labelled.height:
-                frames.append(labelled.group_by(PROC).agg(pl.col("rank").mode().first()).with_columns(prio=pl.lit(1)))
+                frames.append(labelled.group_by(PROC).agg(pl.col("rank").mode().sort().first()).with_columns(prio=pl.lit(1)))
     exits = job.table("exits")
     if not exits.is_empty():
         try:
@@ -152,7 +152,7 @@ def known_ranks(job: Job) -> pl.DataFrame:
     if not frames:
         return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "rank": pl.Int64})
     merged = pl.concat([f.select(pl.col("host").cast(pl.String), pl.col("pid").cast(pl.Int64), pl.col("rank").cast(pl.Int64), pl.col("prio").cast(pl.Int32)) for f in frames])
-    return merged.drop_nulls().sort("prio").unique(PROC, keep="first").drop("prio")
+    return merged.drop_nulls().sort("prio", maintain_order=True).unique(PROC, keep="first", maintain_order=True).drop("prio")
 
 
 def _tree_ranks(job: Job) -> pl.DataFrame:
@@ -184,7 +184,7 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
         return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
     out = frame
     if set(PROC) <= set(frame.columns):
-        out = out.join(ranks.rename({"rank": "_known"}), on=PROC, how="left")
+        out = out.join(ranks.rename({"rank": "_known"}), on=PROC, how="left", maintain_order="left")
     else:
         out = out.with_columns(_known=pl.lit(None, pl.Int64))
     labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]

@@ -108,7 +108,8 @@ def transport_rows(job: Job) -> pl.DataFrame:
             open_seq=pl.when(pl.col("init_started").fill_null(False)).then(pl.col("start_seq"))
             .otherwise(done.shift(1).over(["host", "pid"], order_by="start_seq").fill_null(-1) + 1),
         )
-        .select("host", "pid", "open_seq", "comm_uid", pl.col("nranks").alias("owner_nranks")).sort("open_seq")
+        .select("host", "pid", "open_seq", "comm_uid", pl.col("nranks").alias("owner_nranks"))
+        .sort("open_seq", "host", "pid", "comm_uid", "owner_nranks", nulls_last=True)  # a total order: ties reach the output
     )
     t = t.sort("seq").join_asof(owners, left_on="seq", right_on="open_seq", by=["host", "pid"], strategy="backward",
                                 check_sortedness=False)
@@ -120,11 +121,11 @@ def transport_rows(job: Job) -> pl.DataFrame:
     if misfit.height:
         fits = (
             misfit.select("seq", "host", "pid", top.alias("top"))
-            .join(owners, on=["host", "pid"])
+            .join(owners, on=["host", "pid"], maintain_order="right")
             .filter((pl.col("open_seq") <= pl.col("seq")) & (pl.col("owner_nranks") > pl.col("top")))
-            .sort("open_seq").group_by("seq", "host", "pid").agg(pl.col("comm_uid").last().alias("fit_uid"))
+            .group_by("seq", "host", "pid").agg(pl.col("comm_uid").last().alias("fit_uid"))
         )
-        t = t.join(fits, on=["seq", "host", "pid"], how="left").with_columns(
+        t = t.join(fits, on=["seq", "host", "pid"], how="left", maintain_order="left").with_columns(
             comm_uid=pl.when(top >= pl.col("owner_nranks").fill_null(1 << 40)).then("fit_uid").otherwise("comm_uid")
         ).drop("fit_uid")
     t = t.drop("owner_nranks")
@@ -563,7 +564,7 @@ class TransportFallback(Rule):
             if rows.is_empty():
                 continue
             ranks = _ranks(rows)
-            msgs = _texts(job, rows).unique("sig", maintain_order=True)["message"].head(2).to_list()
+            msgs = _texts(job, rows).unique("sig", keep="first", maintain_order=True)["message"].head(2).to_list()
             who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if ranks else f"{rows.height} line(s)"
             title = f"{what} could not be set up on {who}: " + "; ".join(f"'{m}'" for m in msgs)
             if kind == "collnet":
@@ -681,7 +682,7 @@ class NetError(Rule):
             hosts = sorted(set(group["host"].drop_nulls()))
             peers = []
             peer_ranks: set[int] = set()
-            for row in group.unique(["job_rank", "peer_ip", "peer"], maintain_order=True).head(4).iter_rows(named=True):
+            for row in group.unique(["job_rank", "peer_ip", "peer"], keep="first", maintain_order=True).head(4).iter_rows(named=True):
                 text, cands, _ = self._peer(job, row.get("peer"), row.get("peer_ip"), row["job_rank"], t, addresses)
                 if text:
                     peers.append(text)
@@ -826,7 +827,7 @@ class NetError(Rule):
             hosts = sorted(set(group["host"].drop_nulls()))
             peers: list[str] = []
             peer_ranks: set[int] = set()
-            for row in group.unique(["peer_ip", "peer"], maintain_order=True).head(4).iter_rows(named=True):
+            for row in group.unique(["peer_ip", "peer"], keep="first", maintain_order=True).head(4).iter_rows(named=True):
                 _, cands, host = self._peer(job, row.get("peer"), row.get("peer_ip"), row["job_rank"], t, addresses)
                 cands = [r for r in cands if r not in ranks]
                 address = row.get("peer") or row.get("peer_ip")

@@ -84,7 +84,7 @@ def instances(comms: pl.DataFrame) -> pl.DataFrame:
         .group_by(INSTANCE)
         .agg(ended=pl.col("what").first(), end_seq=pl.col(SEQ).min())
     )
-    table = table.join(ended, on=INSTANCE, how="left")
+    table = table.join(ended, on=INSTANCE, how="left", maintain_order="left")  # rows stay in start order
     return _assign_uids(table)
 
 
@@ -119,7 +119,7 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         .group_by(PROCESS, maintain_order=True)
         .agg(global_rank=pl.col("rank").first())
     )
-    return table.join(process_rank, on=PROCESS, how="left").with_columns(world_size=pl.lit(world, pl.Int64))
+    return table.join(process_rank, on=PROCESS, how="left", maintain_order="left").with_columns(world_size=pl.lit(world, pl.Int64))
 
 
 def _empty_instances() -> pl.DataFrame:
@@ -138,4 +138,4 @@ def _empty_instances() -> pl.DataFrame:
 
 def process_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
     """(host, pid) → global rank and world size."""
-    return instance_table.select(*PROCESS, "global_rank", "world_size").unique(PROCESS, keep="first")
+    return instance_table.select(*PROCESS, "global_rank", "world_size").unique(PROCESS, keep="first", maintain_order=True)

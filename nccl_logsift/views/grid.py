@@ -52,7 +52,7 @@ def grids(job: Job, findings: list[Finding]) -> tuple[tuple[Grid, ...], tuple[st
     culprits = culprit_ranks(findings)
     named = {f.comm for f in findings if f.ranks}
     # Choose the communicators before looking at their calls: a 4096-rank job has hundreds of them.
-    progress = sorted(comm_progress(job), key=lambda c: (c.uid not in named, -c.nranks))
+    progress = sorted(comm_progress(job), key=lambda c: (c.uid not in named, -c.nranks, c.uid))
     groups = _nccl_groups(job, findings, progress[:MAX_GRIDS]) + _torch_groups(job, findings)
     groups.sort(key=lambda g: (not g.finding, -len(g.ranks)))
     hidden = len(groups) + max(len(progress) - MAX_GRIDS, 0) - MAX_GRIDS
@@ -124,8 +124,9 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
     )
     procs = job.processes
     if not procs.is_empty():  # PyTorch lines often carry no host: take it from the rank's process
-        hosts = procs.select(pl.col("global_rank").alias("job_rank"), pl.col("host").alias("proc_host")).drop_nulls().unique("job_rank")
-        rows = rows.join(hosts, on="job_rank", how="left").with_columns(host=pl.coalesce("host", "proc_host")).drop("proc_host")
+        hosts = (procs.select(pl.col("global_rank").alias("job_rank"), pl.col("host").alias("proc_host")).drop_nulls()
+                 .unique("job_rank", keep="first", maintain_order=True))
+        rows = rows.join(hosts, on="job_rank", how="left", maintain_order="left").with_columns(host=pl.coalesce("host", "proc_host")).drop("proc_host")
     out = []
     world = job.world_size
     for (pg,), group in rows.group_by("pg", maintain_order=True):
@@ -248,7 +249,7 @@ def _rank_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int
 
 def _node_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int]) -> list[GridRow]:
     hosts = np.array([h or "?" for h in m.hosts], dtype=object)
-    order = sorted(set(hosts.tolist()), key=lambda h: int(m.ranks[hosts == h].min()))
+    order = sorted(set(hosts.tolist()), key=lambda h: (int(m.ranks[hosts == h].min()), h))
     rows = []
     for host in order:
         mask = hosts == host

@@ -31,7 +31,7 @@ def topology(job: Job, findings: list[Finding], culprits: frozenset[int]) -> Top
     nics = _nics(job)
     gpus: dict[str, list[GpuNode]] = {}
     if not procs.is_empty():
-        for row in procs.sort("host", "global_rank", nulls_last=True).iter_rows(named=True):
+        for row in procs.sort("host", "global_rank", "pid", nulls_last=True).iter_rows(named=True):
             gpus.setdefault(row["host"] or "?", []).append(GpuNode(
                 rank=row["global_rank"], cuda_dev=row["cuda_dev"], bus_id=row["bus_id"],
                 culprit=row["global_rank"] in culprits,
@@ -122,7 +122,7 @@ def _rings(job: Job) -> tuple[str, ...]:
         members = inst.filter(pl.col("comm_uid") == owner["comm_uid"].first())
         host_of = dict(members.select("rank", "host").iter_rows())
     out = []
-    mine = dumps.filter((pl.col("host") == first["host"]) & (pl.col("pid") == first["pid"])).unique("channel").sort("channel")
+    mine = dumps.filter((pl.col("host") == first["host"]) & (pl.col("pid") == first["pid"])).unique("channel", keep="first", maintain_order=True).sort("channel")
     for channel, ranks in mine.select("channel", "ranks").head(MAX_RING_CHANNELS).iter_rows():
         cycle = ranks + ranks[:1]
         hops = sum(1 for a, b in zip(cycle, cycle[1:]) if host_of.get(a) and host_of.get(b) and host_of[a] != host_of[b])
