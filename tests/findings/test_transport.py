@@ -9,8 +9,8 @@ import pytest
 
 from conftest import CORPUS, FIXTURES
 from builders import job_of, only
-from nccl_logsift.findings.context import load_job
-from nccl_logsift.findings.transport import NetError, TransportFallback
+from nccl_logsift.findings.context import Job, load_job
+from nccl_logsift.findings.transport import NetError, TransportFallback, transport_rows
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.simulate import Options, write
 
@@ -59,6 +59,33 @@ def two_node_ib(gdr_on_b: bool = True) -> list[str]:
         *proc("node-b", 2002, 3, 4, 1, "10.0.0.2", "0x55bb00000020", channels=[
             f"Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0{g_b}"]),
     ]
+
+
+# ---------------------------------------------------------------------------------------------- transport_rows
+def test_transport_rows_map_each_connection_to_the_peer_of_its_communicator(tmp_path):
+    rows = transport_rows(job_of(tmp_path, two_node_ib()))
+    got = rows.select("job_rank", "peer_global", "peer_host", "same_host").rows()
+    assert got == [(0, 3, "node-b", False), (0, 1, "node-a", True), (1, 2, "node-b", False),
+                   (2, 1, "node-a", False), (2, 3, "node-b", True), (3, 0, "node-a", False)]
+
+
+def test_transport_rows_of_a_table_out_of_line_order_are_those_of_the_table_in_order(tmp_path):
+    job = job_of(tmp_path, two_node_ib())
+    reversed_job = Job({**job.tables, "transports": job.table("transports").reverse()}, job.paths)
+    assert transport_rows(reversed_job).equals(transport_rows(job))
+
+
+def test_transport_rows_give_a_runtime_connection_beyond_the_latest_split_to_the_larger_communicator(tmp_path):
+    # NCCL 2.22 connects at the first collective, after the process created a 2-rank split: rank 3 exists
+    # only in the 4-rank world communicator.
+    lines = [
+        *proc("node-a", 1001, 0, 4, 0, "10.0.0.1", "0x55aa00000010"),
+        *proc("node-a", 1001, 0, 2, 0, "10.0.0.1", "0x55aa00000099", comm_id="0x99"),
+        "node-a:1001:1091 [0] NCCL INFO Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+        *proc("node-b", 2002, 3, 4, 1, "10.0.0.2", "0x55bb00000020"),
+    ]
+    rows = transport_rows(job_of(tmp_path, lines))
+    assert rows.select("job_rank", "peer_comm_rank", "peer_global", "peer_host").rows() == [(0, 3, 3, "node-b")]
 
 
 # ---------------------------------------------------------------------------------------------- LS301
