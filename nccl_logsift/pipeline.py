@@ -289,10 +289,11 @@ class Analysis:
 
     def __init__(self, stream: TableStream, budget: int | None = None):
         from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
-        from nccl_logsift.tables import MemorySink
+        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink
 
         self.stream = stream
-        self.sink = MemorySink()
+        # Columns the diagnosis never reads are dropped as each batch is written, not held to the end.
+        self.sink = MemorySink(DIAGNOSIS_COLUMNS)
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
         self._folder: ThreadPoolExecutor | None = None
         self._folding: Future | None = None
@@ -315,12 +316,10 @@ class Analysis:
     def job(self):
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.findings.context import Job
-        from nccl_logsift.tables import DIAGNOSIS_COLUMNS
 
         self._folded()
         if self._folder is not None:
             self._folder.shutdown()
-        self.sink.keep_only(DIAGNOSIS_COLUMNS)
         kept = self.digest.table()
         if not kept.is_empty():
             self.sink.write("collectives", kept)

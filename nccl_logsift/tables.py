@@ -147,19 +147,14 @@ class TableSink(Protocol):
 class MemorySink:
     """Keeps the tables in memory; ``tables`` is filled by ``finish``.
 
-    ``columns`` (table → names) keeps only those columns of the tables it names (an analysis passes
-    :data:`DIAGNOSIS_COLUMNS`); :meth:`keep_only` sets it after the first writes.
+    ``columns`` (table → names) keeps only those columns of the tables it names, dropping the others as
+    each frame is written (an analysis passes :data:`DIAGNOSIS_COLUMNS`).
     """
 
     def __init__(self, columns: Mapping[str, Collection[str]] | None = None) -> None:
         self._parts: dict[str, list[pl.DataFrame]] = {}
         self._columns = columns or {}
         self.tables: dict[str, pl.DataFrame] = {}
-
-    def keep_only(self, columns: Mapping[str, Collection[str]]) -> None:
-        """Keep only these columns of the tables named, in what is already written and in what comes."""
-        self._columns = columns
-        self._parts = {name: [self._kept(name, part) for part in parts] for name, parts in self._parts.items()}
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
         self._parts.setdefault(name, []).append(self._kept(name, frame))

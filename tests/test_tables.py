@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.parse.schema import TableSchemas
-from nccl_logsift.pipeline import parse_paths
+from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream, parse_paths
 from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, RankMaps, compact, with_ranks
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nccl_logsift"
@@ -91,3 +91,14 @@ def test_with_ranks_adds_the_process_rank_in_row_order_and_the_line_rank_from_la
     lines = pl.DataFrame({"host": ["a", "x", "b", "a"], "pid": [1, 9, 2, 1], "torch_rank": [None, 5, None, None]})
     assert with_ranks("lines", lines, maps)["rank"].to_list() == [0, 5, 1, 0]
     assert with_ranks("comms", lines, maps)["global_rank"].to_list() == [0, None, 1, 0]
+
+
+def test_analysis_drops_the_columns_the_diagnosis_never_reads_as_each_batch_is_written():
+    analysis = Analysis(TableStream([str(FIXTURES / "ib_error_4ranks.log")], ParseOptions(every_line=False)))
+    for batch in analysis.stream:
+        analysis.add(batch)
+        assert any(set(frame.columns) - set(DIAGNOSIS_COLUMNS.get(name, frame.columns)) for name, frame in batch.tables.items())
+    held = {name: {c for part in parts for c in part.columns} for name, parts in analysis.sink._parts.items()}
+    assert held and {name: columns - set(DIAGNOSIS_COLUMNS[name]) for name, columns in held.items()} == {
+        name: set() for name in held
+    }
