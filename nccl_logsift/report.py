@@ -43,6 +43,8 @@ def summarize_job(job: Job) -> JobSummary:
             continue
         if name != "processes":
             # A host seen on one line only is the tail of a torn line ("e0365:2279249:…" for node0365).
+            # The key columns first: a filter of the whole lines table would copy its text too.
+            table = table.select("host", "pid", *(["producer"] if name == "lines" else []))
             table = table.filter(pl.col("producer").is_not_null() if name == "lines" else pl.lit(True))
             table = table.filter(pl.len().over("host", "pid") > 1)
         hosts |= set(table["host"].drop_nulls().unique().to_list())
