@@ -64,9 +64,15 @@ def arrival_times(job: Job) -> pl.DataFrame:
     rank = pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in ("global_rank", "rank") if c in coll.columns])
     coll = coll.with_columns(job_rank=rank)
     extra = [c for c in ("collector_ts", "tms") if c in job.lines.columns and c not in coll.columns]
-    if extra:
-        coll = coll.join(job.lines.select("source_id", "line_no", "part", *extra), on=["source_id", "line_no", "part"],
-                         how="left", maintain_order="left")
+    # Looked up on the key columns alone and attached beside the calls' columns (a join of the calls would
+    # copy every one of them); a column null on every line needs no lookup.
+    lines = job.lines
+    if extra and any(lines[c].null_count() < lines.height for c in extra):
+        keys = ["source_id", "line_no", "part"]
+        found = coll.select(keys).join(lines.select(*keys, *extra), on=keys, how="left", maintain_order="left")
+        coll = coll.with_columns(found.select(extra).get_columns())
+    elif extra:
+        coll = coll.with_columns(pl.lit(None, lines.schema[c]).alias(c) for c in extra)
     ts = pl.col("ts").cast(pl.String) if "ts" in coll.columns else pl.lit(None, pl.String)
     digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)  # noqa: E731
     coll = coll.with_columns(

@@ -11,7 +11,7 @@ import pytest
 from conftest import CORPUS, FIXTURES
 from builders import job_of
 from nccl_logsift.findings.context import Job, load_job
-from nccl_logsift.findings.performance import LatencyOutlier
+from nccl_logsift.findings.performance import LatencyOutlier, arrival_times
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.simulate import Options, write
 
@@ -112,6 +112,25 @@ def test_ls601_trace_tms_clocks_are_aligned_on_the_first_shared_call():
     job = Job({"collectives": pl.DataFrame(coll).cast(schema), "lines": pl.DataFrame(lines).cast(schema)}, ("trace.log",))
     (finding,) = check(job)
     assert finding.ranks == (2,) and "tms clock" in finding.title and "40 ms" in finding.title
+
+
+def test_arrival_times_take_each_calls_tms_from_its_own_line_whatever_the_order_of_lines():
+    schema = {"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8}
+    coll = pl.DataFrame({"source_id": [0, 0, 0], "line_no": [3, 5, 9], "part": [0, 0, 0], "host": ["a"] * 3,
+                         "pid": [1, 2, 1], "comm_uid": ["c1"] * 3, "ordinal": [0, 0, 1], "global_rank": [0, 1, 0],
+                         "ts": [None] * 3}).cast(schema)
+    lines = pl.DataFrame({"source_id": [0, 0, 0, 0], "line_no": [9, 1, 5, 3], "part": [0, 0, 0, 0],
+                          "tms": [250.0, 7.0, 120.0, 100.0]}).cast(schema)
+    rows = arrival_times(Job({"collectives": coll, "lines": lines}, ("trace.log",)))
+    assert rows.select("line_no", "tms", "t_ms").rows() == [(3, 100.0, 0.0), (5, 120.0, 0.0), (9, 250.0, 150.0)]
+
+
+def test_arrival_times_without_any_clock_are_empty():
+    schema = {"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8}
+    coll = pl.DataFrame({"source_id": [0], "line_no": [3], "part": [0], "comm_uid": ["c1"], "ordinal": [0],
+                         "global_rank": [0], "ts": [None]}).cast(schema)
+    lines = pl.DataFrame({"source_id": [0], "line_no": [3], "part": [0], "tms": pl.Series([None], dtype=pl.Float64)}).cast(schema)
+    assert arrival_times(Job({"collectives": coll, "lines": lines}, ("plain.log",))).is_empty()
 
 
 def test_ls601_healthy_fixture_has_no_outlier():
