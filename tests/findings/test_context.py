@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 
+import polars as pl
+
 from conftest import FIXTURES
 from nccl_logsift.findings.context import load_job, per_job, read_lines
 from nccl_logsift.findings.progress import timeouts, work_states
@@ -41,3 +43,18 @@ def test_read_lines_gives_none_for_a_pipe_a_compressed_file_or_a_missing_one(tmp
     packed.write_bytes(gzip.compress(b"first\n"))
     for path in ("-", str(packed), str(tmp_path / "absent.log")):
         assert read_lines(path, [0, 0]) == [None, None]
+
+
+def test_evidence_gives_each_named_line_its_text_when_two_sources_share_line_numbers(tmp_path):
+    paths = []
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.log"
+        path.write_text("".join(f"host-{name}:1:1 [0] NCCL INFO line {i} of {name}\n" for i in range(1, 6)))
+        paths.append(str(path))
+    job = load_job(paths)
+    rows = pl.DataFrame({"source_id": [1, 0, 1], "line_no": [4, 2, 2]})
+    assert [(e.path, e.line, e.text) for e in job.evidence(rows)] == [
+        (paths[0], 2, "host-a:1:1 [0] NCCL INFO line 2 of a"),
+        (paths[1], 2, "host-b:1:1 [0] NCCL INFO line 2 of b"),
+        (paths[1], 4, "host-b:1:1 [0] NCCL INFO line 4 of b"),
+    ]
