@@ -328,21 +328,24 @@ class Analysis:
         tables = {**self.sink.tables, "coll_stats": self.digest.stats()}
         return summary, Job(tables, tuple(i.path for i in summary.inputs))
 
-    def report(self):
-        """Run every rule and triage: the same Report whether the batches came from a file or a pipe."""
+    def report(self, views: bool = True):
+        """Run every rule and triage: the same Report whether the batches came from a file or a pipe.
+        ``views=False`` leaves out what only the HTML page draws (``Report.views`` is None)."""
         from nccl_logsift.findings import run_rules
         from nccl_logsift.findings.triage import triage
         from nccl_logsift.report import build_report
 
         summary, job = self.job()
-        return build_report(summary, job, triage(run_rules(job)))
+        return build_report(summary, job, triage(run_rules(job)), views)
 
 
-def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions(), progress: Callable[[int], None] | None = None):
-    """Read the logs, resolve ranks, run every rule, triage, and return the Report."""
+def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions(), progress: Callable[[int], None] | None = None,
+            views: bool = True):
+    """Read the logs, resolve ranks, run every rule, triage, and return the Report (with the HTML page's
+    views unless ``views`` is False: the grid, timeline and topology of a 4096-rank job take seconds)."""
     analysis = Analysis(TableStream(paths, replace(options, every_line=False)))
     for batch in analysis.stream:
         analysis.add(batch)
         if progress is not None:
             progress(batch.bytes_read)
-    return analysis.report()
+    return analysis.report(views)

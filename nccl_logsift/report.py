@@ -14,7 +14,8 @@ from nccl_logsift.views import build_views
 MAX_RANK_ROWS = 4096 * 4  # enough for every rank of the largest jobs on a few communicators
 
 
-def build_report(summary: ParseSummary, job: Job, findings: list[Finding]) -> Report:
+def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views: bool = True) -> Report:
+    """The Report; ``views`` computes what only the HTML page draws (not part of the findings contract)."""
     inputs = tuple(InputInfo(i.path, i.bytes, i.lines, i.unparsed_lines) for i in summary.inputs)
     job_summary = summarize_job(job)
     ranks = rank_states(job)
@@ -24,7 +25,7 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding]) -> Re
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
     return Report(
         inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,
-        views=build_views(job, findings),
+        views=build_views(job, findings) if views else None,
     )
 
 

@@ -68,3 +68,13 @@ def test_a_reader_that_goes_away_ends_the_run_quietly():
         shell=True, capture_output=True, text=True,
     )
     assert proc.stdout == "{" and "Traceback" not in proc.stderr
+
+
+def test_the_findings_do_not_depend_on_the_html_views():
+    # analyze --format json/text skips the views (only the HTML page draws them): the contract is the same.
+    from nccl_logsift.pipeline import analyze
+    from nccl_logsift.render.json import render_json
+
+    with_views, without = analyze([str(STALL)]), analyze([str(STALL)], views=False)
+    assert with_views.views is not None and without.views is None
+    assert render_json(with_views) == render_json(without)

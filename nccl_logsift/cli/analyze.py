@@ -44,7 +44,7 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
       kubectl logs -l job=train --prefix | logsift analyze --fail-on error
     """
     with read_progress(paths) as progress:
-        report = run_analysis(paths, progress=progress)
+        report = run_analysis(paths, progress=progress, views=fmt == "html")  # only the page draws them
     # The HTML page (jinja2) and the terminal report (rich) are imported only when chosen: together they
     # are ~40 ms of every run, and scripts and hooks ask for JSON.
     if fmt == "json":
