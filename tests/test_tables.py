@@ -93,6 +93,17 @@ def test_with_ranks_adds_the_process_rank_in_row_order_and_the_line_rank_from_la
     assert with_ranks("comms", lines, maps)["global_rank"].to_list() == [0, None, 1, 0]
 
 
+def test_with_ranks_looked_up_slice_by_slice_are_those_of_one_lookup(monkeypatch):
+    maps = RankMaps(
+        processes=pl.DataFrame({"host": ["b", "a"], "pid": [2, 1], "global_rank": [1, 0], "world_size": [2, 2]}),
+        instances=pl.DataFrame(),
+    )
+    comms = pl.DataFrame({"host": ["a", "x", "b", "a", None, "b", "a"], "pid": [1, 9, 2, 1, 1, 2, 2]})
+    monkeypatch.setattr("nccl_logsift.tables.RANK_SLICE_ROWS", 3)
+    assert with_ranks("comms", comms, maps)["global_rank"].to_list() == [0, None, 1, 0, None, 1, None]
+    assert with_ranks("comms", comms.clear(), maps).schema == {**comms.schema, "global_rank": pl.Int64}
+
+
 def test_analysis_drops_the_columns_the_diagnosis_never_reads_as_each_batch_is_written():
     analysis = Analysis(TableStream([str(FIXTURES / "ib_error_4ranks.log")], ParseOptions(every_line=False)))
     for batch in analysis.stream:
