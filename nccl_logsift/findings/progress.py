@@ -184,10 +184,20 @@ class CommProgress:
 
 @per_job
 def comm_progress(job: Job) -> list[CommProgress]:
+    last = members_last_calls(job)
+    return [
+        CommProgress(uid, int(group["nranks"].max()), group)
+        for (uid,), group in last.group_by("comm_uid", maintain_order=True)
+    ]
+
+
+@per_job
+def members_last_calls(job: Job) -> pl.DataFrame:
+    """Every member's last call, of every communicator (the rows of :func:`comm_progress`, in its order)."""
     coll = job.table("collectives")
     comms = job.table("communicators")
     if coll.is_empty() or "comm_uid" not in coll.columns:
-        return []
+        return pl.DataFrame(schema={"comm_uid": pl.String, "ordinal": pl.Int64, "nranks": pl.Int64})
     coll = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).with_columns(
         ordinal=pl.col("position")
     )
@@ -208,11 +218,7 @@ def comm_progress(job: Job) -> list[CommProgress]:
         )
         last = pl.concat([last, silent], how="diagonal_relaxed")
     # Communicators by uid, members by rank, then where their line is: the same order on every run.
-    last = last.sort("comm_uid", "rank", "global_rank", "source_id", "line_no", "part", nulls_last=True)
-    return [
-        CommProgress(uid, int(group["nranks"].max()), group)
-        for (uid,), group in last.group_by("comm_uid", maintain_order=True)
-    ]
+    return last.sort("comm_uid", "rank", "global_rank", "source_id", "line_no", "part", nulls_last=True)
 
 
 def hang_evidence(job: Job) -> bool:
@@ -290,12 +296,30 @@ class RankBehind(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         failing = hang_evidence(job)
         reported: set[int] = set()
+        lagging = self._lagging(job, failing)
         for progress in comm_progress(job):
+            if progress.uid not in lagging:
+                continue
             finding = self._from_collectives(job, progress, failing)
             if finding:
                 reported.update(finding.ranks)
                 yield finding
         yield from self._from_torch(job, reported)
+
+    @staticmethod
+    def _lagging(job: Job, failing: bool) -> set[str]:
+        """The communicators :meth:`_from_collectives` reports, found in one pass over every member's last
+        call (its filters took ~0.3 ms a communicator, ~1 s over the ~3k of a 4096-rank job)."""
+        ordinal = pl.col("ordinal")
+        front = ordinal.max()
+        behind = ordinal < front
+        screen = members_last_calls(job).group_by("comm_uid").agg(
+            members=pl.len(), behind=behind.sum(), gap=front - ordinal.filter(behind).max(),
+        )
+        return set(screen.filter(
+            (pl.col("members") >= 2) & (pl.col("behind") > 0) & (pl.col("behind") * 2 < pl.col("members"))
+            & (pl.lit(failing) | (pl.col("gap") >= 2))
+        )["comm_uid"].to_list())
 
     def _from_collectives(self, job: Job, progress: CommProgress, failing: bool) -> Finding | None:
         last = progress.last

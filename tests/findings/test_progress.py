@@ -1,0 +1,36 @@
+"""LS101 rank-behind's screen of communicators, and the members' last calls it reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES
+from builders import simulate
+from nccl_logsift.findings.context import load_job
+from nccl_logsift.findings.progress import RankBehind, comm_progress, members_last_calls
+
+
+def jobs(tmp_path):
+    yield from (load_job([str(path)]) for path in sorted(FIXTURES.glob("*.log")))
+    for scenario in ("rank-stall", "healthy"):
+        yield simulate(tmp_path, scenario, ranks=8, nodes=2)[0]
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_rank_behind_screens_in_exactly_the_communicators_it_reports(tmp_path, failing):
+    reported = screened = 0
+    for job in jobs(tmp_path):
+        rule = RankBehind()
+        lagging = rule._lagging(job, failing)
+        found = {p.uid for p in comm_progress(job) if rule._from_collectives(job, p, failing) is not None}
+        assert lagging == found
+        reported, screened = reported + len(found), screened + len(comm_progress(job))
+    assert 0 < reported < screened
+
+
+def test_comm_progress_holds_the_members_last_calls_by_communicator(tmp_path):
+    job = load_job([str(FIXTURES / "rank_stall_8ranks.log")])
+    progress = comm_progress(job)
+    last = members_last_calls(job)
+    assert [p.uid for p in progress] == last["comm_uid"].unique(maintain_order=True).to_list()
+    assert sum(p.last.height for p in progress) == last.height
