@@ -270,9 +270,11 @@ def stalled_inits(job: Job) -> list[InitState]:
     ranks = known_ranks(job)
     world = job.world_size
     out = []
-    for (uid,), group in inst.group_by("comm_uid"):
-        if group["init_completed"].any() or not group["init_started"].any():
-            continue
+    # The stalled communicators first, in one pass: a 4096-rank job has ~3k, nearly all of them complete.
+    stalled = inst.filter(
+        ~pl.col("init_completed").any().over("comm_uid") & pl.col("init_started").any().over("comm_uid")
+    )
+    for (uid,), group in stalled.group_by("comm_uid"):
         members = group.filter(pl.col("init_started"))
         nranks = int(members["nranks"].max())
         is_world = world is not None and nranks == world

@@ -15,7 +15,7 @@ from conftest import corpus_files
 from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
-from nccl_logsift.findings.startup import RULES, BootstrapFailure, InitIncomplete, InterfaceMisconfig
+from nccl_logsift.findings.startup import RULES, BootstrapFailure, InitIncomplete, InterfaceMisconfig, stalled_inits
 from nccl_logsift.model import Kind, Severity
 
 COMM_ID = "0x7bbff3add302d34a"
@@ -398,3 +398,21 @@ def test_ls2xx_real_failures_of_other_families_are_not_claimed_as_startup_faults
     ):
         for path in [p for p in REAL if p.name.startswith(prefix)]:
             assert serious(all_findings(load_job([str(path)]))) == [], path.name
+
+
+def test_stalled_inits_are_the_communicators_some_member_started_and_none_completed(tmp_path):
+    def init(host, pid, rank, comm, comm_id, *, complete):
+        line = (f"{host}:{pid}:{pid} [{rank}] NCCL INFO ncclCommInitRank comm {comm} rank {rank} nranks 2 "
+                f"cudaDev {rank} nvmlDev {rank} busId {rank + 1}b000 commId {comm_id}")
+        return [f"{line} - Init START"] + ([f"{line} - Init COMPLETE"] if complete else [])
+
+    lines = [
+        *init("gpu-a", 11, 0, "0xa0", "0x0a", complete=True), *init("gpu-a", 12, 1, "0xa1", "0x0a", complete=True),
+        *init("gpu-a", 11, 0, "0xb0", "0x0b", complete=False), *init("gpu-a", 12, 1, "0xb1", "0x0b", complete=False),
+        *init("gpu-a", 11, 0, "0xc0", "0x0c", complete=True), *init("gpu-a", 12, 1, "0xc1", "0x0c", complete=False),
+        *init("gpu-a", 11, 0, "0xd0", "0x0d", complete=False),
+    ]
+    states = stalled_inits(job_of(tmp_path, lines))
+    assert [(s.uid, s.members.height, s.waiting, s.missing) for s in states] == [
+        (states[0].uid, 2, [0, 1], []), (states[1].uid, 1, [0], [1])]
+    assert {s.uid[-2:] for s in states} == {"0b", "0d"}
