@@ -98,13 +98,12 @@ class CollectiveDigest:
 
     def table(self) -> pl.DataFrame:
         """The kept calls: the most recent ones and the divergent positions, in log order."""
-        self._trim()
+        self._trim()  # the window is one Calls now, one row per call
         frames = [*self._kept, *(calls.frame() for calls in self._window)]
-        frames = [frame for frame in frames if frame.height]
-        if not frames:
-            return pl.DataFrame()
+        frames = [frame.drop(UNUSED, strict=False) for frame in frames if frame.height]
+        if len(frames) <= 1:  # the window alone is in line order without duplicates: no copy to make one so
+            return frames[0] if frames else pl.DataFrame()
         merged = pl.concat(frames, how="diagonal_relaxed")
-        merged = merged.drop([name for name in UNUSED if name in merged.columns])
         return merged.unique(LOCATION, keep="first").sort(LOCATION)
 
     def stats(self) -> pl.DataFrame:
