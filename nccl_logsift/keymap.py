@@ -58,7 +58,8 @@ def find(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def find_or_add(keys: np.ndarray, slots: np.ndarray, key: np.uint64, new_slot: np.int64) -> np.int64:
-    """The slot of ``key``; if absent it is added with ``new_slot`` (the caller checks ``== new_slot``)."""
+    """The slot of ``key``; if absent it is added with ``new_slot`` (the caller checks ``== new_slot``, and
+    has made room: :meth:`KeyMap.reserve`)."""
     at = _probe(keys, slots, key)
     if slots[at] == EMPTY:
         keys[at] = key
@@ -75,7 +76,7 @@ def _rehash(old_keys: np.ndarray, old_slots: np.ndarray, keys: np.ndarray, slots
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def full(keys: np.ndarray, count: np.int64) -> bool:
-    """Whether a table holding ``count`` keys needs :func:`room` before one more is added."""
+    """Whether a table holding ``count`` keys must grow before one more is added."""
     return 2 * (count + 1) > len(keys)
 
 
