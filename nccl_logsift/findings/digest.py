@@ -98,10 +98,10 @@ class CollectiveDigest:
 
     def table(self) -> pl.DataFrame:
         """The kept calls: the most recent ones and the divergent positions, in log order."""
-        self._trim()  # the window is one Calls now, one row per call
+        self._trim()  # (leaves the window as one Calls)
         frames = [*self._kept, *(calls.frame() for calls in self._window)]
         frames = [frame.drop(UNUSED, strict=False) for frame in frames if frame.height]
-        if len(frames) <= 1:  # the window alone is in line order without duplicates: no copy to make one so
+        if len(frames) <= 1:  # the window alone: already in line order, one row per call
             return frames[0] if frames else pl.DataFrame()
         merged = pl.concat(frames, how="diagonal_relaxed")
         return merged.unique(LOCATION, keep="first").sort(LOCATION)
@@ -161,7 +161,7 @@ class CollectiveDigest:
 
 
 class _State:
-    """What the compiled loop carries from batch to batch, as numpy arrays (grown by :meth:`reserve`)."""
+    """What the compiled loops carry from batch to batch, as numpy arrays (grown by :meth:`reserve`)."""
 
     def __init__(self, min_window: int):
         if min_window < 1 or min_window & (min_window - 1):  # the ring's place is a mask, not a division
@@ -209,7 +209,7 @@ class _State:
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
         counts = np.array([self.instances, self.comms.count], dtype=np.int64)
-        new_members, where, usable, most = _fold_calls(
+        new_members, where = _fold_calls(
             slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, self.comms.keys, self.comms.slots,
             self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
             self.ring, self.pushed, self.diverged, self.comm_hash,
@@ -223,7 +223,7 @@ class _State:
         at[placed] = self.open.ids((comm_of << np.uint64(_POSITION_BITS)) | position)  # what _open_key makes
         self.position, self.aggregate = keymap.grown(self.position, self.open.count), keymap.grown(self.aggregate, self.open.count)
         window, keep, diverged, still_open = _fold_positions(
-            slot, at, where, opened, self.open.count, nranks, sig, op, p2p, usable, most, total, recent, self.open.keys,
+            slot, at, where, opened, self.open.count, nranks, sig, op, p2p, self.comms.count, total, recent, self.open.keys,
             self.open.slots, self.comm_of, self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
         )
         if still_open > OPEN_POSITIONS:
@@ -244,8 +244,8 @@ _AGGREGATES = 8
 def _fold_calls(slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, comm_keys, comm_slots,
                 comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm, comm_hash):
     """Instances, opCount statistics and each instance's last rows; then the position of every call
-    (-1 when it is on no communicator). Returns the first row of each new instance, the positions, and per
-    communicator whether opCount counts its positions and the most calls of a member."""
+    (-1 when it is on no communicator): its opCount where opCount counts the communicator's calls, else
+    its ordinal. Returns the first row of each new instance and the positions."""
     n = len(slot)
     width = ring.shape[1]
     new_members = np.empty(n, dtype=np.int64)
@@ -297,11 +297,11 @@ def _fold_calls(slot, comm, in_comm, opcount, has_opcount, ordinal, total, count
         if c < 0 or c >= _MAX_COMMS:
             continue
         where[i] = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
-    return new_members[:added], where, usable, most
+    return new_members[:added], where
 
 
 @numba.njit(cache=True, nogil=True)
-def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, usable, most, total, recent,
+def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, communicators, total, recent,
                     open_keys, open_slots, comm_of, ring, pushed, diverged_comm, comm_hash, position, aggregate):
     """Fold every call into its open position (``at``; slots from ``opened`` on are new), find the
     divergent positions, close the positions every member has called, and say which calls are kept.
@@ -333,7 +333,6 @@ def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, us
         aggregate[p, _OP_MAX] = max(aggregate[p, _OP_MAX], op[i])
     # Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
     # point-to-point pair are the same op); positions every member has called are closed.
-    communicators = len(usable)
     first = np.full(communicators, -1, dtype=np.int64)
     kept = 0
     open_slots.fill(keymap.EMPTY)
