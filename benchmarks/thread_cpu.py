@@ -11,17 +11,18 @@ idle cores means the threads waited for each other (the GIL) rather than ran sid
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from collections import Counter
+
+from nccl_logsift.cli import _without_scipy
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("log", help="The log to analyze.")
     args = parser.parse_args(argv)
-    sys.modules.setdefault("scipy", None)  # as the command does (nccl_logsift.cli._without_scipy)
+    _without_scipy()  # as the command does
     by_thread = _count_thread_cpu()
     from nccl_logsift import pipeline
 
