@@ -1,11 +1,11 @@
 """The compiled loop of the COLL fast path (which lines of a chunk are canonical COLL lines, and their
 fields) and the table of distinct strings it numbers prefixes and op names in.
 
-One pass per line: the spaces before the line's last 22 tokens are found from its end (the message of
-``INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p
-[nranks=%d] stream %p", ...)``, grammar §5.1, has that many whatever precedes it), the literal tokens
-are compared, the numbers are read, and the prefix before `` NCCL INFO`` and the op name are looked up
-in :class:`ByteTable` s (the caller adds the new ones).
+One pass per line, forwards: the loop finds `` NCCL INFO `` and reads the message of ``INFO(NCCL_COLL,
+"%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream
+%p", ...)`` (grammar §5.1) from there, literal by literal and value by value, to the line's end. The
+prefix before `` NCCL INFO`` and the op name are looked up in :class:`ByteTable` s (the caller adds the
+new ones).
 
 Bytes are read eight at a time through a words view (``ByteView.words``: the little-endian word at every
 byte, the data followed by padding). Every word is read at a position inside the line or string; it may
@@ -25,15 +25,18 @@ missed are added afterwards (:meth:`ByteTable.add`, compiled too), and Python re
 
 The table's compiled functions live in this file with the loop that inlines them: numba's on-disk cache
 of a function is invalidated by changes to its own file only, not to the files of what it calls.
+
+The loop allocates nothing and is compiled without numba's reference counting (``_nrt=False``): with it,
+every array handed to an inlined helper was counted up and down on every line, which took the loop from
+115 to 410 ns a line.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
-from numba.cpython.unsafe.numbers import leading_zeros
+from numba.cpython.unsafe.numbers import trailing_zeros
 
-TOKENS = 22
 # Rows of the integer outputs (int64: the line, its fields, where its prefix ends and where its op name
 # is) and of the addresses (uint64).
 LINE, OPCOUNT, COUNT, DATATYPE, REDOP, ROOT, NRANKS, PREFIX_STOP, OP_START, OP_STOP = range(10)
@@ -53,26 +56,23 @@ _LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
 _SPACES = np.uint64(0x2020202020202020)
 _ESCAPES = np.uint64(0x1B1B1B1B1B1B1B1B)  # ESC starts an ANSI colour: left to the general parser
 _ZEROS = np.uint64(0x3030303030303030)  # "00000000"
+_NS = np.uint64(0x4E4E4E4E4E4E4E4E)  # "NNNNNNNN": where " NCCL INFO " may start
 
 
 def _word(text: bytes) -> np.uint64:
     return np.uint64(int.from_bytes(text, "little"))
 
 
-# Literal tokens (at most 8 bytes each) by their place among the 22 (0 is "NCCL"); "stream" (20) is
-# checked first, while the tokens are found.
-_LITERALS = {0: b"NCCL", 1: b"INFO", 3: b"opCount", 5: b"sendbuff", 7: b"recvbuff", 9: b"count", 11: b"datatype",
-             13: b"op", 15: b"root", 17: b"comm"}
-_LITERAL_TOKENS = np.array(list(_LITERALS), dtype=np.int64)
-_LITERAL_WORDS = np.array([_word(text) for text in _LITERALS.values()], dtype=np.uint64)
-_LITERAL_LENGTHS = np.array([len(text) for text in _LITERALS.values()], dtype=np.int64)
-_STREAM, _NRANKS, _NIL, _0X = _word(b"stream"), _word(b"[nranks="), _word(b"(nil)"), _word(b"0x")
-# Values: the tokens of the decimals (and their integer output rows) and of the pointers (address rows).
-_ROOT_TOKEN, _COMM_TOKEN = 16, 18  # root may be negative; comm is never (nil)
-_DECIMAL_TOKENS = np.array([10, 12, 14, _ROOT_TOKEN], dtype=np.int64)  # count, datatype, op, root
-_DECIMAL_ROWS = np.array([COUNT, DATATYPE, REDOP, ROOT], dtype=np.int64)
-_POINTER_TOKENS = np.array([_COMM_TOKEN, 6, 8, 21], dtype=np.int64)  # comm, sendbuff, recvbuff, stream
-_POINTER_ROWS = np.array([COMM, SENDBUFF, RECVBUFF, STREAM], dtype=np.int64)
+# The literal text between the values, spaces included, as little-endian words: the first eight bytes
+# and (``_TAIL``) what follows them.
+_NCCL_INFO, _INFO_TAIL = _word(b" NCCL IN"), _word(b"FO ")  # the space before NCCL starts the message
+_OPCOUNT = _word(b" opCount")  # after the op name's colon; a space follows
+_SENDBUFF, _RECVBUFF, _BUFF_TAIL = _word(b" sendbuf"), _word(b" recvbuf"), _word(b"f ")
+_COUNT, _DATATYPE, _DATATYPE_TAIL = _word(b" count "), _word(b" datatyp"), _word(b"e ")
+_OP, _ROOT, _COMM = _word(b" op "), _word(b" root "), _word(b" comm ")
+_NRANKS, _STREAM = _word(b" [nranks"), _word(b" stream ")  # "=" follows " [nranks"
+_NIL, _0X = _word(b"(nil)"), _word(b"0x")
+_COLON, _EQUALS, _CLOSE, _SPACE = 58, 61, 93, 32
 
 
 def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -85,7 +85,7 @@ def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids) -> int:
     """Fill the outputs for each canonical COLL line of ``data``; return how many lines were taken.
 
@@ -97,110 +97,146 @@ def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids
         return 0
     prefix_slots, prefix_hashes, prefix_offsets, _, prefix_words, prefix_state = prefixes
     op_slots, op_hashes, op_offsets, _, op_words, op_state = ops
-    cut = np.empty(TOKENS + 1, dtype=np.int64)  # cut[k]: the space before token k; cut[22]: the line's end
     taken = 0
     for line in range(len(starts)):
         start, end = starts[line], ends[line]
-        if start < 0 or end > len(data) or not _find_tokens(words, start, end, cut):
+        if start < 0 or end > len(data):
             continue
-        if not _literals(words, cut) or not _values(data, words, cut, integers, addresses, nil, taken):
+        message = _message(data, words, start, end, integers, addresses, nil, taken)
+        # Every byte of the message has been checked, so it holds no ESC; the prefix may.
+        if message < 0 or _has_escape(words, start, message):
             continue
-        op_start, op_stop = cut[2] + 1, cut[3] - 1
-        # Every token of the message has been checked, so it holds no ESC; the prefix may.
-        if _has_escape(words, start, cut[0]):
-            continue
-        ids[PREFIX_ID, taken] = find(prefix_slots, prefix_hashes, prefix_offsets, prefix_words, prefix_state, words, start, cut[0])
+        op_start = message + 11
+        op_stop = integers[OP_STOP, taken]
+        ids[PREFIX_ID, taken] = find(prefix_slots, prefix_hashes, prefix_offsets, prefix_words, prefix_state, words, start, message)
         ids[OP_ID, taken] = find(op_slots, op_hashes, op_offsets, op_words, op_state, words, op_start, op_stop)
-        integers[PREFIX_STOP, taken] = cut[0]
+        integers[PREFIX_STOP, taken] = message
         integers[OP_START, taken] = op_start
-        integers[OP_STOP, taken] = op_stop
         integers[LINE, taken] = line
         taken += 1
     return taken
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _literals(words, cut) -> bool:
-    for i in range(len(_LITERAL_TOKENS)):
-        if not _is(words, cut, _LITERAL_TOKENS[i], _LITERAL_WORDS[i], _LITERAL_LENGTHS[i]):
-            return False
-    return True
+def _message(data, words, start, end, integers, addresses, nil, column) -> int:
+    """Where the space before ``NCCL INFO`` is when the line from there to its end is one COLL message
+    in its exact form, its values read into ``column`` of the outputs (overwritten by the next line if
+    this one is not taken); -1 otherwise.
+
+    The message is read forwards from each " NCCL INFO " of the line in turn: if one is followed by the
+    message to the end of the line, the line's tokens from there are those of the format, so no other
+    can be (the message ends the line).
+    """
+    at = start + 1  # "N" of NCCL, with a space before it in the line
+    while at + 10 < end:
+        found = _zero_bytes(words[at] ^ _NS)
+        while found:
+            n = at + (np.int64(trailing_zeros(found)) >> 3)
+            if n + 10 >= end:
+                return -1
+            if words[n - 1] == _NCCL_INFO and words[n + 7] & _mask(3) == _INFO_TAIL:
+                if _read_message(data, words, n + 10, end, integers, addresses, nil, column):
+                    return n - 1
+            found &= found - np.uint64(1)
+        at += 8
+    return -1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _values(data, words, cut, integers, addresses, nil, column) -> bool:
-    """Check and read the values of the message into ``column`` of the outputs (overwritten by the next
-    line if this one is not taken); False when one is not in its exact form."""
+def _read_message(data, words, at, end, integers, addresses, nil, column) -> bool:
+    """Read ``AllReduce: opCount ... stream 0x...`` from ``at`` to exactly ``end``; False when any literal
+    or value is not in its exact form."""
     # "AllReduce:": letters, then the colon.
-    op_start, op_stop = cut[2] + 1, cut[3] - 1
-    if op_stop <= op_start or data[op_stop] != 58 or not _letters(data, op_start, op_stop):
+    stop = _space(words, at, end)
+    colon = stop - 1
+    if colon <= at or data[colon] != _COLON or not _letters(data, at, colon) or words[stop] != _OPCOUNT:
         return False
-    opcount, ok = _hex(words, cut[4] + 1, cut[5])
+    integers[OP_STOP, column] = colon
+    at = stop + 9
+    if _byte(words, at - 1) != _SPACE:
+        return False
+    stop = _space(words, at, end)
+    opcount, ok = _hex(words, at, stop)
     if not ok or opcount > _INT64_MAX:  # %lx of a value beyond int64: the general parser makes it null
         return False
     integers[OPCOUNT, column] = np.int64(opcount)
-    for i in range(len(_DECIMAL_TOKENS)):
-        token = _DECIMAL_TOKENS[i]
-        value, ok = _decimal(data, cut[token] + 1, cut[token + 1], token == _ROOT_TOKEN)
-        if not ok:
-            return False
-        integers[_DECIMAL_ROWS[i], column] = value
-    # "[nranks=16]"
-    start, stop = cut[19] + 1, cut[20]
-    if stop - start < 10 or words[start] != _NRANKS or data[stop - 1] != 93:  # "]"
+    if words[stop] != _SENDBUFF or words[stop + 8] & _mask(2) != _BUFF_TAIL:
         return False
-    value, ok = _decimal(data, start + 8, stop - 1, False)
-    if not ok:
+    at, ok = _read_pointer(words, stop + 10, end, addresses, nil, SENDBUFF, column)
+    if not ok or words[at] != _RECVBUFF or words[at + 8] & _mask(2) != _BUFF_TAIL:
+        return False
+    at, ok = _read_pointer(words, at + 10, end, addresses, nil, RECVBUFF, column)
+    if not ok or words[at] & _mask(7) != _COUNT:
+        return False
+    at, ok = _read_decimal(data, words, at + 7, end, integers, COUNT, column, False)
+    if not ok or words[at] != _DATATYPE or words[at + 8] & _mask(2) != _DATATYPE_TAIL:
+        return False
+    at, ok = _read_decimal(data, words, at + 10, end, integers, DATATYPE, column, False)
+    if not ok or words[at] & _mask(4) != _OP:
+        return False
+    at, ok = _read_decimal(data, words, at + 4, end, integers, REDOP, column, False)
+    if not ok or words[at] & _mask(6) != _ROOT:
+        return False
+    at, ok = _read_decimal(data, words, at + 6, end, integers, ROOT, column, True)
+    if not ok or words[at] & _mask(6) != _COMM:
+        return False
+    at, ok = _read_pointer(words, at + 6, end, addresses, nil, COMM, column)
+    if not ok or nil[COMM, column] or words[at] != _NRANKS or _byte(words, at + 8) != _EQUALS:
+        return False
+    # "[nranks=16]": the digits end at the "]" before the space.
+    at += 9
+    stop = _space(words, at, end)
+    if stop - 1 <= at or data[stop - 1] != _CLOSE:
+        return False
+    value, ok = _decimal(data, words, at, stop - 1, False)
+    if not ok or words[stop] != _STREAM:
         return False
     integers[NRANKS, column] = value
-    for i in range(len(_POINTER_TOKENS)):
-        token = _POINTER_TOKENS[i]
-        value, is_nil, ok = _pointer(words, cut[token] + 1, cut[token + 1])
-        if not ok or (is_nil and token == _COMM_TOKEN):
-            return False
-        addresses[_POINTER_ROWS[i], column] = value
-        nil[_POINTER_ROWS[i], column] = is_nil
-    return True
+    at, ok = _read_pointer(words, stop + 8, end, addresses, nil, STREAM, column)
+    return ok and at == end
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _space(words, at, end) -> int:
+    """Where the first space in ``[at, end)`` is, or ``end``."""
+    while at < end:
+        spaces = _zero_bytes(words[at] ^ _SPACES)
+        if spaces:
+            return min(at + (np.int64(trailing_zeros(spaces)) >> 3), end)
+        at += 8
+    return end
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read_pointer(words, at, end, addresses, nil, row, column):
+    """Read the ``%p`` token at ``at`` into the outputs; where it ends, and whether it was well formed."""
+    stop = _space(words, at, end)
+    value, is_nil, ok = _pointer(words, at, stop)
+    addresses[row, column] = value
+    nil[row, column] = is_nil
+    return stop, ok
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _read_decimal(data, words, at, end, integers, row, column, signed):
+    """Read the decimal token at ``at`` into the outputs; where it ends, and whether it was well formed."""
+    stop = _space(words, at, end)
+    value, ok = _decimal(data, words, at, stop, signed)
+    integers[row, column] = value
+    return stop, ok
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _byte(words, at) -> int:
+    """The byte at ``at``, read through the words view (a literal just matched may end the data: the
+    byte after it is then padding, which ``data`` does not reach)."""
+    return int(words[at] & np.uint64(0xFF))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _zero_bytes(word: np.uint64) -> np.uint64:
     """The high bit of every byte of ``word`` that is zero (exactly those: no borrow between bytes)."""
     return ~(((word & _LOW7) + _LOW7) | word | _LOW7)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _find_tokens(words, start, end, cut) -> bool:
-    """Find the spaces before each of the last 22 tokens, eight bytes at a time from the end; False when
-    there are fewer, or when the last but one token is not "stream" (most lines are not COLL lines:
-    they stop there)."""
-    cut[TOKENS] = end
-    k = TOKENS
-    at = end  # bytes [start, at) are left
-    while at > start:
-        base = max(at - 8, start)
-        other = words[base] ^ _SPACES
-        if at - base < 8:
-            other |= ~_mask(at - base)  # bytes past ``at`` are not spaces
-        spaces = _zero_bytes(other)
-        while spaces:
-            bit = 63 - leading_zeros(spaces)  # the last space of the word
-            k -= 1
-            cut[k] = base + (bit >> 3)
-            if k == TOKENS - 2 and not _is(words, cut, TOKENS - 2, _STREAM, 6):
-                return False
-            if k == 0:
-                return True
-            spaces ^= np.uint64(1) << np.uint64(bit)
-        at = base
-    return False
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _is(words, cut, token, literal, length) -> bool:
-    """Whether token ``token`` (between spaces ``cut[token]`` and ``cut[token + 1]``) is ``literal``."""
-    start = cut[token] + 1
-    return cut[token + 1] - start == length and words[start] & _mask(length) == literal
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -257,7 +293,7 @@ def _hex8(word, length):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _decimal(data, start, stop, signed):
+def _decimal(data, words, start, stop, signed):
     """``-?[0-9]+`` (the sign only when ``signed``) as an int64, and whether it was well formed.
 
     Any number of digits (leading zeros) is fine; a value beyond int64 is not (the general parser makes
@@ -270,7 +306,7 @@ def _decimal(data, start, stop, signed):
     if length < 1:
         return np.int64(0), False
     if length <= _SHORT_DIGITS:
-        value, ok = _short_decimal(data, start, stop)
+        value, ok = _short_decimal(data, words, start, stop)
     else:
         value, ok = _long_decimal(data, start, stop, _INT64_MAX + np.uint64(negative))
     if not ok:
@@ -281,7 +317,15 @@ def _decimal(data, start, stop, signed):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _short_decimal(data, start, stop):
+def _short_decimal(data, words, start, stop):
+    """1 to 18 digits: up to 16 eight at a time (SWAR), more one at a time."""
+    length = stop - start
+    if length <= 8:
+        return _decimal8(words[start], length)
+    if length <= 16:
+        high, high_ok = _decimal8(words[start], length - 8)
+        low, low_ok = _decimal8(words[start + length - 8], 8)
+        return high * np.uint64(100_000_000) + low, high_ok and low_ok
     value = np.uint64(0)
     for at in range(start, stop):
         digit = np.uint64(data[at]) - np.uint64(48)  # bytes below "0" wrap around to large values
@@ -289,6 +333,21 @@ def _short_decimal(data, start, stop):
             return value, False
         value = value * np.uint64(10) + digit
     return value, True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _decimal8(word, length):
+    """The first ``length`` (1 to 8) bytes of ``word`` as decimal digits, all eight at once (SWAR, as
+    :func:`_hex8`)."""
+    shift = np.uint64(8 * (8 - length))
+    word = ((word & _mask(length)) << shift) | (_ZEROS & ((np.uint64(1) << shift) - np.uint64(1)))
+    digit = (word + _ONES * np.uint64(0x80 - 0x30)) & ~(word + _ONES * np.uint64(0x7F - 0x39))
+    ok = (word & _HIGH) == 0 and (digit & _HIGH) == _HIGH
+    value = word - _ZEROS
+    value = (value * np.uint64(10) + (value >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    value = (value * np.uint64(100) + (value >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    value = (value * np.uint64(10000) + (value >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+    return value, ok
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -3,9 +3,8 @@
 With NCCL_DEBUG_SUBSYS=COLL almost every line is one collective call, printed by one format string
 (src/enqueue.cc, ``ncclInfoSetDerived`` / ``INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p
 count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p", ...)``, grammar §5.1). Its message
-has a fixed number of space-separated tokens, so counting tokens from the *end* of the line finds every
-field whatever launcher prefix precedes the envelope. A compiled loop (:mod:`~nccl_logsift.parse.collscan`)
-walks each line once, checks every literal token and reads every number.
+is the rest of the line after `` NCCL INFO ``, whatever launcher prefix precedes the envelope. A compiled
+loop (:mod:`~nccl_logsift.parse.collscan`) walks each line once, checks every literal and reads every number.
 
 The prefix before `` NCCL INFO`` (launcher tags, host:pid:tid [dev]) repeats for every line of a
 thread: the loop numbers distinct prefixes in a hash table kept across chunks, and each new one is

@@ -123,6 +123,15 @@ def test_fast_path_reads_the_call_fields_of_every_op(tmp_path):
     assert rows["root"].to_list() == [0, 7, 12345] and rows["nranks"].to_list() == [16] * 3
 
 
+def test_fast_path_finds_the_message_after_any_n_or_nccl_info_in_the_prefix(tmp_path):
+    """The message is sought at each " NCCL INFO " in turn; a prefix holding one is still the general
+    parser's to judge."""
+    lines = [LINE.replace("gpu7", "NCCL-NODE"), LINE.replace("gpu7", "gpu7 NCCL INFO x"), LINE + " " + LINE,
+             LINE.replace("NCCL INFO AllReduce", "NCCL INFO NCCL INFO AllReduce"), "N" * 300]
+    rows = agreement(tmp_path, lines)
+    assert rows["index"].to_list()[:1] == [0] and rows["host"].to_list()[:1] == ["NCCL-NODE"]
+
+
 def test_fast_path_reads_lines_behind_launcher_prefixes(tmp_path):
     rows = fast_rows(tmp_path, ["[rank3]:" + LINE, "[1,3]<stdout>:" + LINE, "node1: " + LINE])
     assert rows["index"].to_list() == [0, 1, 2]
@@ -157,6 +166,11 @@ def taken(tmp_path, lines: list[str], **kw) -> list[int]:
 @pytest.mark.parametrize(
     "field, value, fast",
     [
+        ("count 4194304", "count 12345678", True),  # 8 digits: one word
+        ("count 4194304", "count 123456789", True),  # 9: two
+        ("count 4194304", "count 1234567:", False),  # ":" and "/" border the digits
+        ("count 4194304", "count /", False),
+        ("count 4194304", "count 0", True),
         ("count 4194304", "count 9999999999999999", True),  # 16 digits
         ("count 4194304", "count 12345678901234567", True),  # 17 digits: still an int64
         ("count 4194304", "count 999999999999999999", True),  # 18 digits
@@ -185,6 +199,9 @@ def taken(tmp_path, lines: list[str], **kw) -> list[int]:
         ("comm 0x55d2e4b1a6c0", "comm (nil)", False),
         ("comm 0x55d2e4b1a6c0", "comm 0x0", True),
         ("[nranks=16]", "[nranks=0016]", True),
+        ("[nranks=16]", "[nranks=123456789]", True),
+        ("[nranks=16]", "[nranks=16]x", False),
+        ("[nranks=16] stream", "[nranks=16]  stream", False),
         ("[nranks=16]", "[nranks=16]]", False),
         ("AllReduce:", "A:", True),
         ("AllReduce:", ":", False),
