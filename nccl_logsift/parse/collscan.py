@@ -27,8 +27,9 @@ The table's compiled functions live in this file with the loop that inlines them
 of a function is invalidated by changes to its own file only, not to the files of what it calls.
 
 The loop allocates nothing and is compiled without numba's reference counting (``_nrt=False``): with it,
-every array handed to an inlined helper was counted up and down on every line, which took the loop from
-115 to 410 ns a line.
+every array handed to an inlined helper was counted up and down on every line, which made the loop three
+to four times slower. Helpers are few and called from one place each: numba inlines a helper by
+compiling it again wherever it is called, and a helper per field took a minute to compile.
 """
 
 from __future__ import annotations
@@ -63,16 +64,25 @@ def _word(text: bytes) -> np.uint64:
     return np.uint64(int.from_bytes(text, "little"))
 
 
-# The literal text between the values, spaces included, as little-endian words: the first eight bytes
-# and (``_TAIL``) what follows them.
+# The message after the op name, as (literal, value) pairs: each literal starts at the space that ended
+# the token before it and is at most 16 bytes (as little-endian words: its first eight bytes and the rest);
+# each value runs to the next space, the last one to the end of the line.
 _NCCL_INFO, _INFO_TAIL = _word(b" NCCL IN"), _word(b"FO ")  # the space before NCCL starts the message
-_OPCOUNT = _word(b" opCount")  # after the op name's colon; a space follows
-_SENDBUFF, _RECVBUFF, _BUFF_TAIL = _word(b" sendbuf"), _word(b" recvbuf"), _word(b"f ")
-_COUNT, _DATATYPE, _DATATYPE_TAIL = _word(b" count "), _word(b" datatyp"), _word(b"e ")
-_OP, _ROOT, _COMM = _word(b" op "), _word(b" root "), _word(b" comm ")
-_NRANKS, _STREAM = _word(b" [nranks"), _word(b" stream ")  # "=" follows " [nranks"
+_HEX, _POINTER, _DECIMAL, _SIGNED, _BRACKETED = range(5)  # kinds of value; _BRACKETED: "16]"
+_TEMPLATE = (
+    (b" opCount ", _HEX, OPCOUNT), (b" sendbuff ", _POINTER, SENDBUFF), (b" recvbuff ", _POINTER, RECVBUFF),
+    (b" count ", _DECIMAL, COUNT), (b" datatype ", _DECIMAL, DATATYPE), (b" op ", _DECIMAL, REDOP),
+    (b" root ", _SIGNED, ROOT), (b" comm ", _POINTER, COMM), (b" [nranks=", _BRACKETED, NRANKS),
+    (b" stream ", _POINTER, STREAM),
+)
+_LITERAL_HEAD = np.array([_word(text[:8]) for text, _, _ in _TEMPLATE], dtype=np.uint64)
+_LITERAL_TAIL = np.array([_word(text[8:]) for text, _, _ in _TEMPLATE], dtype=np.uint64)
+_LITERAL_LENGTH = np.array([len(text) for text, _, _ in _TEMPLATE], dtype=np.int64)
+_KIND = np.array([kind for _, kind, _ in _TEMPLATE], dtype=np.int64)
+_ROW = np.array([row for _, _, row in _TEMPLATE], dtype=np.int64)
+_MASKS = np.array([0] + [(1 << (8 * n)) - 1 for n in range(1, 9)], dtype=np.uint64)  # the first n bytes
 _NIL, _0X = _word(b"(nil)"), _word(b"0x")
-_COLON, _EQUALS, _CLOSE, _SPACE = 58, 61, 93, 32
+_COLON, _CLOSE = 58, 93
 
 
 def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -145,92 +155,73 @@ def _message(data, words, start, end, integers, addresses, nil, column) -> int:
 @numba.njit(cache=True, nogil=True, inline="always")
 def _read_message(data, words, at, end, integers, addresses, nil, column) -> bool:
     """Read ``AllReduce: opCount ... stream 0x...`` from ``at`` to exactly ``end``; False when any literal
-    or value is not in its exact form."""
+    or value is not in its exact form.
+
+    One loop over the template rather than a helper per field: numba inlines a helper by compiling it
+    again at every place it is called, which made this function take a minute to compile.
+    """
     # "AllReduce:": letters, then the colon.
     stop = _space(words, at, end)
     colon = stop - 1
-    if colon <= at or data[colon] != _COLON or not _letters(data, at, colon) or words[stop] != _OPCOUNT:
+    if colon <= at or data[colon] != _COLON or not _letters(data, at, colon):
         return False
     integers[OP_STOP, column] = colon
-    at = stop + 9
-    if _byte(words, at - 1) != _SPACE:
-        return False
-    stop = _space(words, at, end)
-    opcount, ok = _hex(words, at, stop)
-    if not ok or opcount > _INT64_MAX:  # %lx of a value beyond int64: the general parser makes it null
-        return False
-    integers[OPCOUNT, column] = np.int64(opcount)
-    if words[stop] != _SENDBUFF or words[stop + 8] & _mask(2) != _BUFF_TAIL:
-        return False
-    at, ok = _read_pointer(words, stop + 10, end, addresses, nil, SENDBUFF, column)
-    if not ok or words[at] != _RECVBUFF or words[at + 8] & _mask(2) != _BUFF_TAIL:
-        return False
-    at, ok = _read_pointer(words, at + 10, end, addresses, nil, RECVBUFF, column)
-    if not ok or words[at] & _mask(7) != _COUNT:
-        return False
-    at, ok = _read_decimal(data, words, at + 7, end, integers, COUNT, column, False)
-    if not ok or words[at] != _DATATYPE or words[at + 8] & _mask(2) != _DATATYPE_TAIL:
-        return False
-    at, ok = _read_decimal(data, words, at + 10, end, integers, DATATYPE, column, False)
-    if not ok or words[at] & _mask(4) != _OP:
-        return False
-    at, ok = _read_decimal(data, words, at + 4, end, integers, REDOP, column, False)
-    if not ok or words[at] & _mask(6) != _ROOT:
-        return False
-    at, ok = _read_decimal(data, words, at + 6, end, integers, ROOT, column, True)
-    if not ok or words[at] & _mask(6) != _COMM:
-        return False
-    at, ok = _read_pointer(words, at + 6, end, addresses, nil, COMM, column)
-    if not ok or nil[COMM, column] or words[at] != _NRANKS or _byte(words, at + 8) != _EQUALS:
-        return False
-    # "[nranks=16]": the digits end at the "]" before the space.
-    at += 9
-    stop = _space(words, at, end)
-    if stop - 1 <= at or data[stop - 1] != _CLOSE:
-        return False
-    value, ok = _decimal(data, words, at, stop - 1, False)
-    if not ok or words[stop] != _STREAM:
-        return False
-    integers[NRANKS, column] = value
-    at, ok = _read_pointer(words, stop + 8, end, addresses, nil, STREAM, column)
-    return ok and at == end
+    at = stop
+    for k in range(len(_TEMPLATE)):
+        length = _LITERAL_LENGTH[k]
+        if words[at] & _MASKS[min(length, 8)] != _LITERAL_HEAD[k]:
+            return False
+        if length > 8 and words[at + 8] & _MASKS[length - 8] != _LITERAL_TAIL[k]:
+            return False
+        start = at + length
+        at = _space(words, start, end)
+        kind, row = _KIND[k], _ROW[k]
+        if kind == _HEX or kind == _POINTER:
+            digits, is_nil = start, False
+            if kind == _POINTER:
+                if at - start == 5 and words[start] & _MASKS[5] == _NIL:
+                    is_nil = True
+                elif at - start >= 3 and words[start] & _MASKS[2] == _0X:
+                    digits = start + 2
+                else:
+                    return False
+            value, ok = np.uint64(0), True
+            if not is_nil:
+                value, ok = _hex(words, digits, at)
+            if not ok:
+                return False
+            if kind == _HEX:
+                if value > _INT64_MAX:  # %lx of a value beyond int64: the general parser makes it null
+                    return False
+                integers[row, column] = np.int64(value)
+            else:
+                if is_nil and row == COMM:  # comm is never (nil)
+                    return False
+                addresses[row, column] = value
+                nil[row, column] = is_nil
+        else:
+            stop = at
+            if kind == _BRACKETED:
+                stop -= 1
+                if stop <= start or data[stop] != _CLOSE:
+                    return False
+            number, ok = _decimal(data, words, start, stop, kind == _SIGNED)
+            if not ok:
+                return False
+            integers[row, column] = number
+    return at == end
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _space(words, at, end) -> int:
     """Where the first space in ``[at, end)`` is, or ``end``."""
     while at < end:
-        spaces = _zero_bytes(words[at] ^ _SPACES)
+        word = words[at] ^ _SPACES
+        spaces = ~(((word & _LOW7) + _LOW7) | word | _LOW7)  # the high bit of each zero byte
         if spaces:
             return min(at + (np.int64(trailing_zeros(spaces)) >> 3), end)
         at += 8
     return end
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _read_pointer(words, at, end, addresses, nil, row, column):
-    """Read the ``%p`` token at ``at`` into the outputs; where it ends, and whether it was well formed."""
-    stop = _space(words, at, end)
-    value, is_nil, ok = _pointer(words, at, stop)
-    addresses[row, column] = value
-    nil[row, column] = is_nil
-    return stop, ok
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _read_decimal(data, words, at, end, integers, row, column, signed):
-    """Read the decimal token at ``at`` into the outputs; where it ends, and whether it was well formed."""
-    stop = _space(words, at, end)
-    value, ok = _decimal(data, words, at, stop, signed)
-    integers[row, column] = value
-    return stop, ok
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _byte(words, at) -> int:
-    """The byte at ``at``, read through the words view (a literal just matched may end the data: the
-    byte after it is then padding, which ``data`` does not reach)."""
-    return int(words[at] & np.uint64(0xFF))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -363,18 +354,6 @@ def _long_decimal(data, start, stop, limit):
             return value, False
         value = value * np.uint64(10) + digit
     return value, True
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _pointer(words, start, stop):
-    """``%p``: ``0x`` and lowercase hex, or ``(nil)``; its value, whether it was nil, whether well formed."""
-    length = stop - start
-    if length == 5 and words[start] & _mask(5) == _NIL:
-        return np.uint64(0), True, True
-    if length < 3 or words[start] & _mask(2) != _0X:
-        return np.uint64(0), False, False
-    value, ok = _hex(words, start + 2, stop)
-    return value, False, ok
 
 
 # ---------------------------------------------------------------------- the table of distinct strings
