@@ -72,10 +72,14 @@ class CollectiveNumbering:
         counts = self._counts
         counts.reserve(len(starts.seq) + self._groups.count)
         self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
-        instance, slot, ordinal, generation, rank, uid, counts.count = _number(
+        n = len(seq)
+        instance, slot, ordinal = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        generation, rank = np.empty(n, dtype=starts.generation.dtype), np.empty(n, dtype=np.int64)
+        uid = np.empty(n, dtype=starts.uid.dtype)
+        counts.count = _number(
             keys, group, seq, order, self._epoch, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq,
             starts.instance, starts.generation, starts.rank, starts.uid, counts.keys, counts.slots, counts.count,
-            self._next, self._group,
+            self._next, self._group, instance, slot, ordinal, generation, rank, uid,
         )
         calls.columns.update(instance=instance, slot=slot, ordinal=ordinal, generation=generation, rank=rank, uid=uid)
         calls.uids = self.uids
@@ -118,18 +122,14 @@ _GROUP_FIELDS = 6
 _LAST_LINE = np.iinfo(np.int64).max
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _number(keys, group_of, seq, order, epoch, start_keys, start_slots, lo, hi, start_seq, start_instance,
-            start_generation, start_rank, start_uid, count_keys, count_slots, instances, next_ordinal, group):
-    """Number the calls in line order (``group_of``: each call's group slot); returns the NUMBERED columns
-    and how many instances are counted. The instance table has room for what the batch can add."""
-    n = len(seq)
-    instance = np.empty(n, dtype=np.uint64)
-    dense = np.empty(n, dtype=np.int64)
-    ordinal = np.empty(n, dtype=np.int64)
-    generation = np.empty(n, dtype=start_generation.dtype)
-    rank = np.empty(n, dtype=np.int64)
-    uid = np.empty(n, dtype=start_uid.dtype)
+            start_generation, start_rank, start_uid, count_keys, count_slots, instances, next_ordinal, group,
+            instance, dense, ordinal, generation, rank, uid):
+    """Number the calls in line order (``group_of``: each call's group slot) into the NUMBERED columns
+    (``instance`` to ``uid``); returns how many instances are counted. The instance table has room for
+    what the batch can add. Allocates nothing: compiled without reference counting, which the table
+    lookups' array arguments would pay at every call."""
     for i in order:
         g = group_of[i]
         if group[g, _EPOCH] != epoch or not group[g, _FROM] <= seq[i] < group[g, _UNTIL]:
@@ -158,7 +158,7 @@ def _number(keys, group_of, seq, order, epoch, start_keys, start_slots, lo, hi, 
         generation[i] = start_generation[at]  # at -1: the sentinel entry at the end
         rank[i] = start_rank[at]
         uid[i] = start_uid[at]
-    return instance, dense, ordinal, generation, rank, uid, instances
+    return instances
 
 
 @numba.njit(cache=True, nogil=True)
