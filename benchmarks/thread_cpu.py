@@ -15,14 +15,14 @@ import threading
 import time
 from collections import Counter
 
-from nccl_logsift.cli import _without_scipy
+from nccl_logsift.cli import _without_unused_imports
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("log", help="The log to analyze.")
     args = parser.parse_args(argv)
-    _without_scipy()  # as the command does
+    _without_unused_imports()  # as the command does
     by_thread = _count_thread_cpu()
     from nccl_logsift import pipeline
 

@@ -3,15 +3,24 @@
 import hashlib
 import os
 import tempfile
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-try:
-    __version__ = version("nccl-logsift")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+source"
-
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed metadata on first use: importlib.metadata costs ~20 ms of
+    every run, which most never need."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("nccl-logsift")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        value = "0.0.0+source"
+    globals()["__version__"] = value
+    return value
 
 # The modules with loops compiled by numba (tests/test_compiled.py checks the list is complete).
 COMPILED_MODULES = ("keymap.py", "io/split.py", "parse/collscan.py", "parse/calls.py", "resolve/progress.py", "findings/digest.py")

@@ -7,9 +7,8 @@ import polars as pl
 from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
 from nccl_logsift.findings.triage import verdict
-from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report
+from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report, ReportViews
 from nccl_logsift.pipeline import ParseSummary
-from nccl_logsift.views import build_views
 
 MAX_RANK_ROWS = 4096 * 4  # enough for every rank of the largest jobs on a few communicators
 
@@ -25,7 +24,7 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
     return Report(
         inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,
-        views=build_views(job, findings) if views else None,
+        views=_views(job, findings) if views else None,
     )
 
 
@@ -112,3 +111,9 @@ def _last_completed(job: Job) -> dict[int, int]:
         return {}
     rows = work.filter(pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ) & pl.col("job_rank").is_not_null())
     return dict(rows.group_by("job_rank").agg(pl.col("last_completed").max()).iter_rows())
+
+
+def _views(job: Job, findings: list[Finding]) -> ReportViews:
+    from nccl_logsift.views import build_views  # the HTML page's only: JSON and text go without
+
+    return build_views(job, findings)

@@ -10,7 +10,6 @@ import threading
 
 import click
 
-from nccl_logsift import __version__
 from nccl_logsift.cli.lazy_group import LazyGroup
 from nccl_logsift.errors import LogsiftError
 
@@ -34,7 +33,8 @@ OPTIONAL_COMMANDS = frozenset({"simulate"})  # the simulator is an optional part
     cls=LazyGroup, lazy_commands=COMMANDS, optional=OPTIONAL_COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(__version__, prog_name="logsift")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, _, shown: _version(ctx, shown),
+              help="Show the version and exit.")
 @click.option("-v", "--verbose", count=True, help="Log what the tool is doing to stderr (-vv for debug detail).")
 def cli(verbose: int) -> None:
     """Find out why a distributed GPU training job hung or failed, from the logs it already wrote.
@@ -56,18 +56,32 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+def _version(ctx: click.Context, shown: bool) -> None:
+    if shown and not ctx.resilient_parsing:
+        from nccl_logsift import __version__
+
+        click.echo(f"logsift, version {__version__}")
+        ctx.exit()
+
+
 def main() -> None:
     """Entry point: run the CLI, turning LogsiftError into a one-line message and its exit code."""
-    _without_scipy()
+    _without_unused_imports()
     _leave(_run())
 
 
-def _without_scipy() -> None:
-    """Tell numba that scipy is absent: its first compiled call imports scipy.linalg (~0.2 s of every run)
-    to offer BLAS to compiled code, which logsift's loops never use. Only the command's own process is
-    told so; a program that imports logsift as a library keeps its scipy."""
-    if "scipy" not in sys.modules:
-        sys.modules["scipy"] = None  # the import system's "not installed"
+# What numba imports when it can, which logsift never uses: scipy (its first compiled call imports
+# scipy.linalg, ~0.2 s, to offer BLAS to compiled code), yaml (~30 ms, to read a .numba_config.yaml) and
+# cffi (~15 ms, to type cffi functions).
+UNUSED_IMPORTS = ("scipy", "yaml", "cffi")
+
+
+def _without_unused_imports() -> None:
+    """Tell numba that the modules of UNUSED_IMPORTS are absent. Only the command's own process is told
+    so; a program that imports logsift as a library keeps them."""
+    for name in UNUSED_IMPORTS:
+        if name not in sys.modules:
+            sys.modules[name] = None  # the import system's "not installed"
 
 
 def _run() -> int:
