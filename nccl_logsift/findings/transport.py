@@ -65,18 +65,35 @@ IB_CALLS = r"^(?:ibv_|mlx5dv_|rdma_)"
 
 # ---------------------------------------------------------------------------------------------- helpers
 def n_nodes(job: Job) -> int:
-    """How many hosts the job spans: NCCL's nNodes when printed, else the hosts seen in NCCL lines."""
-    counts = [1]
+    """How many hosts the job spans: NCCL's nNodes when printed, or the hosts in the logs when there are more.
+
+    nNodes counts the job's nodes, whose logs may not all be here (a per-node output file): compare with
+    :func:`logged_hosts` before saying what the logs show."""
+    counts = [1, len(logged_hosts(job))]
     comms = job.table("comms")
     if not comms.is_empty() and "n_nodes" in comms.columns and comms["n_nodes"].drop_nulls().len():
         counts.append(int(comms["n_nodes"].max()))
-    if not job.processes.is_empty():
-        counts.append(job.processes["host"].n_unique())
-    for name in ("transports", "network"):
-        t = job.table(name)
-        if not t.is_empty() and "host" in t.columns:
-            counts.append(t["host"].drop_nulls().n_unique())
     return max(counts)
+
+
+@per_job
+def logged_hosts(job: Job) -> frozenset[str]:
+    """The hosts whose NCCL lines are in the logs: the processes' hosts, and the hosts of connection and
+    network lines seen on more than one line of a process. A host seen once is the tail of a torn line
+    (``x3005x3005c0s31b0n0``, ``xn0``), not a node. The job summary (report.summarize_job) counts the same
+    way but always reads the lines table too; here, the largest table is read only when no process printed
+    its init (NCCL_DEBUG=WARN), so the hosts come from the WARN lines."""
+    hosts = set(job.processes["host"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
+    for name in ("transports", "network") + (() if hosts else ("lines",)):
+        t = job.table(name)
+        if t.is_empty() or "host" not in t.columns or "pid" not in t.columns:
+            continue
+        # The key columns first: a filter of the whole lines table would copy its text too.
+        keys = t.select("host", "pid", *(["producer"] if "producer" in t.columns else [])).drop_nulls("host")
+        if "producer" in keys.columns:
+            keys = keys.filter(pl.col("producer").is_not_null())
+        hosts |= set(keys.filter(pl.len().over("host", "pid") > 1)["host"].unique().to_list())
+    return frozenset(hosts)
 
 
 @per_job
@@ -320,8 +337,11 @@ class TransportFallback(Rule):
         tuned = self._socket_tuning(job)
         carriers = f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"
         if whole:
-            title = (f"All inter-node traffic of this {nodes}-node job runs over TCP sockets (NET/Socket) instead of "
-                     f"RDMA ({carriers})")
+            # nNodes counts the job's nodes; a per-node output file holds one node's lines only.
+            logged = len(logged_hosts(job))
+            partial = f" (these logs show {logged} of its nodes)" if 0 < logged < nodes else ""
+            title = (f"All inter-node traffic of this {nodes}-node job{partial} runs over TCP sockets (NET/Socket) "
+                     f"instead of RDMA ({carriers})")
         else:
             nets = ", ".join(sorted(set(other["net_name"].drop_nulls())))
             title = (f"Inter-node traffic of {carriers} runs over TCP sockets (NET/Socket) while "

@@ -63,11 +63,13 @@ def verdict(findings: list[Finding], ranks_seen: int, hosts: int) -> str:
     serious = [f for f in findings if f.severity >= Severity.ERROR]
     primary = [f for f in findings if f.primary]
     if not serious:
-        scope = f"{ranks_seen} rank(s) on {hosts} host(s)" if ranks_seen else "the job"
+        # The counts are of what the logs show, which may be one node's output of a larger job: findings
+        # speak of the job ("this 2-node job"), so the scope says it counts the logs.
+        scope = f"in these logs ({ranks_seen} rank(s) on {hosts} host(s))" if ranks_seen else "in these logs"
         if not findings:
-            return f"No sign of a hang or failure in these logs ({scope})."
+            return f"No sign of a hang or failure {scope}."
         notes = "; ".join(_sentence(f.title) for f in primary or findings[:2])
-        return f"No hang or failure found for {scope}, but worth a look: {notes}."
+        return f"No hang or failure found {scope}, but worth a look: {notes}."
     lead = primary[0] if primary else serious[0]
     parts = [f"Root cause: {_sentence(lead.title)}."]
     more = [f for f in primary[1:]]

@@ -10,7 +10,7 @@ import pytest
 from conftest import CORPUS, FIXTURES
 from builders import job_of, only
 from nccl_logsift.findings.context import Job, load_job
-from nccl_logsift.findings.transport import NetError, TransportFallback, transport_rows
+from nccl_logsift.findings.transport import NetError, TransportFallback, n_nodes, transport_rows
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.simulate import Options, write
 
@@ -59,6 +59,22 @@ def two_node_ib(gdr_on_b: bool = True) -> list[str]:
         *proc("node-b", 2002, 3, 4, 1, "10.0.0.2", "0x55bb00000020", channels=[
             f"Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0{g_b}"]),
     ]
+
+
+def two_node_sockets(nodes: tuple[str, ...] = ("node-a", "node-b")) -> list[str]:
+    """Ranks 0-1 on node-a, 2-3 on node-b, NCCL saying nNodes 2, every ring crossing the nodes over NET/Socket;
+    ``nodes`` picks whose lines the log holds (one node's output file of a two-node job)."""
+    def rank(host, pid, r, dev, ip, comm, channel):
+        return proc(host, pid, r, 4, dev, ip, comm, net="Socket", extra=["NET/IB : No device found."], channels=[
+            f"comm {comm} rank {r} nRanks 4 nNodes 2 localRanks 2 localRank {dev} MNNVL 0", channel])
+
+    per_node = {
+        "node-a": [*rank("node-a", 1001, 0, 0, "10.0.0.1", "0x55aa00000010", "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/Socket/0"),
+                   *rank("node-a", 1002, 1, 1, "10.0.0.1", "0x55aa00000020", "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0")],
+        "node-b": [*rank("node-b", 2001, 2, 0, "10.0.0.2", "0x55bb00000010", "Channel 00/0 : 1[1] -> 2[0] [receive] via NET/Socket/0"),
+                   *rank("node-b", 2002, 3, 1, "10.0.0.2", "0x55bb00000020", "Channel 00/0 : 3[1] -> 0[0] [send] via NET/Socket/0")],
+    }
+    return [line for node in nodes for line in per_node[node]]
 
 
 # ---------------------------------------------------------------------------------------------- transport_rows
@@ -160,6 +176,21 @@ def test_ls301_one_node_on_sockets_while_the_other_uses_ib_is_a_warning(tmp_path
     lines = [line.replace("via NET/IB/0", "via NET/Socket/0") if line.startswith("node-b") else line for line in lines]
     finding = only(list(TransportFallback().check(job_of(tmp_path, lines))), severity=Severity.WARNING)
     assert finding.ranks == (2, 3) and "NET/Socket" in finding.title and "IB" in finding.title
+
+
+def test_ls301_two_node_job_on_sockets_names_the_job_by_its_node_count(tmp_path):
+    finding = only(list(TransportFallback().check(job_of(tmp_path, two_node_sockets()))))
+    assert finding.severity == Severity.ERROR and finding.hosts == ("node-a", "node-b")
+    assert "All inter-node traffic of this 2-node job runs over TCP sockets" in finding.title
+
+
+def test_ls301_sockets_in_one_node_s_log_of_a_two_node_job_say_the_logs_show_one_node(tmp_path):
+    """nNodes counts the job's nodes, the hosts count the logs: the title says both, so the verdict's '1
+    host(s)' does not read as a contradiction of '2-node job'."""
+    job = job_of(tmp_path, two_node_sockets(nodes=("node-a",)))
+    finding = only(list(TransportFallback().check(job)))
+    assert n_nodes(job) == 2 and finding.hosts == ("node-a",) and finding.ranks == (0, 1)
+    assert "this 2-node job (these logs show 1 of its nodes) runs over TCP sockets" in finding.title
 
 
 def test_ls301_collnet_sharp_setup_failure_is_a_warning(tmp_path):
@@ -364,3 +395,33 @@ def test_corpus_perlmutter_podman_ofi_error_is_critical_on_all_ranks(corpus_jobs
     finding = only(list(NetError().check(job)))
     assert finding.severity == Severity.CRITICAL and finding.ranks == tuple(range(8))
     assert "Unable to register memory" in finding.title
+
+
+MANGOBOOST_MI300X = (
+    "mlcommons__training_results_v5.1__MangoBoost__results__MI300X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_5.txt"
+)
+
+
+def test_corpus_mangoboost_one_node_file_of_a_two_node_job_has_a_verdict_that_agrees_with_itself():
+    """Only mi300x-01's output is in the file, while RCCL says nNodes 2 (SOURCES.md #29): the verdict counts
+    the logs' hosts and the socket finding counts the job's nodes, and each says which it counts."""
+    from nccl_logsift.pipeline import analyze
+
+    report = analyze([str(corpus(MANGOBOOST_MI300X))])
+    assert report.job.hosts == ("mi300x-01",) and report.job.world_size == 16
+    assert report.verdict.startswith("No hang or failure found in these logs (8 rank(s) on 1 host(s)), but worth a look: ")
+    assert "All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets" in report.verdict
+
+
+@pytest.mark.parametrize("name, nodes", [
+    # Torn lines leave host tails on one line each (x3005x3005c0s31b0n0, xn0): not nodes.
+    ("argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-01-15-15-21-09__without_aws.log", 2),
+    ("argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-06-27-09-51-31__with_aws.log", 2),
+    # NCCL_DEBUG=WARN: no init lines, so no processes; the hosts are those of the WARN lines.
+    ("mlcommons__training_results_v4.1__Oracle__results__512xBM.GPU.H100.8__llama2_70b_lora__result_2.txt", 64),
+], ids=["alcf-resnet50-2025-01", "alcf-resnet50-2025-06", "oracle-512-ranks"])
+def test_corpus_node_count_agrees_with_the_hosts_the_job_summary_counts(corpus_jobs, name, nodes):
+    from nccl_logsift.report import summarize_job
+
+    job = corpus_jobs(name)
+    assert n_nodes(job) == nodes == len(summarize_job(job).hosts)
