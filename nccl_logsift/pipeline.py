@@ -317,9 +317,12 @@ class Analysis:
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.findings.context import Job
 
+        from nccl_logsift.memory import release_freed
+
         self._folded()
         if self._folder is not None:
             self._folder.shutdown()
+        release_freed()  # the stream's buffers, before polars builds the job's tables
         kept = self.digest.table()
         if not kept.is_empty():
             self.sink.write("collectives", kept)

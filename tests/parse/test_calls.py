@@ -54,6 +54,13 @@ def test_concatenated_calls_build_the_rows_of_both(stream_batches):
     assert built.equals(want.select(built.columns), null_equal=True)
 
 
+def test_rows_come_out_in_line_order_whatever_the_order_of_the_pieces(stream_batches):
+    first, second = stream_batches[0].calls, stream_batches[1].calls
+    built = Calls.concat([second, first]).frame()
+    want = pl.concat([stream_batches[0].tables["collectives"], stream_batches[1].tables["collectives"]])
+    assert built.equals(want.select(built.columns), null_equal=True)
+
+
 def test_calls_from_a_frame_give_the_same_loop_columns(stream_batches):
     batch = stream_batches[0]
     rebuilt = Calls.from_frame(batch.tables["collectives"], batch.calls.ops, batch.calls.schema)
