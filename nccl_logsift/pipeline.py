@@ -316,7 +316,6 @@ class Analysis:
     def job(self):
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.findings.context import Job
-
         from nccl_logsift.memory import release_freed
 
         self._folded()
@@ -329,6 +328,7 @@ class Analysis:
         summary = self.stream.finish(self.sink)
         summary.table_rows["collectives"] = self.digest.calls
         tables = {**self.sink.tables, "coll_stats": self.digest.stats()}
+        release_freed()  # what building them freed, before the rules
         return summary, Job(tables, tuple(i.path for i in summary.inputs))
 
     def report(self, views: bool = True):
@@ -338,8 +338,12 @@ class Analysis:
         from nccl_logsift.findings.triage import triage
         from nccl_logsift.report import build_report
 
+        from nccl_logsift.memory import release_freed
+
         summary, job = self.job()
-        return build_report(summary, job, triage(run_rules(job)), views)
+        findings = triage(run_rules(job))
+        release_freed()
+        return build_report(summary, job, findings, views)
 
 
 def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions(), progress: Callable[[int], None] | None = None,
