@@ -105,6 +105,17 @@ class Batch:
         return self.tables["collectives"]
 
 
+def _readable_again(source: Source) -> bool:
+    """Whether evidence can read a line of ``source`` again at its byte offset: a plain file, not standard
+    input or a compressed file."""
+    if source.is_stdin:
+        return False
+    try:
+        return sniff(source) is None
+    except OSError:  # gone meanwhile: its reader says so
+        return False
+
+
 class TableStream:
     """Parse sources batch by batch: iterate for the :class:`Batch` es, then :meth:`finish` into a sink.
 
@@ -157,6 +168,7 @@ class TableStream:
         options = self.options
         reader = LineReader(source, options.chunk_bytes, options.max_wait)
         reader.stats = stats
+        chunks.coll_text = not options.every_line and not _readable_again(source)
         read_before = self.bytes_read
         # Live input already arrives through a reader thread and is handed out as it comes; files and
         # pipes read to the end are scanned ahead in a thread of their own.

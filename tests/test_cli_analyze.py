@@ -1,8 +1,11 @@
 """logsift analyze through the CLI: formats, exit codes, --fail-on, stdin, and the JSON contract."""
 
+import gzip
 import json
 import subprocess
 import sys
+
+import pytest
 
 from conftest import FIXTURES
 
@@ -78,3 +81,28 @@ def test_the_findings_do_not_depend_on_the_html_views():
     with_views, without = analyze([str(STALL)]), analyze([str(STALL)], views=False)
     assert with_views.views is not None and without.views is None
     assert render_json(with_views) == render_json(without)
+
+
+@pytest.mark.parametrize("how", ["stdin", "gzip"])
+def test_coll_evidence_is_quoted_from_inputs_that_cannot_be_read_again(run_cli, tmp_path, how):
+    """A file's COLL lines are read again for evidence; a pipe's and a compressed file's are kept with the
+    calls instead, so the findings are the same."""
+    log = FIXTURES / "collective_mismatch_4ranks.log"
+    from_file = run_cli("analyze", str(log), "--format", "json")
+    if how == "stdin":
+        other = run_cli("analyze", "-", "--format", "json", input=log.read_bytes())
+    else:
+        packed = tmp_path / "job.log.gz"
+        packed.write_bytes(gzip.compress(log.read_bytes()))
+        other = run_cli("analyze", str(packed), "--format", "json")
+    want, got = json.loads(from_file.output), json.loads(other.output)
+    quoted = [e["text"] for f in got["findings"] for e in f["evidence"]] + [r["last_line"]["text"] for r in got["ranks"]]
+    assert any("NCCL INFO AllReduce: opCount" in text for text in quoted)
+    for report in (want, got):
+        report.pop("inputs")
+        for finding in report["findings"]:
+            for evidence in finding["evidence"]:
+                evidence.pop("path")
+        for rank in report["ranks"]:
+            rank["last_line"].pop("path")
+    assert got == want

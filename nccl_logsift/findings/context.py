@@ -45,11 +45,15 @@ class Job:
 
     def _read_back(self, found: pl.DataFrame) -> pl.DataFrame:
         """Text of COLL calls, which the diagnosis keeps out of ``lines``: read again from the file at the
-        call's byte offset (a pipe or a compressed input cannot be read again; the text stays empty)."""
+        call's byte offset, or kept with the calls when the input cannot be read again (a pipe, a compressed
+        file; calls parsed in worker processes have none)."""
         coll = self.table("collectives")
         if coll.is_empty() or "byte_offset" not in coll.columns or found["text"].null_count() == 0:
             return found
         keys = ["source_id", "line_no", "part"]
+        if "text" in coll.columns:  # kept with the calls of an input that cannot be read again
+            kept = _named(coll, found, "text").unique(keys).rename({"text": "kept_text"})
+            found = found.join(kept, on=keys, how="left").with_columns(text=pl.coalesce("text", "kept_text")).drop("kept_text")
         found = found.join(_named(coll, found, "byte_offset").unique(keys), on=keys, how="left")
         wanted = found.filter(pl.col("text").is_null() & pl.col("byte_offset").is_not_null())
         read: dict[tuple[int, int], str | None] = {}

@@ -124,6 +124,13 @@ class ByteView:
         fit in 12, else a 4-byte prefix, a buffer index and an offset) is built with numpy; polars keeps
         strings in the same layout, so the import is zero-copy. Every range must be valid UTF-8.
         """
+        return _series(self._views(starts, lengths), name)
+
+    def copied(self, starts: np.ndarray, lengths: np.ndarray, name: str) -> pl.Series:
+        """As :meth:`strings`, but the bytes are copied out: the column keeps nothing of this buffer alive."""
+        return _series(self._views(starts, lengths).cast(pa.large_string()), name)
+
+    def _views(self, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
         count = len(starts)
         lengths = lengths.astype(np.int64)
         low, high = self.words[starts], self.words[starts + 8]
@@ -135,10 +142,13 @@ class ByteView:
         views[:, 1] = low & 0xFFFFFFFF
         views[:, 2] = np.where(inline, low >> np.uint64(32), 0)
         views[:, 3] = np.where(inline, high & 0xFFFFFFFF, starts)
-        array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)])
-        # As a one-column table: polars' Series constructor imports pyarrow.compute for an Arrow array
-        # (~40 ms, once per run), its table import does not; both take the buffers as they are.
-        return pl.from_arrow(pa.Table.from_arrays([array], names=[name])).to_series()
+        return pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)])
+
+
+def _series(array: pa.Array, name: str) -> pl.Series:
+    # As a one-column table: polars' Series constructor imports pyarrow.compute for an Arrow array
+    # (~40 ms, once per run), its table import does not; both take the buffers as they are.
+    return pl.from_arrow(pa.Table.from_arrays([array], names=[name])).to_series()
 
 
 def padded(size: int) -> np.ndarray:

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numba
 import numpy as np
 import polars as pl
 
 from nccl_logsift.keymap import mix
+
+if TYPE_CHECKING:
+    from nccl_logsift.io.lines import ByteView
 
 # The columns every piece gives the loops; a Calls holds these, then what numbering adds.
 KERNEL = ("seq", "process", "comm", "opcount", "has_opcount", "nranks", "sig", "op")
@@ -121,6 +124,9 @@ def instance_keys(process, comm):
     return out
 
 
+_PINNED_SHARE = 8
+
+
 class FastPiece:
     """A chunk's rows read by the COLL fast path: arrays, and the fields of the line prefixes they index.
 
@@ -128,6 +134,10 @@ class FastPiece:
     ``op`` ids, ``prefix``: each row's row in ``fields``, a frame of every prefix the fast path knew,
     shared by the pieces of many chunks; pointer columns come with a ``<name>_nil`` mask),
     and the loops' columns ``process``, ``sig``. ``text`` is each line's text (``logsift parse`` only).
+    ``lines`` is the chunk's bytes and the rows' line bounds, set when the input cannot be read again for
+    evidence (standard input, compressed files): the rows :meth:`take` keeps keep the chunk, or get their
+    text copied out when they hold less than 1/``_PINNED_SHARE`` of its bytes (a digest keeping a few
+    calls of many chunks would otherwise keep every chunk whole).
     """
 
     # The message's columns, in the order of the frame (prefix fields go after opcount and the pointers).
@@ -135,7 +145,7 @@ class FastPiece:
     POINTERS = ("sendbuff", "recvbuff", "stream")
     CALL = ("count", "datatype", "redop", "root", "nranks", "comm")
 
-    __slots__ = ("source_id", "values", "fields", "ops", "text")
+    __slots__ = ("source_id", "values", "fields", "ops", "text", "lines")
 
     def __init__(self, source_id: int, values: dict[str, np.ndarray], fields: pl.DataFrame, ops: Names,
                  text: pl.Series | None = None):
@@ -144,6 +154,7 @@ class FastPiece:
         self.fields = fields
         self.ops = ops
         self.text = text
+        self.lines: tuple[ByteView, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.values["line_no"])
@@ -163,8 +174,15 @@ class FastPiece:
 
     def take(self, rows: np.ndarray) -> "FastPiece":
         values = {name: column[rows] for name, column in self.values.items()}
-        text = None if self.text is None else self.text.gather(rows)
-        return FastPiece(self.source_id, values, self.fields, self.ops, text)
+        piece = FastPiece(self.source_id, values, self.fields, self.ops, None if self.text is None else self.text.gather(rows))
+        if self.lines is not None:
+            view, starts, ends = self.lines
+            starts, ends = starts[rows], ends[rows]
+            if (ends - starts).sum() * _PINNED_SHARE < len(view.raw):  # too little of the chunk to keep it whole
+                piece.text = view.copied(starts, ends - starts, "text")
+            else:
+                piece.lines = (view, starts, ends)
+        return piece
 
     def frame(self) -> pl.DataFrame:
         """The rows with the columns the general parser gives a COLL line (and ``launcher_stream``, the
@@ -183,6 +201,9 @@ class FastPiece:
         parts = [head, fields, call]
         if self.text is not None:
             parts.append(self.text.to_frame())
+        elif self.lines is not None:
+            view, starts, ends = self.lines
+            parts.append(view.strings(starts, ends - starts, "text").to_frame())
         return pl.concat(parts, how="horizontal").with_columns(
             source_id=pl.lit(self.source_id, pl.UInt16), part=pl.lit(0, pl.UInt8), family=pl.lit(FAMILY), pattern=pl.lit(PATTERN),
         )
@@ -312,13 +333,15 @@ class Calls:
 
     def frame(self, extra: Sequence[str] = ()) -> pl.DataFrame:
         """The rows of every call with the ``collectives`` columns they have (numbering's ``ADDED`` once
-        numbered) and the arrays named in ``extra``, in line order."""
+        numbered), their ``text`` when the pieces carry it (``logsift parse``; the kept calls of an input
+        that cannot be read again), and the arrays named in ``extra``, in line order."""
         frames = []
         for p, piece in enumerate(self.pieces):
             mine = np.flatnonzero(self.columns["piece"] == p)
             rows = self.columns["row"][mine]
             frame = piece.frame()
-            frame = frame.select([name for name in self.schema if name in frame.columns])
+            # The table's columns, and the text a piece kept (an input that cannot be read again).
+            frame = frame.select([name for name in (*self.schema, "text") if name in frame.columns])
             if len(rows) != len(piece) or (rows != np.arange(len(rows))).any():
                 frame = frame[rows]
             frames.append(frame.with_columns(*self._added(mine), *(pl.Series(name, self.columns[name][mine]) for name in extra)))

@@ -48,7 +48,9 @@ class ChunkParser:
 
     ``every_line`` keeps a ``lines`` row (and the sendbuff/recvbuff/stream addresses) for every COLL
     call, as ``logsift parse`` writes them; the diagnosis does without, so its ``lines`` table holds
-    the other lines only and COLL calls live in ``collectives``.
+    the other lines only and COLL calls live in ``collectives``. Their text is read again from the file
+    for evidence; ``coll_text`` (set for standard input and compressed files, which cannot be read again)
+    keeps it for the calls that are kept (:class:`~nccl_logsift.parse.calls.FastPiece`).
     """
 
     def __init__(self, parser: LineParser, every_line: bool = True, ops: Names | None = None):
@@ -62,6 +64,7 @@ class ChunkParser:
         self._fast_rows = 0
         self._empty = parser.empty_tables  # the tables of a batch without leftover lines
         self._rest_lines = 0
+        self.coll_text = False
 
     @property
     def ready(self) -> bool:
@@ -148,9 +151,11 @@ class ChunkParser:
         found = scanned.found
         if len(found.index):
             piece = found.piece
+            lines = found.index
             if self.every_line and self.parser.keep_text:
-                lines = found.index
                 piece.text = chunk.view.strings(chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text")
+            elif self.coll_text:
+                piece.lines = (chunk.view, chunk.starts[lines], chunk.ends[lines])
             self._fast.append(piece)
             self._fast_rows += len(piece)
         rest = None

@@ -41,7 +41,7 @@ def test_taken_calls_build_the_rows_of_the_table(stream_batches):
     for batch in stream_batches:
         calls, table = batch.calls, batch.tables["collectives"]
         keep = rng.random(len(calls)) < 0.3
-        built = calls.take(keep).frame()
+        built = calls.take(keep).frame().drop("text")  # the COLL lines' text, which logsift parse keeps
         want = table.filter(pl.Series(keep)).select(built.columns)
         assert built.equals(want, null_equal=True)
 
@@ -49,14 +49,14 @@ def test_taken_calls_build_the_rows_of_the_table(stream_batches):
 def test_concatenated_calls_build_the_rows_of_both(stream_batches):
     first, second = stream_batches[0].calls, stream_batches[1].calls
     both = Calls.concat([first.take(np.arange(len(first)) % 2 == 0), second])
-    built = both.frame()
+    built = both.frame().drop("text")
     want = pl.concat([stream_batches[0].tables["collectives"].gather_every(2), stream_batches[1].tables["collectives"]])
     assert built.equals(want.select(built.columns), null_equal=True)
 
 
 def test_rows_come_out_in_line_order_whatever_the_order_of_the_pieces(stream_batches):
     first, second = stream_batches[0].calls, stream_batches[1].calls
-    built = Calls.concat([second, first]).frame()
+    built = Calls.concat([second, first]).frame().drop("text")
     want = pl.concat([stream_batches[0].tables["collectives"], stream_batches[1].tables["collectives"]])
     assert built.equals(want.select(built.columns), null_equal=True)
 
@@ -91,3 +91,27 @@ def test_a_signature_changes_with_every_field():
         changed = [b.copy() for b in base]
         changed[field] += 1
         assert signatures(*changed)[0] != sig, field
+
+
+def test_kept_text_keeps_a_chunk_only_while_enough_of_it_is_kept(tmp_path):
+    """Pieces of an input that cannot be read again carry their lines: taking most rows keeps the chunk,
+    taking a few copies their text out, and either way the rows' text is the line's."""
+    from nccl_logsift.grammar import load_grammars
+    from nccl_logsift.io.lines import LineReader
+    from nccl_logsift.io.sources import expand_paths
+    from nccl_logsift.parse.fastcoll import CollFastPath
+    from nccl_logsift.parse.lineparser import LineParser
+
+    path = tmp_path / "job.log"
+    write(Options(scenario="healthy", ranks=4, nodes=1, ops=300), str(path))
+    chunk = next(iter(LineReader(expand_paths([str(path)])[0][0])))
+    found = CollFastPath(LineParser(load_grammars()).parse_prefixes).read(chunk)
+    piece = found.piece
+    piece.lines = (chunk.view, chunk.starts[found.index], chunk.ends[found.index])
+    texts = path.read_bytes().decode().split("\n")
+    want = lambda rows: [texts[i] for i in found.index[rows]]  # noqa: E731
+    most, few = np.arange(len(piece) // 2, len(piece)), np.arange(3)
+    kept, copied = piece.take(most), piece.take(few)
+    assert kept.lines is not None and kept.text is None
+    assert copied.lines is None and copied.text is not None and copied.text.to_list() == want(few)
+    assert kept.frame()["text"].to_list() == want(most)
