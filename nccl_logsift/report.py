@@ -32,7 +32,8 @@ def summarize_job(job: Job) -> JobSummary:
     versions = job.table("versions")
     nccl_versions: tuple[str, ...] = ()
     if not versions.is_empty():
-        labelled = versions.select(
+        # The library's own versions: RCCL also logs ROCr's and the kernel's (products ROCr, Linux).
+        labelled = versions.filter(pl.col("product").is_in(["NCCL", "RCCL"]) | pl.col("product").is_null()).select(
             pl.when(pl.col("product") == "RCCL").then(pl.format("RCCL {}", "version")).otherwise(pl.col("version"))
         ).to_series()
         nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
