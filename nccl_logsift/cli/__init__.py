@@ -67,6 +67,9 @@ def _version(ctx: click.Context, shown: bool) -> None:
 def main() -> None:
     """Entry point: run the CLI, turning LogsiftError into a one-line message and its exit code."""
     _without_unused_imports()
+    # numpy's OpenBLAS starts a thread per core when imported, and they spin for a while (~0.1 CPU s a run);
+    # logsift does no linear algebra. Set before anything imports numpy; a value the user set is kept.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     _leave(_run())
 
 
