@@ -102,6 +102,10 @@ class RankMaps:
     instances: pl.DataFrame  # one row per communicator instance
 
 
+# A line's rank: its process's, else the first of these launcher labels it has.
+LINE_RANK_LABELS = ("torch_rank", "mpi_rank")
+
+
 def attach_ranks(name: str, frame: pl.LazyFrame, maps: RankMaps) -> pl.LazyFrame:
     """Add the process's global rank (and, for lines, the best rank known from any label)."""
     columns = frame.collect_schema().names()
@@ -128,7 +132,7 @@ def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
     if name == "lines":
         # As _rank_of_line, from the Series: an expression over the table (coalesce, drop) went through
         # polars' query engine, which held a copy of the ~590k lines of a 4096-rank job (~50 MB).
-        for label in ("torch_rank", "mpi_rank"):
+        for label in LINE_RANK_LABELS:
             if label in frame.columns:
                 looked_up = looked_up.fill_null(frame.get_column(label))
         looked_up = looked_up.alias("rank")
@@ -138,7 +142,7 @@ def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
 def _rank_of_line(name: str, frame, columns: list[str]):
     if name != "lines":
         return frame
-    labels = [c for c in ("torch_rank", "mpi_rank") if c in columns]
+    labels = [c for c in LINE_RANK_LABELS if c in columns]
     return frame.with_columns(rank=pl.coalesce(RANKED_BY_PROCESS, *labels)).drop(RANKED_BY_PROCESS)
 
 

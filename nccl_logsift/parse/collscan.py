@@ -216,8 +216,7 @@ def _read_message(data, words, at, end, integers, addresses, nil, column) -> boo
 def _space(words, at, end) -> int:
     """Where the first space in ``[at, end)`` is, or ``end``."""
     while at < end:
-        word = words[at] ^ _SPACES
-        spaces = ~(((word & _LOW7) + _LOW7) | word | _LOW7)  # the high bit of each zero byte
+        spaces = _zero_bytes(words[at] ^ _SPACES)
         if spaces:
             return min(at + (np.int64(trailing_zeros(spaces)) >> 3), end)
         at += 8
