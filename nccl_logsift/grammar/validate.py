@@ -52,8 +52,7 @@ def check_samples(grammars: GrammarSet) -> list[SampleResult]:
         entries += [(g, i, s.line) for i, s in enumerate(g.samples)]
     misses = [(g, m) for g in grammars.grammars for m in g.near_misses]
     texts = [line for _, _, line in entries] + [m for _, m in misses]
-    tables = parser.parse(_chunk(texts))
-    frame = parser.last_frame
+    tables, frame = parser.parse_frame(_chunk(texts))
     lines = tables["lines"].filter(pl.col("part") == 0)
     rows = {r["line_no"]: r for r in lines.iter_rows(named=True)}
     msgs = {r["line_no"]: r for r in frame.filter(pl.col("part") == 0).select("line_no", "msg", "rest").iter_rows(named=True)}

@@ -127,6 +127,11 @@ class LineParser:
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
+        return self.parse_frame(chunk)[0]
+
+    def parse_frame(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+        """As :meth:`parse`, and the frame the messages were matched in (each line's ``msg`` and ``rest``),
+        which the grammar checks compare too."""
         frame = pl.DataFrame(
             {
                 "row": pl.int_range(len(chunk), dtype=pl.UInt32, eager=True),
@@ -147,11 +152,10 @@ class LineParser:
         frame = self._strip_launchers(frame)
         frame = self._match_envelopes(frame)
         frame = self._split_glued(frame)
-        self.last_frame = frame  # kept for grammar checks, which compare the message text too
         tables, assigned = self._dispatch_messages(frame)
         lines = self._lines_table(frame, assigned)
         self._account(frame, lines)
-        return {"lines": lines, **tables}
+        return {"lines": lines, **tables}, frame
 
     def account_fast(self, family: str, rows: int) -> None:
         """Count enveloped lines a fast path parsed (they never pass through :meth:`parse`)."""
