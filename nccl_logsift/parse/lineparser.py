@@ -106,8 +106,17 @@ class _Prefix:
         updates.append(pl.when(pl.col("__hit")).then(after).otherwise(pl.col(target)).alias(target))
         return cls(fields, captures, hit.alias("__hit"), tuple(updates))
 
-    def apply(self, frame: pl.DataFrame) -> pl.DataFrame:
+    def apply(self, frame: pl.LazyFrame) -> pl.LazyFrame:
         return frame.with_columns(self.captures).with_columns(self.hit).with_columns(self.updates).drop("__g")
+
+
+def _applied(frame: pl.DataFrame, prefixes: list[_Prefix]) -> pl.DataFrame:
+    """``frame`` with every pattern of ``prefixes`` applied in turn, as one query: eagerly, each step of
+    each pattern ran polars' engine on its own (~250 queries a batch)."""
+    lazy = frame.lazy()
+    for prefix in prefixes:
+        lazy = prefix.apply(lazy)
+    return lazy.collect()
 
 
 class LineParser:
@@ -195,17 +204,14 @@ class LineParser:
         # Prefixes stack (k8s timestamp + torchrun tag + [rankN]:), in any order: strip in rounds.
         for _ in range(_LAUNCHER_ROUNDS):
             before = frame["rest"]
-            for launcher in self._launchers:
-                frame = launcher.apply(frame)
+            frame = _applied(frame, self._launchers)
             if frame["rest"].equals(before):
                 break
         return frame.drop("__hit", strict=False)
 
     def _match_envelopes(self, frame: pl.DataFrame) -> pl.DataFrame:
         frame = self._with_prefix_columns(frame).with_columns(msg=pl.lit(None, dtype=pl.String))
-        for envelope in self._envelopes:
-            frame = envelope.apply(frame)
-        return frame.drop("__hit", strict=False)
+        return _applied(frame, self._envelopes).drop("__hit", strict=False)
 
     # ------------------------------------------------------------------ torn and glued lines
     def _split_glued(self, frame: pl.DataFrame) -> pl.DataFrame:
