@@ -58,6 +58,10 @@ class CollectiveNumbering:
 
     def number(self, calls: Calls) -> None:
         """Add ``NUMBERED`` to ``calls``: each call's instance, ordinal, generation, comm rank and uid."""
+        if not len(calls):  # the batches of a job's init: the instances are found when calls come
+            calls.columns.update(_numbered_columns(0))
+            calls.uids = self.uids
+            return
         if self._starts is None:
             self._starts = _Starts(self.instances, self.uids)
             self._epoch += 1
@@ -72,17 +76,21 @@ class CollectiveNumbering:
         counts = self._counts
         counts.reserve(len(starts.seq) + self._groups.count)
         self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
-        n = len(seq)
-        instance, slot, ordinal = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        generation, rank = np.empty(n, dtype=starts.generation.dtype), np.empty(n, dtype=np.int64)
-        uid = np.empty(n, dtype=starts.uid.dtype)
+        numbered = _numbered_columns(len(seq))
         counts.count = _number(
             keys, group, seq, order, self._epoch, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq,
             starts.instance, starts.generation, starts.rank, starts.uid, counts.keys, counts.slots, counts.count,
-            self._next, self._group, instance, slot, ordinal, generation, rank, uid,
+            self._next, self._group, *numbered.values(),
         )
-        calls.columns.update(instance=instance, slot=slot, ordinal=ordinal, generation=generation, rank=rank, uid=uid)
+        calls.columns.update(numbered)
         calls.uids = self.uids
+
+
+def _numbered_columns(n: int) -> dict[str, np.ndarray]:
+    """The NUMBERED columns of ``n`` calls, to be filled (generation and uid as _Starts holds them)."""
+    return {"instance": np.empty(n, dtype=np.uint64), "slot": np.empty(n, dtype=np.int64),
+            "ordinal": np.empty(n, dtype=np.int64), "generation": np.empty(n, dtype=np.int32),
+            "rank": np.empty(n, dtype=np.int64), "uid": np.empty(n, dtype=np.int32)}
 
 
 class _Starts:
@@ -103,9 +111,9 @@ class _Starts:
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
         self.instance = table["instance"].to_numpy()
         # What a call gets from its instance (sentinels for null); one more entry, read for a call of no start.
-        self.generation = np.r_[table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION]
+        self.generation = np.r_[table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION].astype(np.int32)
         self.rank = np.r_[table["rank"].cast(pl.Int64).fill_null(NO_RANK).to_numpy(), NO_RANK]
-        self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1]
+        self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1].astype(np.int32)
 
 
 @numba.njit(cache=True, nogil=True)
