@@ -348,9 +348,8 @@ class Analysis:
         ``views=False`` leaves out what only the HTML page draws (``Report.views`` is None)."""
         from nccl_logsift.findings import run_rules
         from nccl_logsift.findings.triage import triage
-        from nccl_logsift.report import build_report
-
         from nccl_logsift.memory import release_freed
+        from nccl_logsift.report import build_report
 
         summary, job = self.job()
         findings = triage(run_rules(job))
