@@ -22,7 +22,7 @@ import polars as pl
 
 from nccl_logsift import keymap
 from nccl_logsift.keymap import KeyMap
-from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, Calls, Names, instance_keys, process_keys
+from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, NUMBERED, Calls, Names, instance_keys, process_keys
 from nccl_logsift.resolve.communicators import INSTANCE, instances
 
 _ORPHAN = np.uint64(0x6A09E667F3BCC909)  # mixed into the (host, pid, comm) key of calls without an init
@@ -86,11 +86,13 @@ class CollectiveNumbering:
         calls.uids = self.uids
 
 
+# The types of the NUMBERED columns, in its order (generation and uid as _Starts holds them).
+_NUMBERED_TYPES = (np.uint64, np.int64, np.int64, np.int32, np.int64, np.int32)
+
+
 def _numbered_columns(n: int) -> dict[str, np.ndarray]:
-    """The NUMBERED columns of ``n`` calls, to be filled (generation and uid as _Starts holds them)."""
-    return {"instance": np.empty(n, dtype=np.uint64), "slot": np.empty(n, dtype=np.int64),
-            "ordinal": np.empty(n, dtype=np.int64), "generation": np.empty(n, dtype=np.int32),
-            "rank": np.empty(n, dtype=np.int64), "uid": np.empty(n, dtype=np.int32)}
+    """The NUMBERED columns of ``n`` calls, to be filled, in the order _number takes them."""
+    return {name: np.empty(n, dtype=dtype) for name, dtype in zip(NUMBERED, _NUMBERED_TYPES)}
 
 
 class _Starts:
