@@ -107,3 +107,27 @@ def test_a_target_that_is_not_a_command_is_a_type_error():
     group = _group({"answer": "nccl_logsift.cli:COMMANDS"})
     with pytest.raises(TypeError, match="not a click command"):
         group.get_command(click.Context(group), "answer")
+
+
+def test_the_command_runs_with_the_collector_on_and_the_imports_frozen(tmp_path):
+    """The entry point keeps the cyclic collector off while the command's module is imported, then freezes
+    what the imports made and turns it back on: the command itself runs with collection as usual."""
+    log = FIXTURES / "collective_mismatch_4ranks.log"
+    script = (
+        "import atexit, gc, json, sys\n"
+        "import nccl_logsift.pipeline as pipeline\n"
+        "seen = {'at_start': gc.isenabled()}\n"
+        "real = pipeline.analyze\n"
+        "def spy(*args, **kwargs):\n"
+        "    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count())\n"
+        "    return real(*args, **kwargs)\n"
+        "pipeline.analyze = spy\n"
+        "atexit.register(lambda: print(json.dumps(seen), file=sys.stderr))\n"
+        f"sys.argv = ['logsift', 'analyze', {str(log)!r}, '--format', 'json', '-o', {str(tmp_path / 'out.json')!r}]\n"
+        "from nccl_logsift.cli import main\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    seen = json.loads(proc.stderr.splitlines()[-1])
+    assert seen["at_start"] and seen["enabled"]
+    assert seen["frozen"] > 10_000  # polars', numba's and logsift's module objects
