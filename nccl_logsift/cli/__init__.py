@@ -13,6 +13,7 @@ import click
 
 from nccl_logsift.cli.lazy_group import LazyGroup
 from nccl_logsift.errors import LogsiftError
+from nccl_logsift.memory import reuse_freed
 
 # Imported only when the command runs or help lists it: analyze needs none of the simulator, the batch
 # engines or the live view, and --version needs no command at all.
@@ -76,6 +77,7 @@ def main() -> None:
     # numpy's OpenBLAS starts a thread per core when imported, and they spin for a while (~0.1 CPU s a run);
     # logsift does no linear algebra. Set before anything imports numpy; a value the user set is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    reuse_freed()  # freed read buffers are kept for the next chunks (nccl_logsift/memory.py)
     _leave(_run())
 
 

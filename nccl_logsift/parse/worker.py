@@ -10,10 +10,12 @@ import pickle
 import sys
 from typing import Iterator
 
+from nccl_logsift.memory import reuse_freed
 from nccl_logsift.parse.parallel import Segment, read_frame, serve, write_frame
 
 
 def main() -> None:
+    reuse_freed()
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     setup = _next(requests)
     if setup is None:
