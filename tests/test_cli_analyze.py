@@ -83,6 +83,24 @@ def test_the_findings_do_not_depend_on_the_html_views():
     assert render_json(with_views) == render_json(without)
 
 
+def test_the_json_text_is_the_contract_indented_with_one_line_per_rank():
+    from dataclasses import replace
+
+    from nccl_logsift.pipeline import analyze
+    from nccl_logsift.render.json import render_json, to_dict
+
+    report = analyze([str(STALL)], views=False)
+    text = render_json(report)
+    assert json.loads(text) == to_dict(report) and list(json.loads(text))[-1] == "ranks"
+    lines = text.splitlines()
+    ranks = lines[lines.index('  "ranks": [') + 1 : -2]
+    assert len(ranks) == len(report.ranks) > 1
+    assert [json.loads(line.rstrip(",")) for line in ranks] == to_dict(report)["ranks"]
+    assert lines[1] == '  "schema": "nccl-logsift/findings/v1",'  # the rest stays indented
+    empty = render_json(replace(report, ranks=()))
+    assert json.loads(empty)["ranks"] == [] and empty.endswith('"ranks": []\n}\n')
+
+
 @pytest.mark.parametrize("how", ["stdin", "gzip"])
 def test_coll_evidence_is_quoted_from_inputs_that_cannot_be_read_again(run_cli, tmp_path, how):
     """A file's COLL lines are read again for evidence; a pipe's and a compressed file's are kept with the

@@ -184,7 +184,11 @@ class CommProgress:
 
 @per_job
 def comm_progress(job: Job) -> list[CommProgress]:
-    last = members_last_calls(job)
+    return progress_of(members_last_calls(job))
+
+
+def progress_of(last: pl.DataFrame) -> list[CommProgress]:
+    """A :class:`CommProgress` per communicator of ``last`` (rows of :func:`members_last_calls`), in its order."""
     return [
         CommProgress(uid, int(group["nranks"].max()), group)
         for (uid,), group in last.group_by("comm_uid", maintain_order=True)
@@ -299,9 +303,10 @@ class RankBehind(Rule):
         failing = hang_evidence(job)
         reported: set[int] = set()
         lagging = self._lagging(job, failing)
-        for progress in comm_progress(job):
-            if progress.uid not in lagging:
-                continue
+        # Only the lagging communicators are split out (one group each took ~0.05 ms: 0.2 s over a 4096-rank
+        # job's thousands); in the order of members_last_calls, as comm_progress gives them.
+        last = members_last_calls(job)
+        for progress in progress_of(last.filter(pl.col("comm_uid").is_in(sorted(lagging)))) if lagging else []:
             finding = self._from_collectives(job, progress, failing)
             if finding:
                 reported.update(finding.ranks)

@@ -18,6 +18,7 @@ The helpers here are shared with the placement rules (LS4xx).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -904,19 +905,33 @@ def interfaces(job: Job) -> list[Iface]:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a 4096-rank job names a few thousand addresses tens of thousands of times
 def address_kind(address: str | None) -> str | None:
     """'loopback' / 'link-local' for addresses other hosts cannot reach, else None."""
-    if not address:
-        return None
-    try:
-        ip = ipaddress.ip_address(address.split("%")[0])
-    except ValueError:
+    ip = _ip(address)
+    if ip is None:
         return None
     if ip.is_loopback:
         return "loopback"
     if ip.is_link_local:
         return "link-local"
     return None
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _ip(address: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address (without an IPv6 zone), or None when there is none or it is not one."""
+    if not address:
+        return None
+    try:
+        return ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _subnet16(ip: ipaddress.IPv4Address) -> ipaddress.IPv4Network:
+    return ipaddress.ip_network(f"{ip}/16", strict=False)
 
 
 @per_job
@@ -1078,13 +1093,10 @@ class InterfaceMisconfig(Rule):
         for i in ifaces:
             if i.role != "bootstrap" or not i.address or address_kind(i.address) or (i.ifname and BAD_IFNAME.match(i.ifname)):
                 continue
-            try:
-                ip = ipaddress.ip_address(i.address.split("%")[0])
-            except ValueError:
+            ip = _ip(i.address)
+            if ip is None or ip.version != 4:
                 continue
-            if ip.version != 4:
-                continue
-            per_host.setdefault(i.host, set()).add(ipaddress.ip_network(f"{ip}/16", strict=False))
+            per_host.setdefault(i.host, set()).add(_subnet16(ip))
         if len(per_host) < 2:
             return
         counts: dict = {}

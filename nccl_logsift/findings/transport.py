@@ -88,11 +88,15 @@ def logged_hosts(job: Job) -> frozenset[str]:
         t = job.table(name)
         if t.is_empty() or "host" not in t.columns or "pid" not in t.columns:
             continue
-        # The key columns first: a filter of the whole lines table would copy its text too.
-        keys = t.select("host", "pid", *(["producer"] if "producer" in t.columns else [])).drop_nulls("host")
+        # The key columns first (a filter of the whole lines table would copy its text too), of the hosts not
+        # known yet: with every process's init logged, none are left (a 4096-rank job's ~321k
+        # connection lines then cost one lookup each, not a count per (host, pid)).
+        keys = t.select("host", "pid", *(["producer"] if "producer" in t.columns else [])).filter(
+            pl.col("host").is_not_null() & ~pl.col("host").is_in(sorted(hosts))
+        )
         if "producer" in keys.columns:
             keys = keys.filter(pl.col("producer").is_not_null())
-        hosts |= set(keys.filter(pl.len().over("host", "pid") > 1)["host"].unique().to_list())
+        hosts |= set(keys.group_by("host", "pid").len().filter(pl.col("len") > 1)["host"].to_list())
     return frozenset(hosts)
 
 

@@ -66,4 +66,16 @@ def _rank(r: RankState) -> dict[str, Any]:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(to_dict(report), indent=2, ensure_ascii=False) + "\n"
+    """The contract as text: indented, except that each rank state is one line.
+
+    A report has a rank state per member of every communicator (16k for a 4096-rank job): one per line
+    reads and greps better than ten, and is written by json's C encoder, which does not indent; the
+    indenting encoder is pure Python (0.2 s for those 16k). "ranks" is the last key of :func:`to_dict`.
+    """
+    data = to_dict(report)
+    ranks = data.pop("ranks")
+    head = json.dumps(data, indent=2, ensure_ascii=False)
+    if not ranks:
+        return head[:-2] + ',\n  "ranks": []\n}\n'
+    lines = ",\n".join("    " + json.dumps(rank, ensure_ascii=False) for rank in ranks)
+    return head[:-2] + ',\n  "ranks": [\n' + lines + "\n  ]\n}\n"
