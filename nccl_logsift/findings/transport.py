@@ -347,7 +347,7 @@ class TransportFallback(Rule):
             title = (f"All inter-node traffic of this {nodes}-node job{partial} runs over TCP sockets (NET/Socket) "
                      f"instead of RDMA ({carriers})")
         else:
-            nets = ", ".join(sorted(set(other["net_name"].drop_nulls())))
+            nets = ", ".join(sorted(other["net_name"].drop_nulls().unique().to_list()))
             title = (f"Inter-node traffic of {carriers} runs over TCP sockets (NET/Socket) while "
                      f"{len(_ranks(other))} rank(s) use {nets}")
         if reasons:
@@ -441,7 +441,7 @@ class TransportFallback(Rule):
         none = per_rank.filter(pl.col("with_gdr") == 0)
         some = per_rank.filter(pl.col("with_gdr") > 0)
         partial = some.filter(pl.col("with_gdr") < pl.col("n"))
-        net_names = ", ".join(sorted(set(rdma["net_name"].drop_nulls())))
+        net_names = ", ".join(sorted(rdma["net_name"].drop_nulls().unique().to_list()))
         reasons, reason_rows, capable = self._gdr_reasons(job)
         if none.height:
             ranks = sorted(int(r) for r in none["job_rank"])
