@@ -46,7 +46,10 @@ class CollectiveNumbering:
         if comms.height:
             self._comms.append(comms)
             self._instances = None
-            self._starts = None
+            # Instances start at Init lines only: Destroy and Summary lines (all of a job's last batch: 16k
+            # for a 4096-rank job) change the table, not the starts calls are numbered by.
+            if (comms["what"] == "Init").any():
+                self._starts = None
 
     @property
     def instances(self) -> pl.DataFrame:
