@@ -17,7 +17,7 @@ import polars as pl
 
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, ReadStats
+from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, RawChunk, ReadStats, split_lines
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
 from nccl_logsift.parse.chunks import ChunkParser
@@ -103,6 +103,14 @@ class Batch:
         if "collectives" not in self.tables:
             self.tables["collectives"] = self.calls.frame()
         return self.tables["collectives"]
+
+
+def _quotable(segment: Segment) -> RawChunk | None:
+    """The lines of a segment this process read, or None when it is not valid UTF-8 (a worker repaired it,
+    and its byte offsets no longer match the repaired text)."""
+    stats = ReadStats()
+    chunk = split_lines(segment.data, segment.source_id, 1, segment.offset, stats)
+    return None if stats.invalid_utf8_lines or not len(chunk) else chunk
 
 
 def _readable_again(source: Source) -> bool:
@@ -215,9 +223,15 @@ class TableStream:
             if reader is None:
                 stats.bytes += result.bytes
             self.bytes_read = read_before + stats.bytes
+            # The COLL lines of an input that cannot be read again are quoted from the segment's bytes, which
+            # this process read and sent (a worker's rows carry no text).
+            quoted = _quotable(segment) if reader is not None and not self.options.every_line else None
             for tables in result.batches:
                 tables = shift_lines(tables, lines_before)
                 calls = Calls.from_frame(tables.pop("collectives"), self.ops, parser.schemas.tables["collectives"])
+                if quoted is not None:
+                    for piece in calls.pieces:
+                        piece.quote(quoted)
                 yield self._batch(tables, calls, source)
             lines_before += result.lines
             stats.lines += result.lines

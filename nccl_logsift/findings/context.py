@@ -46,7 +46,7 @@ class Job:
     def _read_back(self, found: pl.DataFrame) -> pl.DataFrame:
         """Text of COLL calls, which the diagnosis keeps out of ``lines``: read again from the file at the
         call's byte offset, or kept with the calls when the input cannot be read again (a pipe, a compressed
-        file; calls parsed in worker processes have none)."""
+        file; calls a worker process parsed are quoted from the segment bytes this process read and sent)."""
         coll = self.table("collectives")
         if coll.is_empty() or "byte_offset" not in coll.columns or found["text"].null_count() == 0:
             return found

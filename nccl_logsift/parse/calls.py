@@ -25,7 +25,7 @@ import polars as pl
 from nccl_logsift.keymap import mix
 
 if TYPE_CHECKING:
-    from nccl_logsift.io.lines import ByteView
+    from nccl_logsift.io.lines import ByteView, RawChunk
 
 # The columns every piece gives the loops; a Calls holds these, then what numbering adds.
 KERNEL = ("seq", "process", "comm", "opcount", "has_opcount", "nranks", "sig", "op")
@@ -176,12 +176,7 @@ class FastPiece:
         values = {name: column[rows] for name, column in self.values.items()}
         piece = FastPiece(self.source_id, values, self.fields, self.ops, None if self.text is None else self.text.gather(rows))
         if self.lines is not None:
-            view, starts, ends = self.lines
-            starts, ends = starts[rows], ends[rows]
-            if (ends - starts).sum() * _PINNED_SHARE < len(view.raw):  # too little of the chunk to keep it whole
-                piece.text = view.copied(starts, ends - starts, "text")
-            else:
-                piece.lines = (view, starts, ends)
+            piece.text, piece.lines = _taken_lines(self.lines, rows)
         return piece
 
     def frame(self) -> pl.DataFrame:
@@ -202,22 +197,26 @@ class FastPiece:
         if self.text is not None:
             parts.append(self.text.to_frame())
         elif self.lines is not None:
-            view, starts, ends = self.lines
-            parts.append(view.strings(starts, ends - starts, "text").to_frame())
+            parts.append(_text_of(self.lines).to_frame())
         return pl.concat(parts, how="horizontal").with_columns(
             source_id=pl.lit(self.source_id, pl.UInt16), part=pl.lit(0, pl.UInt8), family=pl.lit(FAMILY), pattern=pl.lit(PATTERN),
         )
 
 
 class FramePiece:
-    """Rows of the ``collectives`` table as the general parser (or a worker process) made them."""
+    """Rows of the ``collectives`` table as the general parser (or a worker process) made them.
 
-    __slots__ = ("rows", "columns")
+    ``lines`` is as a :class:`FastPiece`'s: the bytes the rows were read from (a segment of an input
+    that cannot be read again, parsed by a worker process) and their line bounds, for their text.
+    """
+
+    __slots__ = ("rows", "columns", "lines")
 
     def __init__(self, rows: pl.DataFrame, ops: Names | None, columns: dict[str, np.ndarray] | None = None):
         """``columns``: the loops' columns when already known (a taken piece), else computed (``ops`` numbers the op names)."""
         self.rows = rows
         self.columns = columns if columns is not None else _frame_kernel(rows, ops)
+        self.lines: tuple[ByteView, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.rows.height
@@ -226,10 +225,40 @@ class FramePiece:
         return self.columns
 
     def take(self, rows: np.ndarray) -> "FramePiece":
-        return FramePiece(self.rows[rows], None, {name: column[rows] for name, column in self.columns.items()})
+        piece = FramePiece(self.rows[rows], None, {name: column[rows] for name, column in self.columns.items()})
+        if self.lines is not None:
+            text, piece.lines = _taken_lines(self.lines, rows)
+            if text is not None:
+                piece.rows = piece.rows.with_columns(text)
+        return piece
 
     def frame(self) -> pl.DataFrame:
+        if self.lines is not None:
+            return self.rows.with_columns(_text_of(self.lines))
         return self.rows
+
+    def quote(self, chunk: RawChunk) -> None:
+        """Set ``lines`` from ``chunk``, the lines the rows were parsed from (by their byte offsets; a glued
+        piece's text runs from where it starts to the end of its physical line)."""
+        at = self.rows["byte_offset"].to_numpy().astype(np.int64) - int(chunk.byte_offset[0])
+        line = np.searchsorted(chunk.starts, at, side="right") - 1
+        self.lines = (chunk.view, at, chunk.ends[line])
+
+
+def _text_of(lines: tuple[ByteView, np.ndarray, np.ndarray]) -> pl.Series:
+    view, starts, ends = lines
+    return view.strings(starts, ends - starts, "text")
+
+
+def _taken_lines(lines: tuple[ByteView, np.ndarray, np.ndarray], rows: np.ndarray):
+    """The lines of the rows a piece keeps: (None, their lines) while they make up 1/``_PINNED_SHARE`` of
+    the bytes or more, else (their text copied out, None): a digest keeping a few calls of many chunks
+    would otherwise keep every chunk whole."""
+    view, starts, ends = lines
+    starts, ends = starts[rows], ends[rows]
+    if (ends - starts).sum() * _PINNED_SHARE < len(view.raw):
+        return view.copied(starts, ends - starts, "text"), None
+    return None, (view, starts, ends)
 
 
 def _frame_kernel(rows: pl.DataFrame, ops: Names) -> dict[str, np.ndarray]:

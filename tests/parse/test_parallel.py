@@ -177,3 +177,33 @@ def test_tables_are_handed_over_on_disk_when_shared_memory_is_small(monkeypatch)
 
     monkeypatch.setattr(parallel.os, "statvfs", lambda path: Small)
     assert parallel.scratch_directory() is None
+
+
+@pytest.mark.parametrize("how", ["gzip", "stdin"])
+def test_coll_evidence_of_worker_parsed_inputs_that_cannot_be_read_again(small_segments, tmp_path, monkeypatch, how):
+    """Workers send back no line text; for a pipe or a compressed file, the calls the diagnosis keeps are
+    quoted from the segments this process read, so the findings are those of the plain file."""
+    from nccl_logsift.pipeline import analyze
+    from nccl_logsift.render.json import to_dict
+
+    plain = tmp_path / "job.log"
+    write(Options(scenario="collective-mismatch", ranks=8, nodes=2, size=300_000), str(plain), None)
+    if how == "gzip":
+        source = tmp_path / "job.log.gz"
+        source.write_bytes(gzip.compress(plain.read_bytes()))
+        path = str(source)
+    else:
+        class Stdin:
+            buffer = io.BytesIO(plain.read_bytes())
+
+        monkeypatch.setattr(sys, "stdin", Stdin)
+        path = "-"
+    want = to_dict(analyze([str(plain)], ParseOptions(workers=1), views=False))
+    got = to_dict(analyze([path], ParseOptions(workers=2), views=False))
+    quoted = [e["text"] for f in got["findings"] for e in f["evidence"]] + [r["last_line"]["text"] for r in got["ranks"]]
+    assert sum("NCCL INFO AllReduce: opCount" in text for text in quoted) > 8
+    for report in (want, got):
+        report.pop("inputs")
+        for e in [e for f in report["findings"] for e in f["evidence"]] + [r["last_line"] for r in report["ranks"]]:
+            e.pop("path")
+    assert got == want
