@@ -9,6 +9,7 @@ import pytest
 
 from nccl_logsift.live import EventKind, LiveState
 from nccl_logsift.model import Kind, Severity
+from nccl_logsift.parse.calls import Calls
 from nccl_logsift.pipeline import Batch, TableStream
 
 RANKS = 4
@@ -71,11 +72,13 @@ def step_batches(tmp_path: Path, steps: list[list[str]]) -> list[Batch]:
     stream = TableStream([str(path)])
     parsed = list(stream)
     tables = {name: pl.concat([b.tables[name] for b in parsed], how="diagonal_relaxed") for name in parsed[0].tables}
+    calls = Calls.concat([b.calls for b in parsed])
+    call_lines = (calls["seq"] >> 8) & 0xFFFFFFFF  # seq: source, line, part (calls.seq_of)
     batches, first = [], 1
     for step in steps:
         last = first + len(step) - 1
         cut = {name: t.filter(pl.col("line_no").is_between(first, last)) for name, t in tables.items()}
-        batches.append(Batch(cut, parsed[0].source, 0))
+        batches.append(Batch(cut, parsed[0].source, 0, calls.take((call_lines >= first) & (call_lines <= last))))
         first = last + 1
     return batches
 
