@@ -125,6 +125,8 @@ def test_stalled_rank_is_reported_within_2s_of_the_stall_and_named_by_the_final_
         arrived, event = watch.expect(is_stall, deadline=stalled_since + REQUIRED_LATENCY + 3.0)
         assert -0.05 <= arrived - stalled_since <= REQUIRED_LATENCY, arrived - stalled_since
         assert event["finding"]["ranks"] == [job.culprit]
+        # Standard input cannot be read again: the evidence quotes the lines the calls kept.
+        assert all("opCount" in e["text"] for e in event["finding"]["evidence"]), event["finding"]["evidence"]
         watch.write(job.tail)
         assert watch.finish() == 0
         _, final = watch.expect(is_report, deadline=time.monotonic() + 30)

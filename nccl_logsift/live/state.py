@@ -289,6 +289,8 @@ def _last_calls(calls: Calls, lines: pl.DataFrame, path: str) -> pl.DataFrame:
         pl.Series("calls", (ends - starts)[by_line], dtype=pl.UInt32),
     ])
     last = pl.concat([rows.select(*KEY, "host", "pid", "ordinal", "opcount", "op", *LINE_KEY), aggregates], how="horizontal")
+    if "text" in rows.columns:  # calls of an input that cannot be read again keep their line's text
+        return last.with_columns(rows["text"], path=pl.lit(path))
     return _with_text(last, lines).with_columns(path=pl.lit(path))
 
 
