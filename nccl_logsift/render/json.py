@@ -74,8 +74,6 @@ def render_json(report: Report) -> str:
     """
     data = to_dict(report)
     ranks = data.pop("ranks")
-    head = json.dumps(data, indent=2, ensure_ascii=False)
-    if not ranks:
-        return head[:-2] + ',\n  "ranks": []\n}\n'
+    head = json.dumps(data, indent=2, ensure_ascii=False)  # ends with "\n}"
     lines = ",\n".join("    " + json.dumps(rank, ensure_ascii=False) for rank in ranks)
-    return head[:-2] + ',\n  "ranks": [\n' + lines + "\n  ]\n}\n"
+    return head[:-2] + ',\n  "ranks": ' + (f"[\n{lines}\n  ]" if ranks else "[]") + "\n}\n"
