@@ -15,12 +15,14 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Mapping, Protocol
+from typing import TYPE_CHECKING, Collection, Mapping, Protocol
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from nccl_logsift.resolve.communicators import PROCESS
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 # Tables whose rows belong to a process get its global rank; rows of the comms table get their comm_uid.
 RANKED_BY_PROCESS = "global_rank"
@@ -204,10 +206,14 @@ class ParquetSink:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._staging = directory / ".staging"
-        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._writers: dict[str, "pq.ParquetWriter"] = {}
         self.files: dict[str, Path] = {}
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
+        # Imported here, not at the top: analyze keeps its tables in memory, and pyarrow's Parquet module
+        # (with its filesystems) was ~45 ms of every run's start-up.
+        import pyarrow.parquet as pq
+
         table = frame.to_arrow()
         writer = self._writers.get(name)
         if writer is None:
@@ -217,6 +223,8 @@ class ParquetSink:
         writer.write_table(table.cast(writer.schema))
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
+        import pyarrow.parquet as pq
+
         for writer in self._writers.values():
             writer.close()
         rows = {}

@@ -15,9 +15,11 @@ from nccl_logsift.cli.lazy_group import LazyGroup
 
 COMMAND_MODULES = sorted({target.partition(":")[0] for target in COMMANDS.values()})
 # What only other commands or formats need: the simulator, the batch engines, the live view, the HTML page,
-# and rich (the terminal report and the progress bar, which JSON to a file without a terminal needs neither of).
+# rich (the terminal report and the progress bar, which JSON to a file without a terminal needs neither of)
+# and pyarrow's Parquet module (parse writes Parquet; analyze keeps its tables in memory).
 NOT_FOR_ANALYZE = ["nccl_logsift.simulate", "nccl_logsift.batch", "nccl_logsift.live", "nccl_logsift.render.html",
-                   "jinja2", "rich", "nccl_logsift.cli.batch", "nccl_logsift.cli.simulate", "nccl_logsift.cli.watch"]
+                   "jinja2", "rich", "nccl_logsift.cli.batch", "nccl_logsift.cli.simulate", "nccl_logsift.cli.watch",
+                   "pyarrow.parquet"]
 
 
 def imported_after(code: str) -> set[str]:
