@@ -416,3 +416,16 @@ def test_stalled_inits_are_the_communicators_some_member_started_and_none_comple
     assert [(s.uid, s.members.height, s.waiting, s.missing) for s in states] == [
         (states[0].uid, 2, [0, 1], []), (states[1].uid, 1, [0], [1])]
     assert {s.uid[-2:] for s in states} == {"0b", "0d"}
+
+
+@pytest.mark.parametrize("name", ["init_hang_4ranks.log", "collective_mismatch_4ranks.log", "duplicate_gpu_4ranks_per_rank"])
+def test_lifecycle_instances_are_the_streams_communicators_table(name):
+    """The rules take the instances the stream's numbering built; built again from the Init/Destroy/Abort rows
+    of a Job without that table, they are the same rows in the same order."""
+    from nccl_logsift.findings.context import Job
+    from nccl_logsift.findings.startup import lifecycle_instances
+
+    job = fixture_job(name)
+    without = Job({k: v for k, v in job.tables.items() if k != "communicators"}, job.paths)
+    built = lifecycle_instances(without)
+    assert built.height and built.equals(lifecycle_instances(job).select(built.columns))
