@@ -200,7 +200,7 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
 
 @per_job
 def nccl_processes(job: Job) -> pl.DataFrame:
-    """Every (host, pid) that printed an NCCL line, with its first line's position.
+    """Every (host, pid) that printed an NCCL line, with its first line's position and its number of lines.
 
     The diagnosis keeps COLL calls out of ``lines``, so their processes come from ``collectives``."""
     frames = [
@@ -216,7 +216,7 @@ def nccl_processes(job: Job) -> pl.DataFrame:
     return (
         with_seq(pl.concat(frames, how="vertical_relaxed").filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
         .group_by(PROC)
-        .agg(first_seq=pl.col("seq").min())
+        .agg(first_seq=pl.col("seq").min(), lines=pl.len())
     )
 
 
@@ -942,7 +942,9 @@ def _subnet16(ip: ipaddress.IPv4Address) -> ipaddress.IPv4Network:
 
 @per_job
 def node_count(job: Job) -> int:
-    """How many machines the job spans: nNodes of the comm summary lines, else distinct hosts."""
+    """How many machines the job spans: nNodes of the comm summary lines, else the distinct hosts of the
+    processes that printed more than one NCCL line (a host seen on one line only is the tail of a torn line,
+    ``x3005x3005c0s31b0n0``, not a node: transport.logged_hosts skips them too)."""
     comms = job.table("comms")
     counts = []
     if not comms.is_empty() and "n_nodes" in comms.columns:
@@ -951,8 +953,8 @@ def node_count(job: Job) -> int:
             counts.append(int(n.max()))
     procs = nccl_processes(job)
     if not procs.is_empty():
-        counts.append(procs["host"].n_unique())
-    return max(counts) if counts else 1
+        counts.append(procs.filter(pl.col("lines") > 1)["host"].n_unique())
+    return max([1, *counts])
 
 
 class InterfaceMisconfig(Rule):
