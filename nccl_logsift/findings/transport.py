@@ -79,12 +79,12 @@ def n_nodes(job: Job) -> int:
 @per_job
 def logged_hosts(job: Job) -> frozenset[str]:
     """The hosts whose NCCL lines are in the logs: the processes' hosts, and the hosts of connection and
-    network lines seen on more than one line of a process. A host seen once is the tail of a torn line
-    (``x3005x3005c0s31b0n0``, ``xn0``), not a node. The job summary (report.summarize_job) counts the same
-    way but always reads the lines table too; here, the largest table is read only when no process printed
-    its init (NCCL_DEBUG=WARN), so the hosts come from the WARN lines."""
+    network lines and of NCCL lines seen on more than one line of a process: a process that failed before
+    its init completed (bootstrap) names its host in WARN lines only. A host seen once is the tail of a
+    torn line (``x3005x3005c0s31b0n0``, ``xn0``), not a node. The job summary (report.summarize_job) applies
+    the same rule to the lines and the kept COLL calls."""
     hosts = set(job.processes["host"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
-    for name in ("transports", "network") + (() if hosts else ("lines",)):
+    for name in ("transports", "network", "lines"):
         t = job.table(name)
         if t.is_empty() or "host" not in t.columns or "pid" not in t.columns:
             continue

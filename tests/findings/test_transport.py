@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, FIXTURES
-from builders import job_of, only
+from builders import fixture_job, job_of, only
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.findings.transport import NetError, TransportFallback, n_nodes, transport_rows
 from nccl_logsift.model import Kind, Severity
@@ -425,3 +425,12 @@ def test_corpus_node_count_agrees_with_the_hosts_the_job_summary_counts(corpus_j
 
     job = corpus_jobs(name)
     assert n_nodes(job) == nodes == len(summarize_job(job).hosts)
+
+
+def test_n_nodes_counts_a_host_whose_processes_failed_before_init():
+    """In the bootstrap-failure fixture one node's processes never completed their init: their WARN lines
+    still name the host, so the job spans 2 nodes (the interface rule counts the same)."""
+    from nccl_logsift.findings.startup import node_count
+
+    job = fixture_job("bootstrap_failure_4ranks.log")
+    assert n_nodes(job) == node_count(job) == 2
