@@ -28,6 +28,7 @@ import polars as pl
 
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job
+from nccl_logsift.findings.transport import n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
 from nccl_logsift.resolve.communicators import with_seq
@@ -196,28 +197,6 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
         out = out.with_columns(_known=pl.lit(None, pl.Int64))
     labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
     return out.with_columns(job_rank=pl.coalesce(pl.col("_known"), *labels) if labels else pl.col("_known")).drop("_known")
-
-
-@per_job
-def nccl_processes(job: Job) -> pl.DataFrame:
-    """Every (host, pid) that printed an NCCL line, with its first line's position and its number of lines.
-
-    The diagnosis keeps COLL calls out of ``lines``, so their processes come from ``collectives``."""
-    frames = [
-        frame.select(*PROC, "source_id", "line_no", "part", keep.alias("_keep")).filter("_keep").drop("_keep")
-        for frame, keep in (
-            (job.lines, pl.col("producer") == "nccl" if "producer" in job.lines.columns else pl.lit(False)),
-            (job.table("collectives"), pl.lit(True)),
-        )
-        if not frame.is_empty() and set(PROC) <= set(frame.columns)
-    ]
-    if not frames:
-        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
-    return (
-        with_seq(pl.concat(frames, how="vertical_relaxed").filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
-        .group_by(PROC)
-        .agg(first_seq=pl.col("seq").min(), lines=pl.len())
-    )
 
 
 @per_job
@@ -940,23 +919,6 @@ def _subnet16(ip: ipaddress.IPv4Address) -> ipaddress.IPv4Network:
     return ipaddress.ip_network(f"{ip}/16", strict=False)
 
 
-@per_job
-def node_count(job: Job) -> int:
-    """How many machines the job spans: nNodes of the comm summary lines, else the distinct hosts of the
-    processes that printed more than one NCCL line (a host seen on one line only is the tail of a torn line,
-    ``x3005x3005c0s31b0n0``, not a node: transport.logged_hosts skips them too)."""
-    comms = job.table("comms")
-    counts = []
-    if not comms.is_empty() and "n_nodes" in comms.columns:
-        n = comms["n_nodes"].drop_nulls()
-        if n.len():
-            counts.append(int(n.max()))
-    procs = nccl_processes(job)
-    if not procs.is_empty():
-        counts.append(procs.filter(pl.col("lines") > 1)["host"].n_unique())
-    return max([1, *counts])
-
-
 class InterfaceMisconfig(Rule):
     """NCCL uses (or cannot find) the wrong network interface for bootstrap or socket traffic.
 
@@ -998,7 +960,7 @@ class InterfaceMisconfig(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         ifaces = interfaces(job)
-        nodes = node_count(job)
+        nodes = n_nodes(job)
         failed_peers = _failed_connect_peers(job)
         yield from self._bad_interfaces(job, ifaces, nodes, failed_peers)
         yield from self._no_interface(job)

@@ -437,7 +437,7 @@ def test_node_count_skips_the_host_of_a_torn_line():
     import polars as pl
 
     from nccl_logsift.findings.context import Job
-    from nccl_logsift.findings.startup import node_count
+    from nccl_logsift.findings.transport import n_nodes
 
     rows = [("x3005c0s25b1n0", 11, n) for n in range(1, 6)] + [("x3005c0s31b0n0", 12, n) for n in range(6, 11)]
     rows += [("x3005x3005c0s31b0n0", 12, 11), ("c0s31b0n0", 13, 12)]
@@ -445,4 +445,4 @@ def test_node_count_skips_the_host_of_a_torn_line():
         {"host": [h for h, _, _ in rows], "pid": [p for _, p, _ in rows], "line_no": [n for _, _, n in rows]},
         schema={"host": pl.String, "pid": pl.Int64, "line_no": pl.UInt32},
     ).with_columns(source_id=pl.lit(0, pl.UInt16), part=pl.lit(0, pl.UInt8), producer=pl.lit("nccl"))
-    assert node_count(Job({"lines": lines}, ("job.log",))) == 2
+    assert n_nodes(Job({"lines": lines}, ("job.log",))) == 2

@@ -429,8 +429,5 @@ def test_corpus_node_count_agrees_with_the_hosts_the_job_summary_counts(corpus_j
 
 def test_n_nodes_counts_a_host_whose_processes_failed_before_init():
     """In the bootstrap-failure fixture one node's processes never completed their init: their WARN lines
-    still name the host, so the job spans 2 nodes (the interface rule counts the same)."""
-    from nccl_logsift.findings.startup import node_count
-
-    job = fixture_job("bootstrap_failure_4ranks.log")
-    assert n_nodes(job) == node_count(job) == 2
+    still name the host, so the job spans 2 nodes."""
+    assert n_nodes(fixture_job("bootstrap_failure_4ranks.log")) == 2
