@@ -6,6 +6,7 @@ import polars as pl
 
 from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
+from nccl_logsift.findings.transport import logged_hosts
 from nccl_logsift.findings.triage import verdict
 from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report, ReportViews
 from nccl_logsift.pipeline import ParseSummary
@@ -37,18 +38,7 @@ def summarize_job(job: Job) -> JobSummary:
             pl.when(pl.col("product") == "RCCL").then(pl.format("RCCL {}", "version")).otherwise(pl.col("version"))
         ).to_series()
         nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
-    hosts: set[str] = set()
-    for name in ("processes", "lines", "collectives"):
-        table = job.table(name)
-        if table.is_empty() or "host" not in table.columns:
-            continue
-        if name != "processes":
-            # A host seen on one line only is the tail of a torn line ("e0365:2279249:…" for node0365).
-            # The key columns first: a filter of the whole lines table would copy its text too.
-            table = table.select("host", "pid", *(["producer"] if name == "lines" else []))
-            table = table.filter(pl.col("producer").is_not_null() if name == "lines" else pl.lit(True))
-            table = table.filter(pl.len().over("host", "pid") > 1)
-        hosts |= set(table["host"].drop_nulls().unique().to_list())
+    hosts = logged_hosts(job)
     ranks = set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
     ranks |= set(job.torch_ranks["rank"].to_list())
     comms = job.table("communicators")

@@ -78,19 +78,18 @@ def n_nodes(job: Job) -> int:
 
 @per_job
 def logged_hosts(job: Job) -> frozenset[str]:
-    """The hosts whose NCCL lines are in the logs: the processes' hosts, and the hosts of connection and
-    network lines and of NCCL lines seen on more than one line of a process: a process that failed before
-    its init completed (bootstrap) names its host in WARN lines only. A host seen once is the tail of a
-    torn line (``x3005x3005c0s31b0n0``, ``xn0``), not a node. The job summary (report.summarize_job) applies
-    the same rule to the lines and the kept COLL calls."""
+    """The hosts in the logs: the processes' hosts (from their Init lines), and the hosts of the lines and of
+    the kept COLL calls seen on more than one line of a process. A process that failed before its init
+    completed (bootstrap) names its host in WARN lines only; a host seen once is the tail of a torn line
+    (``x3005x3005c0s31b0n0``, ``xn0``), not a node. The job summary lists these hosts."""
     hosts = set(job.processes["host"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
-    for name in ("transports", "network", "lines"):
+    for name in ("lines", "collectives"):  # the lines hold every line but the COLL calls, connections included
         t = job.table(name)
         if t.is_empty() or "host" not in t.columns or "pid" not in t.columns:
             continue
         # The key columns first (a filter of the whole lines table would copy its text too), of the hosts not
-        # known yet: with every process's init logged, none are left (a 4096-rank job's ~321k
-        # connection lines then cost one lookup each, not a count per (host, pid)).
+        # known yet: with every process's init logged, none are left (a 4096-rank job's ~590k lines then
+        # cost one lookup each, not a count per (host, pid)).
         keys = t.select("host", "pid", *(["producer"] if "producer" in t.columns else [])).filter(
             pl.col("host").is_not_null() & ~pl.col("host").is_in(sorted(hosts))
         )
