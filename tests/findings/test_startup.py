@@ -430,19 +430,3 @@ def test_lifecycle_instances_are_the_streams_communicators_table(name):
     built = lifecycle_instances(without)
     assert built.height and built.equals(lifecycle_instances(job).select(built.columns))
 
-
-def test_node_count_skips_the_host_of_a_torn_line():
-    """A host named on one NCCL line only is the tail of a line another process tore ("x3005x3005c0s31b0n0"),
-    not a node: two hosts here, as in the ALCF resnet50 logs, whatever the stray names."""
-    import polars as pl
-
-    from nccl_logsift.findings.context import Job
-    from nccl_logsift.findings.transport import n_nodes
-
-    rows = [("x3005c0s25b1n0", 11, n) for n in range(1, 6)] + [("x3005c0s31b0n0", 12, n) for n in range(6, 11)]
-    rows += [("x3005x3005c0s31b0n0", 12, 11), ("c0s31b0n0", 13, 12)]
-    lines = pl.DataFrame(
-        {"host": [h for h, _, _ in rows], "pid": [p for _, p, _ in rows], "line_no": [n for _, _, n in rows]},
-        schema={"host": pl.String, "pid": pl.Int64, "line_no": pl.UInt32},
-    ).with_columns(source_id=pl.lit(0, pl.UInt16), part=pl.lit(0, pl.UInt8), producer=pl.lit("nccl"))
-    assert n_nodes(Job({"lines": lines}, ("job.log",))) == 2

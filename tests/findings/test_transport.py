@@ -431,3 +431,17 @@ def test_n_nodes_counts_a_host_whose_processes_failed_before_init():
     """In the bootstrap-failure fixture one node's processes never completed their init: their WARN lines
     still name the host, so the job spans 2 nodes."""
     assert n_nodes(fixture_job("bootstrap_failure_4ranks.log")) == 2
+
+
+def test_n_nodes_skips_the_host_of_a_torn_line():
+    """A host named on one NCCL line only is the tail of a line another process tore ("x3005x3005c0s31b0n0"),
+    not a node: two hosts here, as in the ALCF resnet50 logs, whatever the stray names."""
+    import polars as pl
+
+    rows = [("x3005c0s25b1n0", 11, n) for n in range(1, 6)] + [("x3005c0s31b0n0", 12, n) for n in range(6, 11)]
+    rows += [("x3005x3005c0s31b0n0", 12, 11), ("c0s31b0n0", 13, 12)]
+    lines = pl.DataFrame(
+        {"host": [h for h, _, _ in rows], "pid": [p for _, p, _ in rows], "line_no": [n for _, _, n in rows]},
+        schema={"host": pl.String, "pid": pl.Int64, "line_no": pl.UInt32},
+    ).with_columns(source_id=pl.lit(0, pl.UInt16), part=pl.lit(0, pl.UInt8), producer=pl.lit("nccl"))
+    assert n_nodes(Job({"lines": lines}, ("job.log",))) == 2
