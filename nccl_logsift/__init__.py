@@ -22,8 +22,9 @@ def __getattr__(name: str) -> str:
     globals()["__version__"] = value
     return value
 
-# The modules with loops compiled by numba (tests/test_compiled.py checks the list is complete).
-COMPILED_MODULES = ("keymap.py", "io/split.py", "parse/collscan.py", "parse/calls.py", "resolve/progress.py", "findings/digest.py")
+# The modules with loops compiled by numba, and the decorator that compiles them (tests/test_compiled.py
+# checks the list is complete).
+COMPILED_MODULES = ("compiled.py", "keymap.py", "io/split.py", "parse/collscan.py", "parse/calls.py", "resolve/progress.py", "findings/digest.py")
 
 
 def cache_dir() -> Path:

@@ -16,13 +16,14 @@ and a loop that grows the table it probes (reassigning its arrays) ran at 45-67 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from nccl_logsift.compiled import njit
 
 EMPTY = -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _home(key: np.uint64, mask: np.uint64) -> np.int64:
     z = key + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -31,7 +32,7 @@ def _home(key: np.uint64, mask: np.uint64) -> np.int64:
     return np.int64(z & mask)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def mix(a: np.uint64, b: np.uint64) -> np.uint64:
     """A 64-bit hash of the pair (a, b): a key made of two keys (SplitMix64's finaliser over both)."""
     z = a * np.uint64(0xBF58476D1CE4E5B9) ^ (b + np.uint64(0x9E3779B97F4A7C15))
@@ -40,7 +41,7 @@ def mix(a: np.uint64, b: np.uint64) -> np.uint64:
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _probe(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     """Where ``key`` is in the table, or the empty place where it would go."""
     mask = np.uint64(len(keys) - 1)
@@ -50,13 +51,13 @@ def _probe(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     return at
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def find(keys: np.ndarray, slots: np.ndarray, key: np.uint64) -> np.int64:
     """The slot of ``key``, or EMPTY."""
     return slots[_probe(keys, slots, key)]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def find_or_add(keys: np.ndarray, slots: np.ndarray, key: np.uint64, new_slot: np.int64) -> np.int64:
     """The slot of ``key``; if absent it is added with ``new_slot`` (the caller checks ``== new_slot``, and
     has made room: :meth:`KeyMap.reserve`)."""
@@ -67,14 +68,14 @@ def find_or_add(keys: np.ndarray, slots: np.ndarray, key: np.uint64, new_slot: n
     return slots[at]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _rehash(old_keys: np.ndarray, old_slots: np.ndarray, keys: np.ndarray, slots: np.ndarray) -> None:
     for i in range(len(old_keys)):
         if old_slots[i] != EMPTY:
             find_or_add(keys, slots, old_keys[i], old_slots[i])
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def full(keys: np.ndarray, count: np.int64) -> bool:
     """Whether a table holding ``count`` keys must grow before one more is added."""
     return 2 * (count + 1) > len(keys)
@@ -117,7 +118,7 @@ class KeyMap:
         self.count = 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _ids(keys, slots, batch, count, out, done):
     """Fill ``out`` from the ``done``-th key; stop before a new key that a full table cannot take.
     Returns how many keys are done and how many the table holds."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ def test_every_module_that_compiles_with_numba_is_listed():
     compiling = {
         path.relative_to(PACKAGE).as_posix()
         for path in PACKAGE.rglob("*.py")
-        if "import numba" in path.read_text()
+        if "import numba" in (text := path.read_text()) or "from nccl_logsift.compiled import njit" in text
     }
     assert compiling == set(nccl_logsift.COMPILED_MODULES)
 
@@ -30,3 +31,29 @@ def test_the_cache_directory_follows_the_kernels_source(tmp_path):
     env["NUMBA_CACHE_DIR"] = str(tmp_path / "mine")
     chosen = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert chosen == str(tmp_path / "mine")
+
+
+LOAD_TWICE = """
+import json, sys
+import numpy as np
+from nccl_logsift.io import split
+data = np.frombuffer(b"first\\nsecond\\r\\nthird", dtype=np.uint8)
+print(json.dumps({
+    "last": int(split.last_newline(data, 0, len(data))),
+    "compiling_modules": sorted(m for m in ("numba.np.polynomial.polynomial_core", "numba.typed.typeddict") if m in sys.modules),
+}))
+"""
+
+
+def test_cached_loops_load_without_what_only_compiling_needs(tmp_path):
+    """The first process compiles a loop (numba imports its typing and lowering registries for that); the
+    next loads it from the cache without them, ~0.2 s of every run, and computes the same."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def run() -> dict:
+        out = subprocess.run([sys.executable, "-c", LOAD_TWICE], env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    compiled, loaded = run(), run()
+    assert compiled["last"] == loaded["last"] == len(b"first\nsecond\r")
+    assert compiled["compiling_modules"] and not loaded["compiling_modules"]

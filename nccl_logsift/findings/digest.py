@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numba
 import numpy as np
 import polars as pl
 
 from nccl_logsift import keymap
-from nccl_logsift.keymap import KeyMap
+from nccl_logsift.compiled import njit
 from nccl_logsift.findings.progress import P2P_OPS, positioned
+from nccl_logsift.keymap import KeyMap
 from nccl_logsift.parse.calls import LOCATION, NO_RANK, Calls, nullable
 
 BUDGET_ROWS = 200_000  # the window is trimmed when it holds more than twice this
@@ -240,7 +240,7 @@ _COMM, _CALLS, _NRANKS, _P2P, _SIG_MIN, _SIG_MAX, _OP_MIN, _OP_MAX = range(8)
 _AGGREGATES = 8
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _fold_calls(slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, comm_keys, comm_slots,
                 comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm, comm_hash):
     """Instances, opCount statistics and each instance's last rows; then the position of every call
@@ -300,7 +300,7 @@ def _fold_calls(slot, comm, in_comm, opcount, has_opcount, ordinal, total, count
     return new_members[:added], where
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, communicators, total, recent,
                     open_keys, open_slots, comm_of, ring, pushed, diverged_comm, comm_hash, position, aggregate):
     """Fold every call into its open position (``at``; slots from ``opened`` on are new), find the
@@ -377,12 +377,12 @@ def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, co
     return window, keep, diverged, kept
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _open_key(comm, position):
     return (np.uint64(comm) << np.uint64(_POSITION_BITS)) | np.uint64(position)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
     """Keep the ``limit`` highest open positions (per-rank files: one rank's whole run is open at once)."""
     order = np.argsort(position[:count])[count - limit:]
@@ -397,7 +397,7 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
     return limit
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _alive(slot, row, total, recent, ring, pushed):
     alive = np.zeros(len(row), dtype=np.bool_)
     width = ring.shape[1]
@@ -407,7 +407,7 @@ def _alive(slot, row, total, recent, ring, pushed):
     return alive
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _still_kept(row, total, recent, pushed, oldest, width):
     """Whether call ``row`` of an instance is among the log's ``recent`` last calls or its instance's last
     ``width`` (``pushed`` calls so far; ``oldest`` is the ring's oldest entry, the earliest of those).

@@ -16,9 +16,10 @@ before its "\\n" and before a "\\r" just ahead of it; a last line without "\\n" 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
+
+from nccl_logsift.compiled import njit
 
 _ONES = np.uint64(0x0101010101010101)
 _HIGH = np.uint64(0x8080808080808080)
@@ -29,7 +30,7 @@ _BLOCK = 1 << 14  # bytes scanned between checks that the newline positions have
 _NEWLINE, _RETURN, _ASCII_LIMIT = 10, 13, 128
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def find_lines(data):
     """``(starts, ends, ascii)`` of the lines of ``data`` (a uint8 array).
 
@@ -60,7 +61,7 @@ def find_lines(data):
     return starts, ends, ascii
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def last_newline(data, start: int, stop: int) -> int:
     """Where the last "\\n" of ``data[start:stop]`` is, or -1."""
     for at in range(stop - 1, start - 1, -1):
@@ -69,7 +70,7 @@ def last_newline(data, start: int, stop: int) -> int:
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def next_newline(data, start: int) -> int:
     """Where the first "\\n" at or after ``start`` is, or -1."""
     for at in range(start, len(data)):
@@ -78,7 +79,7 @@ def next_newline(data, start: int) -> int:
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _scan(words, first: int, stop: int, newlines, count: int, high: np.uint64):
     """Append the positions of the newlines in ``words[first:stop]`` (a multiple of four words) to
     ``newlines``, which has room for one per byte; return the new count, and ``high`` OR-ed with every word.
@@ -103,7 +104,7 @@ def _scan(words, first: int, stop: int, newlines, count: int, high: np.uint64):
     return count, high
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _add_newlines(newlines, count: int, flipped: np.uint64, at: int) -> int:
     """Append the position of every zero byte of ``flipped`` (the word at ``at`` XOR-ed with newlines)."""
     zeros = ~(((flipped & _LOW7) + _LOW7) | flipped | _LOW7)
@@ -114,14 +115,14 @@ def _add_newlines(newlines, count: int, flipped: np.uint64, at: int) -> int:
     return count
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _grown(newlines, count: int):
     bigger = np.empty(2 * len(newlines), dtype=np.int64)
     bigger[:count] = newlines[:count]
     return bigger
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _bounds(data, newlines, count: int):
     """Line starts and ends from the positions of the newlines."""
     size = len(data)

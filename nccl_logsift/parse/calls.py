@@ -18,10 +18,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-import numba
 import numpy as np
 import polars as pl
 
+from nccl_logsift.compiled import njit
 from nccl_logsift.keymap import mix
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def seq_of(source_id: np.ndarray | int, line_no: np.ndarray, part: np.ndarray | 
     return (np.asarray(source_id, dtype=np.int64) << 40) + (line_no.astype(np.int64) << 8) + np.asarray(part, dtype=np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def signatures(op, count, datatype, redop, root):
     """A hash of each call's (op, count, datatype, redop, root): equal calls, equal hashes."""
     out = np.empty(len(op), dtype=np.int64)
@@ -115,7 +115,7 @@ def signatures(op, count, datatype, redop, root):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def instance_keys(process, comm):
     """The (host, pid, comm) key of each call or instance start."""
     out = np.empty(len(process), dtype=np.uint64)

@@ -34,9 +34,10 @@ compiling it again wherever it is called, and a helper per field took a minute t
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
+
+from nccl_logsift.compiled import njit
 
 # Rows of the integer outputs (int64: the line, its fields, where its prefix ends and where its op name
 # is) and of the addresses (uint64).
@@ -95,7 +96,7 @@ def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     )
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@njit(_nrt=False)
 def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids) -> int:
     """Fill the outputs for each canonical COLL line of ``data``; return how many lines were taken.
 
@@ -127,7 +128,7 @@ def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids
     return taken
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _message(data, words, start, end, integers, addresses, nil, column) -> int:
     """Where the space before ``NCCL INFO`` is when the line from there to its end is one COLL message
     in its exact form, its values read into ``column`` of the outputs (overwritten by the next line if
@@ -152,7 +153,7 @@ def _message(data, words, start, end, integers, addresses, nil, column) -> int:
     return -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _read_message(data, words, at, end, integers, addresses, nil, column) -> bool:
     """Read ``AllReduce: opCount ... stream 0x...`` from ``at`` to exactly ``end``; False when any literal
     or value is not in its exact form.
@@ -212,7 +213,7 @@ def _read_message(data, words, at, end, integers, addresses, nil, column) -> boo
     return at == end
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _space(words, at, end) -> int:
     """Where the first space in ``[at, end)`` is, or ``end``."""
     while at < end:
@@ -223,13 +224,13 @@ def _space(words, at, end) -> int:
     return end
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _zero_bytes(word: np.uint64) -> np.uint64:
     """The high bit of every byte of ``word`` that is zero (exactly those: no borrow between bytes)."""
     return ~(((word & _LOW7) + _LOW7) | word | _LOW7)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _has_escape(words, start, stop) -> bool:
     for at in range(start, stop, 8):
         other = words[at] ^ _ESCAPES
@@ -240,7 +241,7 @@ def _has_escape(words, start, stop) -> bool:
     return False
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _letters(data, start, stop) -> bool:
     for at in range(start, stop):
         byte = data[at] | 32  # lowercase
@@ -249,7 +250,7 @@ def _letters(data, start, stop) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _hex(words, start, stop):
     """Lowercase hex digits (1 to 16) as a uint64, and whether they were well formed."""
     length = stop - start
@@ -262,7 +263,7 @@ def _hex(words, start, stop):
     return (high << np.uint64(32)) | low, high_ok and low_ok
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _hex8(word, length):
     """The first ``length`` (1 to 8) bytes of ``word`` as hex digits, all eight at once (SWAR)."""
     # Move the digits to the top (the last digit, least significant, into the last byte) and fill the
@@ -282,7 +283,7 @@ def _hex8(word, length):
     return value, ok
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _decimal(data, words, start, stop, signed):
     """``-?[0-9]+`` (the sign only when ``signed``) as an int64, and whether it was well formed.
 
@@ -306,7 +307,7 @@ def _decimal(data, words, start, stop, signed):
     return np.int64(value), True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _short_decimal(data, words, start, stop):
     """1 to 18 digits: up to 16 eight at a time (SWAR), more one at a time."""
     length = stop - start
@@ -325,7 +326,7 @@ def _short_decimal(data, words, start, stop):
     return value, True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _decimal8(word, length):
     """The first ``length`` (1 to 8) bytes of ``word`` as decimal digits, all eight at once (SWAR, as
     :func:`_hex8`)."""
@@ -340,7 +341,7 @@ def _decimal8(word, length):
     return value, ok
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _long_decimal(data, start, stop, limit):
     """More than 18 digits (leading zeros, or a value near the int64 limit): one at a time, up to ``limit``."""
     value = np.uint64(0)
@@ -453,7 +454,7 @@ def _grown(array: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _rehash(slots: np.ndarray, hashes: np.ndarray, count: int) -> None:
     for i in range(count):
         slot = _slot(hashes[i], len(slots))
@@ -462,18 +463,18 @@ def _rehash(slots: np.ndarray, hashes: np.ndarray, count: int) -> None:
         slots[slot] = i
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _slot(hash_: np.uint64, size: int) -> int:
     return int(hash_ >> np.uint64(32)) & (size - 1)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _mask(length: int) -> np.uint64:
     """A word keeping its first ``length`` bytes (1 to 8)."""
     return _ALL >> np.uint64(64 - 8 * length)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _hash_of(words: np.ndarray, start: int, stop: int) -> np.uint64:
     """A 64-bit hash of the bytes ``[start, stop)`` read through ``words``."""
     hash_ = _SEED ^ np.uint64(stop - start)
@@ -490,7 +491,7 @@ def _hash_of(words: np.ndarray, start: int, stop: int) -> np.uint64:
     return hash_ ^ (hash_ >> np.uint64(33))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def _same(words: np.ndarray, start: int, other: np.ndarray, other_start: int, length: int) -> bool:
     for i in range(0, length, 8):
         differ = words[start + i] ^ other[other_start + i]
@@ -501,7 +502,7 @@ def _same(words: np.ndarray, start: int, other: np.ndarray, other_start: int, le
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(inline="always")
 def find(slots, hashes, offsets, store_words, state, words, start: int, stop: int) -> int:
     """The id of the bytes ``[start, stop)`` read through ``words``, or -1 when the table lacks them.
 
@@ -521,7 +522,7 @@ def find(slots, hashes, offsets, store_words, state, words, start: int, stop: in
         slot = (slot + 1) & (len(slots) - 1)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _add(slots, hashes, offsets, store, store_words, state, data, words, starts, stops, ids) -> None:
     for row in range(len(ids)):
         if ids[row] >= 0:

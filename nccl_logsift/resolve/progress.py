@@ -16,11 +16,11 @@ starts changed.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import polars as pl
 
 from nccl_logsift import keymap
+from nccl_logsift.compiled import njit
 from nccl_logsift.keymap import KeyMap
 from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, NUMBERED, Calls, Names, instance_keys, process_keys
 from nccl_logsift.resolve.communicators import INSTANCE, instances
@@ -121,7 +121,7 @@ class _Starts:
         self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1].astype(np.int32)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _fill(keys, slots, group_keys):
     for g in range(len(group_keys)):
         keymap.find_or_add(keys, slots, group_keys[g], g)
@@ -135,7 +135,7 @@ _GROUP_FIELDS = 6
 _LAST_LINE = np.iinfo(np.int64).max
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@njit(_nrt=False)
 def _number(keys, group_of, seq, order, epoch, start_keys, start_slots, lo, hi, start_seq, start_instance,
             start_generation, start_rank, start_uid, count_keys, count_slots, instances, next_ordinal, group,
             instance, dense, ordinal, generation, rank, uid):
@@ -174,7 +174,7 @@ def _number(keys, group_of, seq, order, epoch, start_keys, start_slots, lo, hi, 
     return instances
 
 
-@numba.njit(cache=True, nogil=True)
+@njit()
 def _ascending(seq) -> bool:
     for i in range(1, len(seq)):
         if seq[i] < seq[i - 1]:
