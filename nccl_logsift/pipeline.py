@@ -26,7 +26,7 @@ from nccl_logsift.parse import parallel
 from nccl_logsift.parse.parallel import (
     Segment, SegmentPool, file_segments, missed_hosts, parse_segment, shift_lines, sniff, worker_count,
 )
-from nccl_logsift.resolve.communicators import process_ranks
+from nccl_logsift.resolve.communicators import device_ranks, process_ranks
 from nccl_logsift.parse.calls import ADDED, Calls, Names
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.resolve.progress import CollectiveNumbering
@@ -254,7 +254,7 @@ class TableStream:
             reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in inputs)
             raise InputError(f"no log lines could be read ({reasons})")
         instances = self.numbering.instances
-        maps = RankMaps(processes=process_ranks(instances), instances=instances)
+        maps = RankMaps(processes=process_ranks(instances), instances=instances, devices=device_ranks(instances))
         rows = sink.finish(maps, {"communicators": instances, "processes": _processes(maps)})
         state = self.parser.state
         return ParseSummary(
@@ -287,12 +287,12 @@ def parse_paths(
 
 
 def _processes(maps: RankMaps) -> pl.DataFrame:
-    """One row per process that initialised a communicator: where it ran and what rank it was."""
+    """One row per process that initialised a communicator (per rank, for a process that holds ranks of the
+    world on several GPUs): where it ran and what rank it was."""
     inst = maps.instances
     return (
-        inst.group_by("host", "pid")
+        inst.group_by("host", "pid", "global_rank", maintain_order=True)
         .agg(
-            global_rank=pl.col("global_rank").first(),
             world_size=pl.col("world_size").first(),
             cuda_dev=pl.col("cuda_dev").drop_nulls().first(),
             bus_id=pl.col("bus_id").drop_nulls().first(),

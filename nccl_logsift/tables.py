@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Protocol
 
 import polars as pl
 
-from nccl_logsift.resolve.communicators import PROCESS
+from nccl_logsift.resolve.communicators import INSTANCE, PROCESS
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -102,6 +102,9 @@ class RankMaps:
 
     processes: pl.DataFrame  # host, pid, global_rank, world_size
     instances: pl.DataFrame  # one row per communicator instance
+    # host, pid, dev, global_rank of the processes that hold world ranks on several GPUs (usually none): a
+    # row of such a process takes the rank of its line's device
+    devices: pl.DataFrame | None = None
 
 
 # A line's rank: its process's, else the first of these launcher labels it has.
@@ -115,7 +118,27 @@ def attach_ranks(name: str, frame: pl.LazyFrame, maps: RankMaps) -> pl.LazyFrame
         return frame
     ranks = maps.processes.lazy().select(*PROCESS, RANKED_BY_PROCESS)
     frame = frame.join(ranks, on=PROCESS, how="left")
+    by_device = _by_device(maps, columns)
+    if by_device is not None:
+        keys, table = by_device
+        frame = frame.join(table.lazy().rename({RANKED_BY_PROCESS: "_device_rank"}), on=keys, how="left").with_columns(
+            pl.coalesce("_device_rank", RANKED_BY_PROCESS).alias(RANKED_BY_PROCESS)
+        ).drop("_device_rank")
     return _rank_of_line(name, frame, columns)
+
+
+def _by_device(maps: RankMaps, columns) -> tuple[list[str], pl.DataFrame] | None:
+    """For a job with processes that hold world ranks on several GPUs: the keys and table that give a row
+    its own GPU's rank. A COLL call names its communicator instance, whose rank is exact: a thread that
+    drives several GPUs logs every call of a group with the device it set last (nccl-tests -g 2 prints
+    both GPUs' calls with ``[1]``). Other lines go by the device in their prefix."""
+    if maps.devices is None or maps.devices.is_empty():
+        return None
+    if set(INSTANCE) <= set(columns):
+        return INSTANCE, maps.instances.select(*INSTANCE, RANKED_BY_PROCESS)
+    if "dev" in columns:
+        return [*PROCESS, "dev"], maps.devices
+    return None
 
 
 def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
@@ -131,6 +154,14 @@ def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
         part.join(ranks, on=PROCESS, how="left", maintain_order="left")[RANKED_BY_PROCESS]
         for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
     ])
+    by_device = _by_device(maps, frame.columns)
+    if by_device is not None:
+        on, table = by_device
+        keys = frame.select(on)
+        looked_up = pl.concat([
+            part.join(table, on=on, how="left", maintain_order="left")[RANKED_BY_PROCESS]
+            for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
+        ]).fill_null(looked_up)
     if name == "lines":
         # As _rank_of_line, from the Series: an expression over the table (coalesce, drop) went through
         # polars' query engine, which held a copy of the ~590k lines of a 4096-rank job (~50 MB).

@@ -52,3 +52,25 @@ def serious(findings) -> list:
 
 def fixture_truth(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.truth.json").read_text())
+
+
+def two_gpu_processes(stalled_rank: int | None = None, calls: int = 6) -> list[str]:
+    """The lines of two processes on two nodes, each driving two GPUs from one thread (nccl-tests -g 2):
+    world ranks 0, 1 in pid 10 on n0 and 2, 3 in pid 20 on n1 (NCCL 2.27 lines). A thread that drives
+    several GPUs logs every call of a group with the device it set last, so every COLL line says [1].
+    ``stalled_rank`` stops calling halfway."""
+    lines, comms = [], {}
+    for node, pid in ((0, 10), (1, 20)):
+        host = f"n{node}"
+        for dev in range(2):
+            rank, comm = 2 * node + dev, f"0x{pid}{dev}0"
+            comms[rank] = (host, pid, comm)
+            for phase in ("START", "COMPLETE"):
+                lines.append(f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRankConfig comm {comm} rank {rank} nranks 4 "
+                             f"cudaDev {dev} nvmlDev {dev} busId {dev + 1}7000 commId 0xfeed - Init {phase}")
+    for n in range(calls):
+        for rank, (host, pid, comm) in comms.items():
+            if rank != stalled_rank or n < calls // 2:
+                lines.append(f"{host}:{pid}:{pid} [1] NCCL INFO AllReduce: opCount {n:x} sendbuff 0x7f00 recvbuff 0x7f00 "
+                             f"count 1024 datatype 7 op 0 root 0 comm {comm} [nranks=4] stream 0x5500")
+    return lines

@@ -195,8 +195,10 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
         out = out.join(ranks.rename({"rank": "_known"}), on=PROC, how="left", maintain_order="left")
     else:
         out = out.with_columns(_known=pl.lit(None, pl.Int64))
-    labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
-    return out.with_columns(job_rank=pl.coalesce(pl.col("_known"), *labels) if labels else pl.col("_known")).drop("_known")
+    # The row's own global rank first: a process that drives several GPUs is known by its first rank only.
+    own = [pl.col("global_rank").cast(pl.Int64)] if "global_rank" in frame.columns else []
+    labels = [pl.col(c).cast(pl.Int64) for c in ("torch_rank", "mpi_rank", "task") if c in frame.columns]
+    return out.with_columns(job_rank=pl.coalesce(*own, pl.col("_known"), *labels)).drop("_known")
 
 
 @per_job

@@ -111,7 +111,8 @@ COLUMN_DOCS = {
 }
 RESOLVED_TABLES = {
     "communicators": "one row per communicator instance per process, resolved from the comms table",
-    "processes": "one row per process that initialised a communicator: host, pid, global rank, world size",
+    "processes": "one row per process that initialised a communicator (per GPU, for a process that holds a rank "
+                 "of the world on several): host, pid, global rank, world size",
 }
 
 

@@ -113,13 +113,24 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         uid_exact=pl.col("comm_id").is_not_null() | pl.col("parent_uid").str.starts_with("0x").fill_null(False),
     ).drop("fallback_uid", "parent_seq", "parent_uid")
     world = table["nranks"].max()
-    process_rank = (
-        table.filter(pl.col("nranks") == world)
-        .sort("start_seq")
-        .group_by(PROCESS, maintain_order=True)
-        .agg(global_rank=pl.col("rank").first())
+    worlds = table.filter(pl.col("nranks") == world).sort("start_seq")
+    process_rank = worlds.group_by(PROCESS, maintain_order=True).agg(global_rank=pl.col("rank").first())
+    # A process that drives several GPUs (nccl-tests -g N; one process per node) holds several ranks of the
+    # same world communicator, one per GPU: an instance's global rank is then the world rank of the process
+    # on the instance's device. (A process that re-creates its world communicator holds one at a time.)
+    several = worlds.group_by(*PROCESS, "comm_uid").agg(ranks=pl.col("rank").n_unique()).filter(pl.col("ranks") > 1)
+    device_rank = (
+        worlds.join(several.select(PROCESS), on=PROCESS, how="semi")
+        .drop_nulls("cuda_dev")
+        .group_by(*PROCESS, "cuda_dev", maintain_order=True)
+        .agg(device_rank=pl.col("rank").first())
     )
-    return table.join(process_rank, on=PROCESS, how="left", maintain_order="left").with_columns(world_size=pl.lit(world, pl.Int64))
+    return (
+        table.join(process_rank, on=PROCESS, how="left", maintain_order="left")
+        .join(device_rank, on=[*PROCESS, "cuda_dev"], how="left", maintain_order="left")
+        .with_columns(global_rank=pl.coalesce("device_rank", "global_rank"), world_size=pl.lit(world, pl.Int64))
+        .drop("device_rank")
+    )
 
 
 def _empty_instances() -> pl.DataFrame:
@@ -137,5 +148,26 @@ def _empty_instances() -> pl.DataFrame:
 
 
 def process_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
-    """(host, pid) → global rank and world size."""
-    return instance_table.select(*PROCESS, "global_rank", "world_size").unique(PROCESS, keep="first", maintain_order=True)
+    """(host, pid) → global rank and world size: the rank of the process's first instance of the world (of
+    its first GPU's, for a process that drives several)."""
+    first = (
+        instance_table.filter(pl.col("nranks") == pl.col("world_size"))
+        .sort("start_seq")
+        .unique(PROCESS, keep="first", maintain_order=True)
+        .select(*PROCESS, "global_rank")
+    )
+    processes = instance_table.select(*PROCESS, "world_size").unique(PROCESS, keep="first", maintain_order=True)
+    return processes.join(first, on=PROCESS, how="left", maintain_order="left").select(*PROCESS, "global_rank", "world_size")
+
+
+def device_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
+    """(host, pid, dev) → global rank, for the processes that hold ranks of the world on several GPUs (empty
+    for one process per GPU). ``dev`` is the CUDA device in NCCL's line prefix, the Init line's cudaDev."""
+    ranked = instance_table.filter(pl.col("nranks") == pl.col("world_size")).drop_nulls("cuda_dev")
+    several = ranked.group_by(PROCESS).agg(pl.col("global_rank").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return (
+        ranked.join(several.select(PROCESS), on=PROCESS, how="semi")
+        .sort("start_seq")
+        .unique([*PROCESS, "cuda_dev"], keep="first", maintain_order=True)
+        .select(*PROCESS, pl.col("cuda_dev").alias("dev"), "global_rank")
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from builders import two_gpu_processes
 from nccl_logsift.pipeline import parse_paths
 from nccl_logsift.tables import MemorySink
 
@@ -137,3 +138,30 @@ def test_ordinals_follow_inits_that_arrive_in_later_batches(tmp_path, monkeypatc
     assert c["comm_uid"].to_list() == [None] * 300 + ["0x5"] * 300 + ["0x6"] * 300
     assert c["rank"].to_list() == [None] * 300 + [0] * 300 + [1] * 300
     assert c["ordinal"].to_list() == list(range(300)) * 3
+
+
+def test_a_process_driving_several_gpus_holds_a_rank_per_gpu(tmp_path):
+    t = parse_lines(tmp_path, two_gpu_processes())
+    procs = t["processes"].sort("global_rank")
+    assert procs.select("host", "pid", "global_rank", "cuda_dev", "bus_id").rows() == [
+        ("n0", 10, 0, 0, "17000"), ("n0", 10, 1, 1, "27000"), ("n1", 20, 2, 0, "17000"), ("n1", 20, 3, 1, "27000"),
+    ]
+    assert t["communicators"].sort("global_rank")["global_rank"].to_list() == [0, 1, 2, 3]
+    # A call's rank is its communicator's: the device in the line's prefix is the one the thread set last.
+    calls = t["collectives"].select("comm", "global_rank").unique().sort("global_rank")
+    assert calls["global_rank"].to_list() == [0, 1, 2, 3] and calls["comm"].n_unique() == 4
+    # Other lines of such a process go by the device in their prefix.
+    lines = t["lines"].filter(pl.col("family") == "comm_init")
+    assert lines.select("host", "dev", "rank").unique().sort("host", "dev").rows() == [
+        ("n0", 0, 0), ("n0", 1, 1), ("n1", 0, 2), ("n1", 1, 3),
+    ]
+
+
+def test_a_process_that_recreates_its_world_keeps_one_rank(tmp_path):
+    # Destroyed and created again (another commId, another device in this helper's lines): one rank at a time.
+    lines = [init("h", 100, "0xaaa0", 0, 2, "COMPLETE", "0x11"), init("h", 101, "0xaaa0", 1, 2, "COMPLETE", "0x11")]
+    lines += [env("h", 100 + r, f"comm 0xaaa0 rank {r} nranks 2 cudaDev {r} busId 1b000 - Destroy COMPLETE") for r in range(2)]
+    lines += [init("h", 100, "0xaaa0", 1, 2, "COMPLETE", "0x22"), init("h", 101, "0xaaa0", 0, 2, "COMPLETE", "0x22")]
+    t = parse_lines(tmp_path, lines)
+    assert t["processes"].select("pid", "global_rank").sort("pid").rows() == [(100, 0), (101, 1)]
+    assert t["communicators"].sort("pid", "generation")["global_rank"].to_list() == [0, 0, 1, 1]
