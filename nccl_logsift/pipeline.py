@@ -254,7 +254,8 @@ class TableStream:
             reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in inputs)
             raise InputError(f"no log lines could be read ({reasons})")
         instances = self.numbering.instances
-        maps = RankMaps(processes=process_ranks(instances), instances=instances, devices=device_ranks(instances))
+        maps = RankMaps(processes=process_ranks(instances), instances=instances,
+                        devices=device_ranks(instances))
         rows = sink.finish(maps, {"communicators": instances, "processes": _processes(maps)})
         state = self.parser.state
         return ParseSummary(

@@ -121,7 +121,8 @@ def attach_ranks(name: str, frame: pl.LazyFrame, maps: RankMaps) -> pl.LazyFrame
     by_device = _by_device(maps, columns)
     if by_device is not None:
         keys, table = by_device
-        frame = frame.join(table.lazy().rename({RANKED_BY_PROCESS: "_device_rank"}), on=keys, how="left").with_columns(
+        own = table.lazy().rename({RANKED_BY_PROCESS: "_device_rank"})
+        frame = frame.join(own, on=keys, how="left").with_columns(
             pl.coalesce("_device_rank", RANKED_BY_PROCESS).alias(RANKED_BY_PROCESS)
         ).drop("_device_rank")
     return _rank_of_line(name, frame, columns)

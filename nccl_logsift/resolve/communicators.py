@@ -118,7 +118,9 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
     # A process that drives several GPUs (nccl-tests -g N; one process per node) holds several ranks of the
     # same world communicator, one per GPU: an instance's global rank is then the world rank of the process
     # on the instance's device. (A process that re-creates its world communicator holds one at a time.)
-    several = worlds.group_by(*PROCESS, "comm_uid").agg(ranks=pl.col("rank").n_unique()).filter(pl.col("ranks") > 1)
+    several = (
+        worlds.group_by(*PROCESS, "comm_uid").agg(ranks=pl.col("rank").n_unique()).filter(pl.col("ranks") > 1)
+    )
     device_rank = (
         worlds.join(several.select(PROCESS), on=PROCESS, how="semi")
         .drop_nulls("cuda_dev")
@@ -128,7 +130,9 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
     return (
         table.join(process_rank, on=PROCESS, how="left", maintain_order="left")
         .join(device_rank, on=[*PROCESS, "cuda_dev"], how="left", maintain_order="left")
-        .with_columns(global_rank=pl.coalesce("device_rank", "global_rank"), world_size=pl.lit(world, pl.Int64))
+        .with_columns(
+            global_rank=pl.coalesce("device_rank", "global_rank"), world_size=pl.lit(world, pl.Int64)
+        )
         .drop("device_rank")
     )
 
@@ -156,15 +160,17 @@ def process_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
         .unique(PROCESS, keep="first", maintain_order=True)
         .select(*PROCESS, "global_rank")
     )
-    processes = instance_table.select(*PROCESS, "world_size").unique(PROCESS, keep="first", maintain_order=True)
-    return processes.join(first, on=PROCESS, how="left", maintain_order="left").select(*PROCESS, "global_rank", "world_size")
+    processes = instance_table.select(*PROCESS, "world_size")
+    processes = processes.unique(PROCESS, keep="first", maintain_order=True)
+    joined = processes.join(first, on=PROCESS, how="left", maintain_order="left")
+    return joined.select(*PROCESS, "global_rank", "world_size")
 
 
 def device_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
     """(host, pid, dev) → global rank, for the processes that hold ranks of the world on several GPUs (empty
     for one process per GPU). ``dev`` is the CUDA device in NCCL's line prefix, the Init line's cudaDev."""
     ranked = instance_table.filter(pl.col("nranks") == pl.col("world_size")).drop_nulls("cuda_dev")
-    several = ranked.group_by(PROCESS).agg(pl.col("global_rank").n_unique().alias("n")).filter(pl.col("n") > 1)
+    several = ranked.group_by(PROCESS).agg(n=pl.col("global_rank").n_unique()).filter(pl.col("n") > 1)
     return (
         ranked.join(several.select(PROCESS), on=PROCESS, how="semi")
         .sort("start_seq")
