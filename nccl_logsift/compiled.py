@@ -43,12 +43,17 @@ def _load_without_refresh(dispatcher) -> None:
     ):
         return
 
+    numbas_own = cache.load_overload
+
     def load_overload(signature, target_context):
         # What numba's own load_overload does, but for target_context.refresh(): of what the refresh
         # sets up, loading needs the runtime only.
-        rtsys.initialize(target_context)
-        with cache._guard_against_spurious_io_errors():
-            return cache._load_overload(signature, target_context)
+        try:
+            rtsys.initialize(target_context)
+            with cache._guard_against_spurious_io_errors():
+                return cache._load_overload(signature, target_context)
+        except Exception:  # internals of a numba that work otherwise: load as numba itself does
+            return numbas_own(signature, target_context)
         return None  # an I/O error the guard swallowed: compile instead
 
     cache.load_overload = load_overload

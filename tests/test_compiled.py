@@ -57,3 +57,25 @@ def test_cached_loops_load_without_what_only_compiling_needs(tmp_path):
     compiled, loaded = run(), run()
     assert compiled["last"] == loaded["last"] == len(b"first\nsecond\r")
     assert compiled["compiling_modules"] and not loaded["compiling_modules"]
+
+
+def _double(x):
+    return 2 * x
+
+
+def test_a_cache_whose_internals_changed_loads_as_numba_does(monkeypatch):
+    from types import SimpleNamespace
+
+    from numba.core import caching
+
+    from nccl_logsift import compiled
+
+    cache = caching.FunctionCache(_double)
+    monkeypatch.setattr(cache, "load_overload", lambda signature, context: ("numba's own", signature))
+    compiled._load_without_refresh(SimpleNamespace(_cache=cache))
+
+    def changed(*args):
+        raise TypeError("another signature")
+
+    monkeypatch.setattr(cache, "_load_overload", changed)
+    assert cache.load_overload("sig", object()) == ("numba's own", "sig")
