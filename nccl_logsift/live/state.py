@@ -194,7 +194,7 @@ class LiveState:
             at_front=(pl.col("position") == pl.col("front")).sum().over("comm_uid"),
             size=pl.coalesce(pl.col("nranks").max().over("comm_uid"), pl.len().over("comm_uid")),
         ).with_columns(stalled=(pl.col("behind") > 0) & (pl.col("idle") > self.stall_after))
-        return judged.join(_global_ranks(self._processes), on=["host", "pid"], how="left")
+        return _with_global_ranks(judged, self._processes)
 
     def _stall_events(self, now: float) -> list[LiveEvent]:
         at = now - self._started
@@ -239,7 +239,7 @@ class LiveState:
             return []
         rows = rows.filter(~pl.col("sig").is_in(list(self._warn_signatures)))
         self._warn_signatures.update(rows["sig"].to_list())
-        rows = rows.join(_global_ranks(self._processes), on=["host", "pid"], how="left")
+        rows = _with_global_ranks(rows, self._processes)
         at = now - self._started
         return [LiveEvent(EventKind.FINDING, at, _warn_finding(r, path)) for r in rows.iter_rows(named=True)]
 
@@ -330,15 +330,21 @@ def _fold_processes(processes: pl.DataFrame, tables: dict[str, pl.DataFrame], la
     found = [f for f in found if f.height]
     if not found:
         return processes
+    merged = pl.concat([processes, *found], how="diagonal_relaxed")
+    per_process = merged.group_by("host", "pid", maintain_order=True).agg(
+        nranks=pl.col("nranks").max(),
+        process_dev=pl.col("cuda_dev").drop_nulls().first(),
+        label=pl.col("label").drop_nulls().first(),
+    )
+    # A row per rank the process holds in its largest communicator: one, unless it drives several GPUs.
+    ranks = (
+        merged.filter((pl.col("nranks") == pl.col("nranks").max().over("host", "pid")) & pl.col("comm_rank").is_not_null())
+        .group_by("host", "pid", "comm_rank", maintain_order=True)
+        .agg(rank_dev=pl.col("cuda_dev").drop_nulls().first())
+    )
     return (
-        pl.concat([processes, *found], how="diagonal_relaxed")
-        .group_by("host", "pid", maintain_order=True)
-        .agg(
-            comm_rank=pl.col("comm_rank").filter(pl.col("nranks") == pl.col("nranks").max()).first(),
-            nranks=pl.col("nranks").max(),
-            cuda_dev=pl.col("cuda_dev").drop_nulls().first(),
-            label=pl.col("label").drop_nulls().first(),
-        )
+        per_process.join(ranks, on=["host", "pid"], how="left", maintain_order="left")
+        .with_columns(cuda_dev=pl.coalesce("rank_dev", "process_dev"))
         .select(*(pl.col(c).cast(t) for c, t in PROCESS_SCHEMA.items()))
     )
 
@@ -354,6 +360,7 @@ def _known(processes: pl.DataFrame, last: pl.DataFrame) -> bool:
 
 def _global_ranks(processes: pl.DataFrame) -> pl.DataFrame:
     """host, pid → global rank: the rank in a communicator as large as the world, else the launcher's label.
+    A process that drives several GPUs has a row for each.
 
     The batch tables carry no global rank (it is attached when the stream finishes), so the live view
     works it out from the Init lines seen so far.
@@ -363,6 +370,37 @@ def _global_ranks(processes: pl.DataFrame) -> pl.DataFrame:
         "host", "pid", "cuda_dev",
         global_rank=pl.when(pl.col("nranks") == world).then("comm_rank").otherwise("label"),
     )
+
+
+def _with_global_ranks(rows: pl.DataFrame, processes: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (with host and pid) with ``global_rank`` and ``cuda_dev``: their process's. A member of a
+    communicator as large as the world, in a process that holds several ranks of it (one per GPU), is its
+    own rank there, on that rank's GPU; any other row of such a process goes by the GPU in its prefix
+    (``dev``), else by the process's first rank."""
+    ranks = _global_ranks(processes)
+    first = ranks.unique(["host", "pid"], keep="first", maintain_order=True)
+    several = ranks.group_by("host", "pid").agg(several=pl.len() > 1)
+    out = rows.join(first, on=["host", "pid"], how="left", maintain_order="left")
+    if not several["several"].any():  # one rank per process: the usual case
+        return out
+    world = processes["nranks"].max()
+    own = pl.lit(None, pl.Int64)
+    if "rank" in rows.columns and "nranks" in rows.columns:
+        own = pl.when(pl.col("nranks") == world).then(pl.col("rank"))
+    by_rank = ranks.select("host", "pid", "global_rank", _rank_dev="cuda_dev")
+    by_dev = ranks.select("host", "pid", pl.col("cuda_dev").alias("dev"), _dev_rank="global_rank")
+    out = out.join(several, on=["host", "pid"], how="left", maintain_order="left")
+    if "dev" in rows.columns:
+        out = out.join(by_dev, on=["host", "pid", "dev"], how="left", maintain_order="left")
+    else:
+        out = out.with_columns(_dev_rank=pl.lit(None, pl.Int64))
+    out = out.with_columns(
+        global_rank=pl.when(pl.col("several")).then(pl.coalesce(own, "_dev_rank", "global_rank")).otherwise("global_rank")
+    )
+    out = out.join(by_rank, on=["host", "pid", "global_rank"], how="left", maintain_order="left")
+    return out.with_columns(
+        cuda_dev=pl.when(pl.col("several")).then(pl.coalesce("_rank_dev", "cuda_dev")).otherwise("cuda_dev")
+    ).drop("several", "_dev_rank", "_rank_dev")
 
 
 def _warn_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:

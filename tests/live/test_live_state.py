@@ -200,3 +200,19 @@ def test_snapshot_puts_the_stalled_rank_first_and_counts_calls_per_second(tmp_pa
 def steps_line(steps: list[list[str]], line: str) -> int:
     """1-based line number of ``line`` in the log the steps make."""
     return [l for step in steps for l in step].index(line) + 1
+
+
+def test_a_stalled_gpu_of_a_process_that_drives_two_is_named_by_its_own_rank(tmp_path, state, clock):
+    from builders import two_gpu_processes
+
+    lines = two_gpu_processes(stalled_rank=3, calls=8)
+    inits, rest = lines[:8], lines[8:]
+    steps = [inits, *(rest[i:i + 4] for i in range(0, 16, 4)), rest[16:]]  # 4 rounds of all, then 3 ranks
+    feed(state, clock, step_batches(tmp_path, steps), seconds_apart=1.0)
+    clock.now += STALL_AFTER + 1
+    (event,) = state.check()
+    assert event.finding.ranks == (3,)
+    assert event.finding.title.startswith("rank 3 (n1, pid 20, GPU 1) has not called #5")
+    snapshot = state.snapshot()
+    assert snapshot.ranks_seen == 4 and snapshot.world_size == 4
+    assert sorted(row.rank for row in snapshot.rows) == [0, 1, 2, 3]
