@@ -373,34 +373,21 @@ def _global_ranks(processes: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_global_ranks(rows: pl.DataFrame, processes: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` (with host and pid) with ``global_rank`` and ``cuda_dev``: their process's. A member of a
-    communicator as large as the world, in a process that holds several ranks of it (one per GPU), is its
-    own rank there, on that rank's GPU; any other row of such a process goes by the GPU in its prefix
-    (``dev``), else by the process's first rank."""
+    """``rows`` (with host and pid) with ``global_rank`` and ``cuda_dev``: their process's first. A member of
+    a communicator as large as the world (``rank``, ``nranks``), in a process that holds several ranks of it
+    (one per GPU), is its own rank there, on that rank's GPU."""
     ranks = _global_ranks(processes)
-    first = ranks.unique(["host", "pid"], keep="first", maintain_order=True)
-    several = ranks.group_by("host", "pid").agg(several=pl.len() > 1)
-    out = rows.join(first, on=["host", "pid"], how="left", maintain_order="left")
-    if not several["several"].any():  # one rank per process: the usual case
+    out = rows.join(ranks.unique(["host", "pid"], keep="first", maintain_order=True), on=["host", "pid"], how="left",
+                    maintain_order="left")
+    several = ranks.filter(pl.len().over("host", "pid") > 1)
+    if several.is_empty() or not {"rank", "nranks"} <= set(rows.columns):  # one rank per process: the usual case
         return out
-    world = processes["nranks"].max()
-    own = pl.lit(None, pl.Int64)
-    if "rank" in rows.columns and "nranks" in rows.columns:
-        own = pl.when(pl.col("nranks") == world).then(pl.col("rank"))
-    by_rank = ranks.select("host", "pid", "global_rank", _rank_dev="cuda_dev")
-    by_dev = ranks.select("host", "pid", pl.col("cuda_dev").alias("dev"), _dev_rank="global_rank")
-    out = out.join(several, on=["host", "pid"], how="left", maintain_order="left")
-    if "dev" in rows.columns:
-        out = out.join(by_dev, on=["host", "pid", "dev"], how="left", maintain_order="left")
-    else:
-        out = out.with_columns(_dev_rank=pl.lit(None, pl.Int64))
-    out = out.with_columns(
-        global_rank=pl.when(pl.col("several")).then(pl.coalesce(own, "_dev_rank", "global_rank")).otherwise("global_rank")
-    )
-    out = out.join(by_rank, on=["host", "pid", "global_rank"], how="left", maintain_order="left")
-    return out.with_columns(
-        cuda_dev=pl.when(pl.col("several")).then(pl.coalesce("_rank_dev", "cuda_dev")).otherwise("cuda_dev")
-    ).drop("several", "_dev_rank", "_rank_dev")
+    own = several.select("host", "pid", rank="global_rank", _own_dev="cuda_dev", _own=pl.lit(True))
+    is_own = pl.col("_own").fill_null(False) & (pl.col("nranks") == processes["nranks"].max())
+    return out.join(own, on=["host", "pid", "rank"], how="left", maintain_order="left").with_columns(
+        global_rank=pl.when(is_own).then(pl.col("rank")).otherwise("global_rank"),
+        cuda_dev=pl.when(is_own).then(pl.col("_own_dev")).otherwise("cuda_dev"),
+    ).drop("_own", "_own_dev")
 
 
 def _warn_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
