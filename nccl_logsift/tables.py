@@ -147,22 +147,10 @@ def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
     to the frame, whose other columns are shared, not copied (a join would gather every column anew)."""
     if not set(PROCESS) <= set(frame.columns):
         return frame
-    ranks = maps.processes.select(*PROCESS, RANKED_BY_PROCESS)
-    # Slice by slice: one join over the ~590k lines of a 4096-rank job held ~80 MB of hash and gathered
-    # keys at once (the peak of the whole analysis), slices of 64k rows ~25 MB.
-    keys = frame.select(PROCESS)
-    looked_up = pl.concat([
-        part.join(ranks, on=PROCESS, how="left", maintain_order="left")[RANKED_BY_PROCESS]
-        for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
-    ])
+    looked_up = _looked_up(frame, PROCESS, maps.processes.select(*PROCESS, RANKED_BY_PROCESS))
     by_device = _by_device(maps, frame.columns)
     if by_device is not None:
-        on, table = by_device
-        keys = frame.select(on)
-        looked_up = pl.concat([
-            part.join(table, on=on, how="left", maintain_order="left")[RANKED_BY_PROCESS]
-            for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
-        ]).fill_null(looked_up)
+        looked_up = _looked_up(frame, *by_device).fill_null(looked_up)
     if name == "lines":
         # As _rank_of_line, from the Series: an expression over the table (coalesce, drop) went through
         # polars' query engine, which held a copy of the ~590k lines of a 4096-rank job (~50 MB).
@@ -171,6 +159,17 @@ def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
                 looked_up = looked_up.fill_null(frame.get_column(label))
         looked_up = looked_up.alias("rank")
     return frame.with_columns(looked_up)
+
+
+def _looked_up(frame: pl.DataFrame, on: list[str], ranks: pl.DataFrame) -> pl.Series:
+    """The rank of each row of ``frame`` in ``ranks`` (by ``on``), looked up slice by slice: one join over the
+    ~590k lines of a 4096-rank job held ~80 MB of hash and gathered keys at once (the peak of the whole
+    analysis), slices of 64k rows ~25 MB."""
+    keys = frame.select(on)
+    return pl.concat([
+        part.join(ranks, on=on, how="left", maintain_order="left")[RANKED_BY_PROCESS]
+        for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
+    ])
 
 
 def _rank_of_line(name: str, frame, columns: list[str]):
