@@ -116,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def warm_up() -> None:
-    """Run analyze once on a small fixture so numba's on-disk cache holds the compiled loops: the first run
-    after an install or an edit compiles them (several seconds) and is not what the figures are about.
-    The package's modules are byte-compiled first, as ``pip install`` does: a checkout run with
-    PYTHONDONTWRITEBYTECODE (or freshly edited) compiles every module it imports on every run (~0.1-0.3 s)."""
+    """Run analyze once on a small fixture, so that the grammar cache (~/.cache/nccl-logsift) and the page
+    cache hold what every run reads: the first run after an install or an edit parses the grammar files and
+    is not what the figures are about. The package's modules are byte-compiled first, as ``pip install``
+    does: a checkout run with PYTHONDONTWRITEBYTECODE (or freshly edited) compiles every module it imports
+    on every run (~0.1-0.3 s)."""
     compileall.compile_dir(ROOT / "nccl_logsift", quiet=1)
     fixture = ROOT / "fixtures" / "collective_mismatch_4ranks.log"
     subprocess.run([sys.executable, "-m", "nccl_logsift", "analyze", str(fixture), "--format", "json", "-o", os.devnull],

@@ -69,8 +69,7 @@ def _version(ctx: click.Context, shown: bool) -> None:
 
 def main() -> None:
     """Entry point: run the CLI, turning LogsiftError into a one-line message and its exit code."""
-    _without_unused_imports()
-    # The imports ahead (the command's module, polars, numba) make a few hundred thousand objects that live
+    # The imports ahead (the command's module, polars, pyarrow) make a few hundred thousand objects that live
     # until the exit; the cyclic collector would walk them again and again (~0.1 s a run) while finding
     # no garbage among them. It is off until the command's module is in (see _imports_done).
     gc.disable()
@@ -79,20 +78,6 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     reuse_freed()  # freed read buffers are kept for the next chunks (nccl_logsift/memory.py)
     _leave(_run())
-
-
-# What numba imports when it can, which logsift never uses: scipy (its first compiled call imports
-# scipy.linalg, ~0.2 s, to offer BLAS to compiled code), yaml (~30 ms, to read a .numba_config.yaml) and
-# cffi (~15 ms, to type cffi functions).
-UNUSED_IMPORTS = ("scipy", "yaml", "cffi")
-
-
-def _without_unused_imports() -> None:
-    """Tell numba that the modules of UNUSED_IMPORTS are absent. Only the command's own process is told
-    so; a program that imports logsift as a library keeps them."""
-    for name in UNUSED_IMPORTS:
-        if name not in sys.modules:
-            sys.modules[name] = None  # the import system's "not installed"
 
 
 def _imports_done() -> None:
@@ -126,8 +111,8 @@ def _run() -> int:
 def _leave(code: int) -> None:
     """Exit with ``code`` without tearing the interpreter down.
 
-    Once the command has written its output, the normal shutdown (freeing every module, the compiled
-    loops' LLVM state and polars' objects one by one) costs ~0.25 CPU s of a run that may take a
+    Once the command has written its output, the normal shutdown (freeing every module and polars' objects
+    one by one) costs ~0.25 CPU s of a run that may take a
     second. The exit handlers still run and the standard streams are flushed; when a thread other than
     this one is still alive, the normal exit waits for it as usual.
     """

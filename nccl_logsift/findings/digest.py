@@ -13,13 +13,13 @@ opCount counts every call (``positioned``). :class:`CollectiveDigest` keeps
 * per (communicator, rank) running opCount statistics, so ``positioned`` judges the whole run.
 
 Calls arrive as arrays (:class:`~nccl_logsift.parse.calls.Calls`, numbered, with a dense instance
-``slot``). Every call goes through two compiled loops: :func:`_fold_calls` updates the statistics and
-finds each call's position, and :func:`_fold_positions` (with the positions' slots from a
-:class:`~nccl_logsift.keymap.KeyMap`) updates the open positions and says which calls of the batch the
-window keeps; the window holds those calls as
-arrays too, and their polars rows are built once, by :meth:`CollectiveDigest.table`. The rows of a
-divergence are those still in the window when it is found; with per-rank files larger than the
-window the earlier side's line may be gone (the divergence is still reported, from the side that is left).
+``slot``). Every call goes through two compiled loops (``csrc/digest.c``): ``digest_fold_calls`` updates
+the statistics and finds each call's position, and ``digest_fold_positions`` (with the positions' slots
+from a :class:`~nccl_logsift.keymap.KeyMap`) updates the open positions and says which calls of the batch
+the window keeps; the window holds those calls as arrays too, and their polars rows are built once, by
+:meth:`CollectiveDigest.table`. The rows of a divergence are those still in the window when it is found;
+with per-rank files larger than the window the earlier side's line may be gone (the divergence is still
+reported, from the side that is left).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 
-from nccl_logsift import keymap
-from nccl_logsift.compiled import njit
+from nccl_logsift import _kernels, keymap
 from nccl_logsift.findings.progress import P2P_OPS, positioned
 from nccl_logsift.keymap import KeyMap
 from nccl_logsift.parse.calls import LOCATION, NO_RANK, Calls, nullable
@@ -45,8 +44,9 @@ UNUSED = ("sendbuff", "recvbuff", "stream", "size", "src_file", "src_line", "log
 # What the window keeps of a call besides its row: the call's number in the whole log ("serial", to tell
 # which rows are still kept), its instance, and numbering's columns.
 _WINDOW = ("serial", "slot", "ordinal", "generation", "rank", "uid")
-_POSITION_BITS = 44  # open positions are keyed by (communicator slot, position) packed into 64 bits
-_MAX_COMMS = 1 << (64 - _POSITION_BITS)
+# Open positions are keyed by (communicator slot, position) packed into 64 bits (csrc/digest.c's
+# POSITION_BITS is the same): only the first 2**20 communicators have positions.
+_POSITION_BITS = 44
 
 
 class CollectiveDigest:
@@ -77,8 +77,8 @@ class CollectiveDigest:
         uid = c["uid"]
         state = self._state
         state.reserve(int(c["slot"].max()) + 1, len(calls.uids.names))
-        # Signatures and op ids are compared as int64 (the aggregates are int64; mixing in uint64 would
-        # make numba compare floats).
+        # Op ids are widened to int64, the type of the aggregates they are folded into (signatures are
+        # int64 already); communicator uids become uint64 keys of the communicator table.
         window, keep, new_members, diverged = state.fold(
             c["slot"], uid.astype(np.uint64), uid >= 0, c["opcount"], c["has_opcount"], c["ordinal"], c["nranks"],
             c["sig"], c["op"].astype(np.int64), np.isin(c["op"], calls.ops.ids(P2P_OPS)), self.calls, self.final,
@@ -161,7 +161,8 @@ class CollectiveDigest:
 
 
 class _State:
-    """What the compiled loops carry from batch to batch, as numpy arrays (grown by :meth:`reserve`)."""
+    """What the compiled loops carry from batch to batch, as numpy arrays (grown by :meth:`reserve`) that
+    the loops update in place."""
 
     def __init__(self, min_window: int):
         if min_window < 1 or min_window & (min_window - 1):  # the ring's place is a mask, not a division
@@ -208,208 +209,47 @@ class _State:
     def fold(self, slot, comm, in_comm, opcount, has_opcount, ordinal, nranks, sig, op, p2p, total, recent):
         """One batch: returns (rows the window keeps, rows kept for good, first row of each new instance,
         [comm hash, position] of each newly divergent communicator)."""
-        counts = np.array([self.instances, self.comms.count], dtype=np.int64)
-        new_members, where = _fold_calls(
-            slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, self.comms.keys, self.comms.slots,
-            self.comm_of, self.calls, self.last_opcount, self.min_opcount, self.has_opcount, self.steady,
-            self.ring, self.pushed, self.diverged, self.comm_hash,
+        n = len(slot)
+        new_members, where = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        added, self.instances, self.comms.count = _kernels.digest_fold_calls(
+            slot, comm, in_comm, opcount, has_opcount, ordinal, total, self.instances, self.comms.count,
+            self.comms.keys, self.comms.slots, self.comm_of, self.calls, self.last_opcount, self.min_opcount,
+            self.has_opcount, self.steady, self.ring, self.pushed, self.diverged, self.comm_hash, new_members, where,
         )
-        self.instances, self.comms.count = int(counts[0]), int(counts[1])
         # Each call's open position: (communicator, position) → slot, new positions numbered from opened.
         opened = self.open.count
         placed = (where >= 0) & (where < 1 << _POSITION_BITS)
-        at = np.full(len(slot), -1, dtype=np.int64)
+        at = np.full(n, -1, dtype=np.int64)
         comm_of, position = self.comm_of[slot[placed]].astype(np.uint64), where[placed].astype(np.uint64)
-        at[placed] = self.open.ids((comm_of << np.uint64(_POSITION_BITS)) | position)  # what _open_key makes
+        at[placed] = self.open.ids((comm_of << np.uint64(_POSITION_BITS)) | position)  # the C loops' open_key
         self.position, self.aggregate = keymap.grown(self.position, self.open.count), keymap.grown(self.aggregate, self.open.count)
-        window, keep, diverged, still_open = _fold_positions(
-            slot, at, where, opened, self.open.count, nranks, sig, op, p2p, self.comms.count, total, recent, self.open.keys,
-            self.open.slots, self.comm_of, self.ring, self.pushed, self.diverged, self.comm_hash, self.position, self.aggregate,
+        window, keep = np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.bool_)
+        diverged = np.empty((self.comms.count, 2), dtype=np.uint64)  # at most one row per communicator
+        found, still_open = _kernels.digest_fold_positions(
+            slot, at, where, opened, self.open.count, nranks, sig, op, p2p, self.comms.count, total, recent,
+            self.open.keys, self.open.slots, self.position, self.aggregate, self.comm_of, self.ring, self.pushed,
+            self.diverged, self.comm_hash, window, keep, diverged,
         )
         if still_open > OPEN_POSITIONS:
             still_open = _keep_highest(self.position, self.aggregate, self.open.keys, self.open.slots, still_open, OPEN_POSITIONS)
         self.open.count = still_open
-        return window, keep, new_members, diverged
+        return window, keep, new_members[:added], diverged[:found]
 
     def alive(self, slot: np.ndarray, row: np.ndarray, total: int, recent: int) -> np.ndarray:
-        return _alive(slot, row, total, recent, self.ring, self.pushed)
+        """Whether each call ``row`` (of instance ``slot``) is among the log's ``recent`` last calls or its
+        instance's last ``min_window``."""
+        alive = np.empty(len(row), dtype=np.bool_)
+        _kernels.digest_alive(slot, row, total, recent, self.ring, self.pushed, alive)
+        return alive
 
 
-# Columns of _State.aggregate, per open position.
-_COMM, _CALLS, _NRANKS, _P2P, _SIG_MIN, _SIG_MAX, _OP_MIN, _OP_MAX = range(8)
+# Columns of _State.aggregate, per open position; csrc/digest.c names them: COMM, CALLS, NRANKS, P2P,
+# SIG_MIN, SIG_MAX, OP_MIN, OP_MAX.
 _AGGREGATES = 8
 
 
-@njit()
-def _fold_calls(slot, comm, in_comm, opcount, has_opcount, ordinal, total, counts, comm_keys, comm_slots,
-                comm_of, calls, last_opcount, min_opcount, opcount_seen, steady, ring, pushed, diverged_comm, comm_hash):
-    """Instances, opCount statistics and each instance's last rows; then the position of every call
-    (-1 when it is on no communicator): its opCount where opCount counts the communicator's calls, else
-    its ordinal. Returns the first row of each new instance and the positions."""
-    n = len(slot)
-    width = ring.shape[1]
-    new_members = np.empty(n, dtype=np.int64)
-    added = 0
-    for i in range(n):
-        s = slot[i]
-        if s == counts[0]:  # numbering numbers instances in the order of their first call
-            counts[0] += 1
-            new_members[added] = i
-            added += 1
-            c = -1
-            if in_comm[i]:
-                c = keymap.find_or_add(comm_keys, comm_slots, np.uint64(comm[i]), counts[1])
-                if c == counts[1]:
-                    diverged_comm[c] = False
-                    comm_hash[c] = np.uint64(comm[i])
-                    counts[1] += 1
-            comm_of[s] = c
-            calls[s] = 0
-            steady[s] = True
-            opcount_seen[s] = False
-            pushed[s] = 0
-        ring[s, pushed[s] & (width - 1)] = total - n + i
-        pushed[s] += 1
-        if comm_of[s] >= 0:
-            calls[s] += 1
-            if has_opcount[i]:
-                if opcount_seen[s]:
-                    if opcount[i] <= last_opcount[s]:
-                        steady[s] = False
-                    min_opcount[s] = min(min_opcount[s], opcount[i])
-                else:
-                    min_opcount[s] = opcount[i]
-                    opcount_seen[s] = True
-                last_opcount[s] = opcount[i]
-    # Which communicators count positions by opCount (findings.progress.positioned, on the stats so far).
-    communicators = counts[1]
-    usable = np.ones(communicators, dtype=np.bool_)
-    most = np.zeros(communicators, dtype=np.int64)
-    for s in range(counts[0]):
-        c = comm_of[s]
-        if c >= 0:
-            if not steady[s] or (opcount_seen[s] and min_opcount[s] > 1):
-                usable[c] = False
-            most[c] = max(most[c], calls[s])
-    where = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
-        c = comm_of[slot[i]]
-        if c < 0 or c >= _MAX_COMMS:
-            continue
-        where[i] = opcount[i] if usable[c] and most[c] > 1 and has_opcount[i] else ordinal[i]
-    return new_members[:added], where
-
-
-@njit()
-def _fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, communicators, total, recent,
-                    open_keys, open_slots, comm_of, ring, pushed, diverged_comm, comm_hash, position, aggregate):
-    """Fold every call into its open position (``at``; slots from ``opened`` on are new), find the
-    divergent positions, close the positions every member has called, and say which calls are kept.
-    Returns (rows the window keeps, rows kept for good, [comm hash, position] of each newly divergent
-    communicator, positions still open)."""
-    n = len(slot)
-    for i in range(n):
-        p = at[i]
-        if p < 0:
-            continue
-        if p == opened:  # new positions come in order of first sight
-            opened += 1
-            position[p] = where[i]
-            aggregate[p, _COMM] = comm_of[slot[i]]
-            aggregate[p, _CALLS] = 0
-            aggregate[p, _NRANKS] = 0
-            aggregate[p, _P2P] = 1
-            aggregate[p, _SIG_MIN] = sig[i]
-            aggregate[p, _SIG_MAX] = sig[i]
-            aggregate[p, _OP_MIN] = op[i]
-            aggregate[p, _OP_MAX] = op[i]
-        aggregate[p, _CALLS] += 1
-        aggregate[p, _NRANKS] = max(aggregate[p, _NRANKS], nranks[i])
-        if not p2p[i]:
-            aggregate[p, _P2P] = 0
-        aggregate[p, _SIG_MIN] = min(aggregate[p, _SIG_MIN], sig[i])
-        aggregate[p, _SIG_MAX] = max(aggregate[p, _SIG_MAX], sig[i])
-        aggregate[p, _OP_MIN] = min(aggregate[p, _OP_MIN], op[i])
-        aggregate[p, _OP_MAX] = max(aggregate[p, _OP_MAX], op[i])
-    # Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
-    # point-to-point pair are the same op); positions every member has called are closed.
-    first = np.full(communicators, -1, dtype=np.int64)
-    kept = 0
-    open_slots.fill(keymap.EMPTY)
-    for p in range(positions):
-        c = aggregate[p, _COMM]
-        if aggregate[p, _P2P]:
-            split = aggregate[p, _CALLS] == 2 and aggregate[p, _OP_MIN] == aggregate[p, _OP_MAX]
-        else:
-            split = aggregate[p, _SIG_MIN] != aggregate[p, _SIG_MAX]
-        if split:
-            if not diverged_comm[c] and (first[c] < 0 or position[p] < first[c]):
-                first[c] = position[p]
-        elif aggregate[p, _CALLS] < aggregate[p, _NRANKS]:
-            position[kept] = position[p]
-            for k in range(_AGGREGATES):
-                aggregate[kept, k] = aggregate[p, k]
-            keymap.find_or_add(open_keys, open_slots, _open_key(c, position[p]), kept)
-            kept += 1
-    found = 0
-    for c in range(communicators):
-        if first[c] >= 0:
-            found += 1
-    diverged = np.empty((found, 2), dtype=np.uint64)
-    found = 0
-    for c in range(communicators):
-        if first[c] >= 0:
-            diverged_comm[c] = True
-            diverged[found, 0] = comm_hash[c]
-            diverged[found, 1] = np.uint64(first[c])
-            found += 1
-    # What is kept: this batch's rows at a new divergence (and the position before it), and the rows
-    # still among the most recent or their instance's last.
-    width = ring.shape[1]
-    keep = np.zeros(n, dtype=np.bool_)
-    window = np.zeros(n, dtype=np.bool_)
-    for i in range(n):
-        s = slot[i]
-        c = comm_of[s]
-        if c >= 0 and first[c] >= 0 and (where[i] == first[c] or where[i] == first[c] - 1):
-            keep[i] = True
-        window[i] = _still_kept(total - n + i, total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
-    return window, keep, diverged, kept
-
-
-@njit(inline="always")
-def _open_key(comm, position):
-    return (np.uint64(comm) << np.uint64(_POSITION_BITS)) | np.uint64(position)
-
-
-@njit()
 def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
-    """Keep the ``limit`` highest open positions (per-rank files: one rank's whole run is open at once)."""
-    order = np.argsort(position[:count])[count - limit:]
-    order.sort()  # the kept slots move down, never onto a slot still to be read
-    open_slots.fill(keymap.EMPTY)
-    for kept in range(limit):
-        p = order[kept]
-        position[kept] = position[p]
-        for k in range(_AGGREGATES):
-            aggregate[kept, k] = aggregate[p, k]
-        keymap.find_or_add(open_keys, open_slots, _open_key(aggregate[kept, _COMM], position[kept]), kept)
-    return limit
-
-
-@njit()
-def _alive(slot, row, total, recent, ring, pushed):
-    alive = np.zeros(len(row), dtype=np.bool_)
-    width = ring.shape[1]
-    for i in range(len(row)):
-        s = slot[i]
-        alive[i] = _still_kept(row[i], total, recent, pushed[s], ring[s, pushed[s] & (width - 1)], width)
-    return alive
-
-
-@njit()
-def _still_kept(row, total, recent, pushed, oldest, width):
-    """Whether call ``row`` of an instance is among the log's ``recent`` last calls or its instance's last
-    ``width`` (``pushed`` calls so far; ``oldest`` is the ring's oldest entry, the earliest of those).
-    Scalars only: a helper that takes arrays costs reference counting at every call of a loop."""
-    return row >= total - recent or pushed <= width or row >= oldest
+    """Keep the ``limit`` highest of the ``count`` open positions (per-rank files: one rank's whole run is
+    open at once); returns how many are open. Of equal positions at the cut, the later opened are kept."""
+    order = np.sort(np.argsort(position[:count], kind="stable")[count - limit:])  # ascending: the kept move down
+    return _kernels.digest_keep_highest(open_keys, open_slots, position, aggregate, order)

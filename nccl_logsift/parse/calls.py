@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import polars as pl
 
-from nccl_logsift.compiled import njit
-from nccl_logsift.keymap import mix
+from nccl_logsift import _kernels
 
 if TYPE_CHECKING:
     from nccl_logsift.io.lines import ByteView, RawChunk
@@ -103,24 +102,18 @@ def seq_of(source_id: np.ndarray | int, line_no: np.ndarray, part: np.ndarray | 
     return (np.asarray(source_id, dtype=np.int64) << 40) + (line_no.astype(np.int64) << 8) + np.asarray(part, dtype=np.int64)
 
 
-@njit()
-def signatures(op, count, datatype, redop, root):
-    """A hash of each call's (op, count, datatype, redop, root): equal calls, equal hashes."""
+def signatures(op: np.ndarray, count: np.ndarray, datatype: np.ndarray, redop: np.ndarray, root: np.ndarray) -> np.ndarray:
+    """A hash of each call's (op, count, datatype, redop, root): equal calls, equal hashes (int64).
+    ``op`` holds :class:`Names` ids (int32), the others int64."""
     out = np.empty(len(op), dtype=np.int64)
-    for i in range(len(op)):
-        h = mix(np.uint64(np.int64(op[i])), np.uint64(count[i]))
-        h = mix(h, np.uint64(datatype[i]))
-        h = mix(h, np.uint64(redop[i]))
-        out[i] = np.int64(mix(h, np.uint64(root[i])))
+    _kernels.calls_signatures(op, count, datatype, redop, root, out)
     return out
 
 
-@njit()
-def instance_keys(process, comm):
-    """The (host, pid, comm) key of each call or instance start."""
+def instance_keys(process: np.ndarray, comm: np.ndarray) -> np.ndarray:
+    """The (host, pid, comm) key of each call or instance start (uint64, from two uint64 columns)."""
     out = np.empty(len(process), dtype=np.uint64)
-    for i in range(len(process)):
-        out[i] = mix(process[i], comm[i])
+    _kernels.calls_instance_keys(process, comm, out)
     return out
 
 

@@ -7,7 +7,7 @@ on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
 A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
 address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
 per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
-(:func:`_number`) over the calls' (host, pid, comm) group slots (one :meth:`KeyMap.ids` pass): a group
+(``calls_number`` in ``csrc/calls.c``) over the calls' (host, pid, comm) group slots (one :meth:`KeyMap.ids` pass): a group
 remembers the instance of its last call and the span of lines where that instance holds, and each
 instance keeps a running count. The
 instance starts are searched only when a call leaves that span (a new init of the same address) or the
@@ -19,13 +19,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from nccl_logsift import keymap
-from nccl_logsift.compiled import njit
+from nccl_logsift import _kernels, keymap
 from nccl_logsift.keymap import KeyMap
 from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, NUMBERED, Calls, Names, instance_keys, process_keys
 from nccl_logsift.resolve.communicators import INSTANCE, instances
 
-_ORPHAN = np.uint64(0x6A09E667F3BCC909)  # mixed into the (host, pid, comm) key of calls without an init
+# What numbering remembers per (host, pid, comm) group between batches (csrc/calls.c: the instance of its
+# last call and where it was found, and the span of lines where that instance holds).
+_GROUP_FIELDS = 6
 
 
 class CollectiveNumbering:
@@ -71,7 +72,7 @@ class CollectiveNumbering:
         starts = self._starts
         seq = calls["seq"]
         # Batches come in line order, so this is usually the identity.
-        order = np.arange(len(seq)) if _ascending(seq) else np.argsort(seq, kind="stable")
+        order = np.arange(len(seq)) if _kernels.calls_ascending(seq) else np.argsort(seq, kind="stable")
         keys = instance_keys(calls["process"], calls["comm"])
         group = self._groups.ids(keys)
         self._group = keymap.grown(self._group, self._groups.count)  # new groups: epoch 0, never searched
@@ -80,7 +81,7 @@ class CollectiveNumbering:
         counts.reserve(len(starts.seq) + self._groups.count)
         self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
         numbered = _numbered_columns(len(seq))
-        counts.count = _number(
+        counts.count = _kernels.calls_number(
             keys, group, seq, order, self._epoch, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq,
             starts.instance, starts.generation, starts.rank, starts.uid, counts.keys, counts.slots, counts.count,
             self._next, self._group, *numbered.values(),
@@ -94,7 +95,7 @@ _NUMBERED_TYPES = (np.uint64, np.int64, np.int64, np.int32, np.int64, np.int32)
 
 
 def _numbered_columns(n: int) -> dict[str, np.ndarray]:
-    """The NUMBERED columns of ``n`` calls, to be filled, in the order _number takes them."""
+    """The NUMBERED columns of ``n`` calls, to be filled, in the order calls_number takes them."""
     return {name: np.empty(n, dtype=dtype) for name, dtype in zip(NUMBERED, _NUMBERED_TYPES)}
 
 
@@ -109,9 +110,9 @@ class _Starts:
         key = table["key"].to_numpy()
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
         self.lo = first.astype(np.int64)
-        self.hi = np.r_[first[1:], len(key)].astype(np.int64)
+        self.hi = np.r_[first[1:], len(key)][: len(first)].astype(np.int64)
         self.map = KeyMap(len(first))
-        _fill(self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64))
+        _kernels.keymap_fill(self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64))
         self.map.count = len(first)
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
         self.instance = table["instance"].to_numpy()
@@ -119,67 +120,6 @@ class _Starts:
         self.generation = np.r_[table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION].astype(np.int32)
         self.rank = np.r_[table["rank"].cast(pl.Int64).fill_null(NO_RANK).to_numpy(), NO_RANK]
         self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1].astype(np.int32)
-
-
-@njit()
-def _fill(keys, slots, group_keys):
-    for g in range(len(group_keys)):
-        keymap.find_or_add(keys, slots, group_keys[g], g)
-
-
-# What numbering remembers per (host, pid, comm) group between calls: the instance its last call belonged
-# to, found in which version of the starts (EPOCH; 0 for never), and the span of lines [FROM, UNTIL) where
-# that instance is the latest start, so that a call in the span needs no search.
-_EPOCH, _START, _FROM, _UNTIL, _SLOT, _INSTANCE = range(6)
-_GROUP_FIELDS = 6
-_LAST_LINE = np.iinfo(np.int64).max
-
-
-@njit(_nrt=False)
-def _number(keys, group_of, seq, order, epoch, start_keys, start_slots, lo, hi, start_seq, start_instance,
-            start_generation, start_rank, start_uid, count_keys, count_slots, instances, next_ordinal, group,
-            instance, dense, ordinal, generation, rank, uid):
-    """Number the calls in line order (``group_of``: each call's group slot) into the NUMBERED columns
-    (``instance`` to ``uid``); returns how many instances are counted. The instance table has room for
-    what the batch can add. Allocates nothing: compiled without reference counting, which the table
-    lookups' array arguments would pay at every call."""
-    for i in order:
-        g = group_of[i]
-        if group[g, _EPOCH] != epoch or not group[g, _FROM] <= seq[i] < group[g, _UNTIL]:
-            # The latest start at or before the call (usually the only one), and until when it stays so.
-            at, since, until = -1, -_LAST_LINE - 1, _LAST_LINE
-            found = keymap.find(start_keys, start_slots, keys[i])
-            if found >= 0:
-                j = hi[found] - 1
-                while j >= lo[found] and start_seq[j] > seq[i]:
-                    until = start_seq[j]
-                    j -= 1
-                if j >= lo[found]:
-                    at, since = j, start_seq[j]
-            this = start_instance[at] if at >= 0 else keys[i] ^ _ORPHAN
-            slot = keymap.find_or_add(count_keys, count_slots, this, instances)
-            if slot == instances:
-                next_ordinal[slot] = 0
-                instances += 1
-            group[g, _EPOCH], group[g, _START], group[g, _FROM], group[g, _UNTIL] = epoch, at, since, until
-            group[g, _SLOT], group[g, _INSTANCE] = slot, np.int64(this)
-        at, slot = group[g, _START], group[g, _SLOT]
-        instance[i] = np.uint64(group[g, _INSTANCE])
-        dense[i] = slot
-        ordinal[i] = next_ordinal[slot]
-        next_ordinal[slot] += 1
-        generation[i] = start_generation[at]  # at -1: the sentinel entry at the end
-        rank[i] = start_rank[at]
-        uid[i] = start_uid[at]
-    return instances
-
-
-@njit()
-def _ascending(seq) -> bool:
-    for i in range(1, len(seq)):
-        if seq[i] < seq[i - 1]:
-            return False
-    return True
 
 
 def _no_comms() -> pl.DataFrame:

@@ -3,17 +3,12 @@ tested through the fast path, tests/parse/test_fastcoll.py)."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+import pytest
 
+from nccl_logsift import _kernels
 from nccl_logsift.io.lines import ByteView
-from nccl_logsift.parse.collscan import ByteTable, find
-
-
-@numba.njit
-def _find_all(table, words, starts, stops):
-    slots, hashes, offsets, _, store_words, state = table
-    return np.array([find(slots, hashes, offsets, store_words, state, words, starts[i], stops[i]) for i in range(len(starts))])
+from nccl_logsift.parse.collscan import ByteTable
 
 
 def spans(texts: list[bytes]) -> tuple[ByteView, np.ndarray, np.ndarray]:
@@ -24,14 +19,14 @@ def spans(texts: list[bytes]) -> tuple[ByteView, np.ndarray, np.ndarray]:
 
 def add(table: ByteTable, texts: list[bytes]) -> list[int]:
     view, starts, stops = spans(texts)
-    ids = _find_all(table.arrays, view.words, starts, stops).astype(np.int32)
+    ids = table.lookup(view.raw, view.words, starts, stops)
     table.add(view.raw, view.words, starts, stops, ids)
     return ids.tolist()
 
 
 def looked_up(table: ByteTable, texts: list[bytes]) -> list[int]:
     view, starts, stops = spans(texts)
-    return _find_all(table.arrays, view.words, starts, stops).tolist()
+    return table.lookup(view.raw, view.words, starts, stops).tolist()
 
 
 TEXTS = [b"gpu7:31842:31842 [3]", b"gpu7:31842:31843 [3]", b"", b"x", b"[rank3]:gpu7:31842:31842 [3]", b"12345678", b"123456789"]
@@ -69,3 +64,15 @@ def test_a_table_over_its_bounds_is_emptied_only_when_trimmed():
     by_bytes = ByteTable(max_bytes=10)
     add(by_bytes, [b"x" * 11])
     assert by_bytes.trim()
+
+
+def test_the_loops_refuse_strings_outside_the_data_and_a_table_without_room():
+    table = ByteTable()
+    view, starts, stops = spans([b"x" * 100])
+    with pytest.raises(ValueError, match="outside the data"):
+        table.lookup(view.raw, view.words, starts, stops + 1)
+    with pytest.raises(ValueError, match="no room"):  # add() makes room first (the store holds 64 bytes)
+        _kernels.collscan_add(table.arrays, view.raw, view.words, starts, stops, np.full(1, -1, dtype=np.int32))
+    assert len(table) == 0
+    with pytest.raises(TypeError, match="ids"):
+        _kernels.collscan_find(table.arrays, view.raw, view.words, starts, stops, np.zeros(1, dtype=np.int64))

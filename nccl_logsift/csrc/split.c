@@ -1,0 +1,178 @@
+/* The lines of a chunk (io/split.py): where each starts and ends, and whether the chunk is ASCII.
+ *
+ * One pass reads the chunk as 64-bit words, four per step (SWAR: "SIMD within a register"). A word has a
+ * newline where t = word ^ 0x0A0A... has a zero byte: (t - 0x0101...) & ~t & 0x8080... is non-zero exactly
+ * when it has one (the borrow may flag bytes above a true zero too, so this says only whether). The steps
+ * that have one (about one in six at ~200 bytes a line) find each newline with
+ * ~(((t & 0x7F7F...) + 0x7F7F...) | t | 0x7F7F...), which sets the high bit of exactly the zero bytes. The
+ * words are OR-ed together on the way: a chunk none of whose bytes has its high bit set is ASCII, hence
+ * valid UTF-8, and its check can be skipped. The last len % 32 bytes are read one at a time, so nothing
+ * past the data is read.
+ *
+ * The newline positions go into an array the caller grows (split_newlines stops at a block whose every
+ * byte could be a newline without room for it), and become line bounds in a second, short loop
+ * (split_bounds): a line ends before its "\n" and before a "\r" just ahead of it; a last line without
+ * "\n" keeps everything.
+ */
+#include "arrays.h"
+
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+#define LOW7 0x7F7F7F7F7F7F7F7Full
+#define NEWLINES 0x0A0A0A0A0A0A0A0Aull
+#define STEP 32           /* bytes read per step of the main loop: four words */
+#define BLOCK (1 << 14)   /* bytes scanned between checks that the newline positions have room */
+
+/* Append the position of every zero byte of `flipped` (the word at `at` XOR-ed with newlines). */
+static inline int64_t add_newlines(int64_t *newlines, int64_t count, uint64_t flipped, int64_t at) {
+    uint64_t zeros = ~(((flipped & LOW7) + LOW7) | flipped | LOW7);
+    while (zeros) {
+        newlines[count++] = at + (__builtin_ctzll(zeros) >> 3);
+        zeros &= zeros - 1;
+    }
+    return count;
+}
+
+/* Scan data[at:] for newlines into newlines[*count:] (room for `room` in all), OR-ing every byte into
+ * *high; returns where it stopped: the data's size, or the start of a block there was no room for. */
+static int64_t newlines_loop(const uint8_t *data, int64_t size, int64_t at, int64_t *newlines, int64_t room,
+                             int64_t *count, uint64_t *high) {
+    int64_t whole = size - size % STEP, n = *count;
+    uint64_t seen = *high;
+    while (at < whole && n + BLOCK <= room) {
+        int64_t stop = at + BLOCK < whole ? at + BLOCK : whole;
+        for (; at < stop; at += STEP) {
+            uint64_t w0 = word_at(data, at), w1 = word_at(data, at + 8), w2 = word_at(data, at + 16),
+                     w3 = word_at(data, at + 24);
+            seen |= w0 | w1 | w2 | w3;
+            uint64_t t0 = w0 ^ NEWLINES, t1 = w1 ^ NEWLINES, t2 = w2 ^ NEWLINES, t3 = w3 ^ NEWLINES;
+            if ((((t0 - ONES) & ~t0) | ((t1 - ONES) & ~t1) | ((t2 - ONES) & ~t2) | ((t3 - ONES) & ~t3)) & HIGH) {
+                n = add_newlines(newlines, n, t0, at);
+                n = add_newlines(newlines, n, t1, at + 8);
+                n = add_newlines(newlines, n, t2, at + 16);
+                n = add_newlines(newlines, n, t3, at + 24);
+            }
+        }
+    }
+    if (at >= whole && n + STEP <= room) {
+        for (; at < size; at++) {
+            seen |= data[at];
+            if (data[at] == '\n')
+                newlines[n++] = at;
+        }
+    }
+    *count = n;
+    *high = seen;
+    return at;
+}
+
+/* split_newlines(data, newlines, at, count, high) -> (at, count, high) */
+static PyObject *py_newlines(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data, newlines;
+    int64_t at, count;
+    uint64_t high;
+    PyObject *result = NULL;
+    if (arity(n, 5, "split_newlines") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take(&held, args[1], "newlines", I64, 1, true, &newlines) && take_int(args[2], "at", &at)
+        && take_int(args[3], "count", &count) && take_uint(args[4], "high", &high)
+        && ((at >= 0 && at % STEP == 0 && count >= 0 && count <= newlines.length)
+            || bad_arguments("split_newlines", "at must be a multiple of 32 and count within newlines"))) {
+        Py_BEGIN_ALLOW_THREADS
+        at = newlines_loop(data.data, data.length, at, newlines.data, newlines.length, &count, &high);
+        Py_END_ALLOW_THREADS
+        result = Py_BuildValue("LLK", (long long)at, (long long)count, (unsigned long long)high);
+    }
+    release(&held);
+    return result;
+}
+
+/* Line starts and ends from the positions of the newlines; `lines` is count, or count + 1 when the data
+ * does not end with a newline. */
+static void bounds_loop(const uint8_t *data, int64_t size, const int64_t *newlines, int64_t count, int64_t *starts,
+                        int64_t *ends) {
+    int64_t start = 0;
+    for (int64_t line = 0; line < count; line++) {
+        int64_t end = newlines[line];
+        starts[line] = start;
+        ends[line] = end > start && data[end - 1] == '\r' ? end - 1 : end;
+        start = end + 1;
+    }
+    if (start < size) { /* the last line of the stream has no terminator: it keeps a trailing "\r" */
+        starts[count] = start;
+        ends[count] = size;
+    }
+}
+
+/* split_bounds(data, newlines, count, starts, ends) */
+static PyObject *py_bounds(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data, newlines, starts, ends;
+    int64_t count;
+    PyObject *result = NULL;
+    if (arity(n, 5, "split_bounds") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take(&held, args[1], "newlines", I64, 1, false, &newlines) && take_int(args[2], "count", &count)
+        && take(&held, args[3], "starts", I64, 1, true, &starts) && take(&held, args[4], "ends", I64, 1, true, &ends)) {
+        int64_t last = count > 0 && count <= newlines.length ? ((int64_t *)newlines.data)[count - 1] + 1 : 0;
+        int64_t lines = count + (last < data.length ? 1 : 0);
+        if (count < 0 || count > newlines.length || starts.length != lines || ends.length != lines) {
+            bad_arguments("split_bounds", "starts and ends must have a place for each line");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            bounds_loop(data.data, data.length, newlines.data, count, starts.data, ends.data);
+            Py_END_ALLOW_THREADS
+            result = Py_NewRef(Py_None);
+        }
+    }
+    release(&held);
+    return result;
+}
+
+/* split_last_newline(data, start, stop) -> where the last "\n" of data[start:stop] is, or -1 */
+static PyObject *py_last_newline(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data;
+    int64_t start, stop;
+    PyObject *result = NULL;
+    if (arity(n, 3, "split_last_newline") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take_int(args[1], "start", &start) && take_int(args[2], "stop", &stop)
+        && ((0 <= start && stop <= data.length) || bad_arguments("split_last_newline", "the range is outside the data"))) {
+        const uint8_t *found = NULL;
+        if (start < stop) {
+            Py_BEGIN_ALLOW_THREADS
+            found = memrchr((const uint8_t *)data.data + start, '\n', stop - start);
+            Py_END_ALLOW_THREADS
+        }
+        result = PyLong_FromLongLong(found ? found - (const uint8_t *)data.data : -1);
+    }
+    release(&held);
+    return result;
+}
+
+/* split_next_newline(data, start) -> where the first "\n" at or after start is, or -1 */
+static PyObject *py_next_newline(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data;
+    int64_t start;
+    PyObject *result = NULL;
+    if (arity(n, 2, "split_next_newline") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take_int(args[1], "start", &start) && (start >= 0 || bad_arguments("split_next_newline", "start is negative"))) {
+        const uint8_t *found = NULL;
+        if (start < data.length) {
+            Py_BEGIN_ALLOW_THREADS
+            found = memchr((const uint8_t *)data.data + start, '\n', data.length - start);
+            Py_END_ALLOW_THREADS
+        }
+        result = PyLong_FromLongLong(found ? found - (const uint8_t *)data.data : -1);
+    }
+    release(&held);
+    return result;
+}
+
+PyMethodDef split_methods[] = {
+    {"split_newlines", (PyCFunction)(void (*)(void))py_newlines, METH_FASTCALL, "Newline positions of a chunk."},
+    {"split_bounds", (PyCFunction)(void (*)(void))py_bounds, METH_FASTCALL, "Line bounds from newline positions."},
+    {"split_last_newline", (PyCFunction)(void (*)(void))py_last_newline, METH_FASTCALL, "The last newline of a range."},
+    {"split_next_newline", (PyCFunction)(void (*)(void))py_next_newline, METH_FASTCALL, "The next newline from a place."},
+    {NULL, NULL, 0, NULL},
+};
