@@ -42,7 +42,18 @@ static inline uint64_t mask(int64_t length) {
     return ~0ull >> (64 - 8 * length);
 }
 
-/* The first `length` (at most 8) bytes of `text` as a little-endian word. */
+/* Eight bytes as a little-endian word, for literals the compiler folds into constants. */
+#define WORD(a, b, c, d, e, f, g, h)                                                                            \
+    ((uint64_t)(uint8_t)(a) | (uint64_t)(uint8_t)(b) << 8 | (uint64_t)(uint8_t)(c) << 16 | (uint64_t)(uint8_t)(d) << 24 \
+     | (uint64_t)(uint8_t)(e) << 32 | (uint64_t)(uint8_t)(f) << 40 | (uint64_t)(uint8_t)(g) << 48                \
+     | (uint64_t)(uint8_t)(h) << 56)
+#define NCCL_IN WORD(' ', 'N', 'C', 'C', 'L', ' ', 'I', 'N') /* the space before NCCL starts the message */
+#define FO_ WORD('F', 'O', ' ', 0, 0, 0, 0, 0)
+#define NIL WORD('(', 'n', 'i', 'l', ')', 0, 0, 0)
+#define HEX_PREFIX WORD('0', 'x', 0, 0, 0, 0, 0, 0)
+
+/* The first `length` (at most 8) bytes of `text` as a little-endian word (the template's literals, made
+ * once per scan: a word assembled in memory on every line would cost a store-forwarding stall). */
 static inline uint64_t literal(const char *text, int64_t length) {
     uint64_t word = 0;
     memcpy(&word, text, length < 8 ? length : 8);
@@ -370,9 +381,9 @@ static inline bool read_message(Outputs out, const Literal *literals, int64_t at
             int64_t digits = start;
             bool is_nil = false;
             if (kind == POINTER) {
-                if (at - start == 5 && (word_at(words, start) & mask(5)) == literal("(nil)", 5))
+                if (at - start == 5 && (word_at(words, start) & mask(5)) == NIL)
                     is_nil = true;
-                else if (at - start >= 3 && (word_at(words, start) & mask(2)) == literal("0x", 2))
+                else if (at - start >= 3 && (word_at(words, start) & mask(2)) == HEX_PREFIX)
                     digits = start + 2;
                 else
                     return false;
@@ -412,13 +423,12 @@ static inline bool read_message(Outputs out, const Literal *literals, int64_t at
  * one is followed by the message to the end of the line, no other can be (the message ends the line). */
 static inline int64_t message(Outputs out, const Literal *literals, int64_t start, int64_t end, int64_t column) {
     const uint8_t *words = out.words;
-    uint64_t nccl_info = literal(" NCCL IN", 8), info_tail = literal("FO ", 3);
     for (int64_t at = start + 1; at + 10 < end; at += 8) { /* "N" of NCCL, with a space before it */
         for (uint64_t found = zero_bytes(word_at(words, at) ^ NS); found; found &= found - 1) {
             int64_t n = at + (__builtin_ctzll(found) >> 3);
             if (n + 10 >= end)
                 return -1;
-            if (word_at(words, n - 1) == nccl_info && (word_at(words, n + 7) & mask(3)) == info_tail
+            if (word_at(words, n - 1) == NCCL_IN && (word_at(words, n + 7) & mask(3)) == FO_
                 && read_message(out, literals, n + 10, end, column))
                 return n - 1;
         }
