@@ -59,6 +59,10 @@ class CollectiveDigest:
         self.calls = 0
         self._window: list[Calls] = []
         self._rows = 0
+        # The last batch and which of its calls the window holds, taken into the window (copied) once the
+        # next batch is folded, and then only the calls still kept: most of a batch's recent calls are
+        # no longer among the most recent a batch later.
+        self._last: tuple[Calls, np.ndarray] | None = None
         self._kept: list[pl.DataFrame] = []
         self._state = _State(min_window)
         # The uid and comm rank of each instance slot's first call, in slot order.
@@ -90,14 +94,15 @@ class CollectiveDigest:
             self._kept.append(calls.take(keep, _WINDOW).frame())
         if len(diverged):
             self._keep_window_rows(diverged, calls)
+        self._settle()
         if window.any():
-            self._window.append(calls.take(window, _WINDOW))
-            self._rows += len(self._window[-1])
+            self._last = (calls, window)
         if self._rows > 2 * self.budget:
             self._trim()
 
     def table(self) -> pl.DataFrame:
         """The kept calls: the most recent ones and the divergent positions, in log order."""
+        self._settle()
         self._trim()  # (leaves the window as one Calls)
         frames = [*self._kept, *(calls.frame() for calls in self._window)]
         frames = [frame.drop(UNUSED, strict=False) for frame in frames if frame.height]
@@ -135,6 +140,17 @@ class CollectiveDigest:
         )
 
     # ------------------------------------------------------------------ the window
+    def _settle(self) -> None:
+        """Take the last batch's calls that are still kept into the window."""
+        if self._last is None:
+            return
+        calls, window = self._last
+        self._last = None
+        alive = window & self._state.alive(calls["slot"], calls["serial"], self.calls, self.final)
+        if alive.any():
+            self._window.append(calls.take(alive, _WINDOW))
+            self._rows += len(self._window[-1])
+
     def _trim(self) -> None:
         """Keep the rows still among the most recent ``final`` calls or an instance's last ``min_window``."""
         if not self._window:
@@ -145,10 +161,14 @@ class CollectiveDigest:
         self._rows = len(self._window[0]) if self._window else 0
 
     def _keep_window_rows(self, diverged: np.ndarray, calls: Calls) -> None:
-        """Keep the rows of earlier batches at each newly divergent position and the one before it."""
-        if not self._window:
+        """Keep the rows of earlier batches at each newly divergent position and the one before it (those of
+        the window, and every row of the last batch the window holds)."""
+        earlier = list(self._window)
+        if self._last is not None:
+            earlier.append(self._last[0].take(self._last[1], _WINDOW))
+        if not earlier:
             return
-        window = Calls.concat(self._window).frame()
+        window = Calls.concat(earlier).frame()
         uid = calls.uids.series("comm_uid", diverged[:, 0].astype(np.int64))
         first = pl.DataFrame([uid, pl.Series("position", diverged[:, 1].astype(np.int64))])
         around = pl.concat([first, first.with_columns(pl.col("position") - 1)])
