@@ -16,8 +16,22 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(_MSC_VER)
+#include <intrin.h>
+/* The number of trailing zero bits of a non-zero word. */
+static inline int ctz64(uint64_t word) {
+    unsigned long at;
+    _BitScanForward64(&at, word);
+    return (int)at;
+}
+#else
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the kernels read log bytes as little-endian words"
+#endif
+/* The number of trailing zero bits of a non-zero word. */
+static inline int ctz64(uint64_t word) {
+    return __builtin_ctzll(word);
+}
 #endif
 
 #define MAX_ARRAYS 32

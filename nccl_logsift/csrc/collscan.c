@@ -223,7 +223,7 @@ static inline int64_t space(const uint8_t *words, int64_t at, int64_t end) {
     for (; at < end; at += 8) {
         uint64_t spaces = zero_bytes(word_at(words, at) ^ SPACES);
         if (spaces) {
-            int64_t found = at + (__builtin_ctzll(spaces) >> 3);
+            int64_t found = at + (ctz64(spaces) >> 3);
             return found < end ? found : end;
         }
     }
@@ -425,7 +425,7 @@ static inline int64_t message(Outputs out, const Literal *literals, int64_t star
     const uint8_t *words = out.words;
     for (int64_t at = start + 1; at + 10 < end; at += 8) { /* "N" of NCCL, with a space before it */
         for (uint64_t found = zero_bytes(word_at(words, at) ^ NS); found; found &= found - 1) {
-            int64_t n = at + (__builtin_ctzll(found) >> 3);
+            int64_t n = at + (ctz64(found) >> 3);
             if (n + 10 >= end)
                 return -1;
             if (word_at(words, n - 1) == NCCL_IN && (word_at(words, n + 7) & mask(3)) == FO_

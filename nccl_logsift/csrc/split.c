@@ -27,7 +27,7 @@
 static inline int64_t add_newlines(int64_t *newlines, int64_t count, uint64_t flipped, int64_t at) {
     uint64_t zeros = ~(((flipped & LOW7) + LOW7) | flipped | LOW7);
     while (zeros) {
-        newlines[count++] = at + (__builtin_ctzll(zeros) >> 3);
+        newlines[count++] = at + (ctz64(zeros) >> 3);
         zeros &= zeros - 1;
     }
     return count;
@@ -137,13 +137,13 @@ static PyObject *py_last_newline(PyObject *self, PyObject *const *args, Py_ssize
     if (arity(n, 3, "split_last_newline") && take(&held, args[0], "data", U8, 1, false, &data)
         && take_int(args[1], "start", &start) && take_int(args[2], "stop", &stop)
         && ((0 <= start && stop <= data.length) || bad_arguments("split_last_newline", "the range is outside the data"))) {
-        const uint8_t *found = NULL;
-        if (start < stop) {
-            Py_BEGIN_ALLOW_THREADS
-            found = memrchr((const uint8_t *)data.data + start, '\n', stop - start);
-            Py_END_ALLOW_THREADS
-        }
-        result = PyLong_FromLongLong(found ? found - (const uint8_t *)data.data : -1);
+        const uint8_t *bytes = data.data;
+        int64_t at = stop - 1;
+        Py_BEGIN_ALLOW_THREADS
+        while (at >= start && bytes[at] != '\n')
+            at--;
+        Py_END_ALLOW_THREADS
+        result = PyLong_FromLongLong(at >= start ? at : -1);
     }
     release(&held);
     return result;
