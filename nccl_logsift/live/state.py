@@ -373,14 +373,23 @@ def _global_ranks(processes: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_global_ranks(rows: pl.DataFrame, processes: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` (with host and pid) with ``global_rank`` and ``cuda_dev``: their process's first. A member of
-    a communicator as large as the world (``rank``, ``nranks``), in a process that holds several ranks of it
-    (one per GPU), is its own rank there, on that rank's GPU."""
+    """``rows`` (with host and pid) with ``global_rank`` and ``cuda_dev``: their process's first. In a process
+    that holds several world ranks (one per GPU), a member of a communicator as large as the world (``rank``,
+    ``nranks``) is its own rank there, on that rank's GPU; a line with a device in its prefix (``dev``: a
+    WARN) is the rank of that GPU."""
     ranks = _global_ranks(processes)
     out = rows.join(ranks.unique(["host", "pid"], keep="first", maintain_order=True), on=["host", "pid"], how="left",
                     maintain_order="left")
     several = ranks.filter(pl.len().over("host", "pid") > 1)
-    if several.is_empty() or not {"rank", "nranks"} <= set(rows.columns):  # one rank per process: the usual case
+    if several.is_empty():  # one rank per process: the usual case
+        return out
+    if "dev" in rows.columns:
+        on_device = several.select("host", "pid", pl.col("cuda_dev").alias("dev"), _device_rank="global_rank")
+        out = out.join(on_device, on=["host", "pid", "dev"], how="left", maintain_order="left").with_columns(
+            global_rank=pl.coalesce("_device_rank", "global_rank"),
+            cuda_dev=pl.when(pl.col("_device_rank").is_not_null()).then(pl.col("dev")).otherwise("cuda_dev"),
+        ).drop("_device_rank")
+    if not {"rank", "nranks"} <= set(rows.columns):
         return out
     own = several.select("host", "pid", rank="global_rank", _own_dev="cuda_dev", _own=pl.lit(True))
     is_own = pl.col("_own").fill_null(False) & (pl.col("nranks") == processes["nranks"].max())
@@ -398,7 +407,8 @@ def _warn_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     rows = errors.filter((pl.col("level") == "WARN") | pl.col("severity").is_in(["E", "F"]))
     if rows.is_empty():
         return rows
-    rows = _with_text(rows.select("host", "pid", "error_kind", "error_text", *LINE_KEY), tables["lines"])
+    device = ["dev"] if "dev" in rows.columns else []
+    rows = _with_text(rows.select("host", "pid", *device, "error_kind", "error_text", *LINE_KEY), tables["lines"])
     message = pl.coalesce(pl.col("text").str.replace(r"^.*?NCCL WARN ", ""), pl.col("error_text"), pl.lit(""))
     masked = pl.col("message").str.replace_all(r"0x[0-9a-fA-F]+", "0x").str.replace_all(r"\d+", "N")
     return (

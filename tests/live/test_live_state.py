@@ -216,3 +216,14 @@ def test_a_stalled_gpu_of_a_process_that_drives_two_is_named_by_its_own_rank(tmp
     snapshot = state.snapshot()
     assert snapshot.ranks_seen == 4 and snapshot.world_size == 4
     assert sorted(row.rank for row in snapshot.rows) == [0, 1, 2, 3]
+
+
+def test_a_warn_of_the_second_gpu_of_a_process_that_drives_two_is_named_by_that_gpus_rank(tmp_path, state, clock):
+    from builders import two_gpu_processes
+
+    lines = two_gpu_processes(calls=2)
+    warn = ("n1:20:20 [1] transport/net_ib.cc:1276 NCCL WARN NET/IB : Got completion from peer 10.0.1.11<59644> "
+            "with error 12, opcode 0, len 0, vendor err 129 (Send)")
+    (event,) = feed(state, clock, step_batches(tmp_path, [lines, [warn]]), seconds_apart=1.0)
+    assert event.finding.ranks == (3,)
+    assert event.finding.title.startswith("rank 3 (n1, pid 20, GPU 1): NCCL WARN NET/IB")
