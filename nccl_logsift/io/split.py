@@ -32,7 +32,8 @@ def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         bigger = np.empty(2 * len(newlines), dtype=np.int64)
         bigger[:count] = newlines[:count]
         newlines = bigger
-    lines = count + (1 if (newlines[count - 1] + 1 if count else 0) < len(data) else 0)
+    after_last = newlines[count - 1] + 1 if count else 0
+    lines = count + (1 if after_last < len(data) else 0)  # a last line without "\n"
     starts, ends = np.empty(lines, dtype=np.int64), np.empty(lines, dtype=np.int64)
     _kernels.split_bounds(data, newlines, count, starts, ends)
     return starts, ends, not high & _HIGH

@@ -7,11 +7,10 @@ on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
 A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
 address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
 per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
-(``calls_number`` in ``csrc/calls.c``) over the calls' (host, pid, comm) group slots (one :meth:`KeyMap.ids` pass): a group
-remembers the instance of its last call and the span of lines where that instance holds, and each
-instance keeps a running count. The
-instance starts are searched only when a call leaves that span (a new init of the same address) or the
-starts changed.
+(``calls_number`` in ``csrc/calls.c``) over the calls' (host, pid, comm) group slots (one
+:meth:`KeyMap.ids` pass): a group remembers the instance of its last call and the span of lines where that
+instance holds, and each instance keeps a running count. The instance starts are searched only when a call
+leaves that span (a new init of the same address) or the starts changed.
 """
 
 from __future__ import annotations
