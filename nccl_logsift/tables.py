@@ -12,16 +12,18 @@ wide message tables are null on most lines.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Collection, Iterator, Mapping, Protocol
 
 import polars as pl
 
 from nccl_logsift.resolve.communicators import INSTANCE, PROCESS
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
 # Tables whose rows belong to a process get its global rank; rows of the comms table get their comm_uid.
@@ -109,23 +111,8 @@ class RankMaps:
 
 # A line's rank: its process's, else the first of these launcher labels it has.
 LINE_RANK_LABELS = ("torch_rank", "mpi_rank")
-
-
-def attach_ranks(name: str, frame: pl.LazyFrame, maps: RankMaps) -> pl.LazyFrame:
-    """Add the process's global rank (and, for lines, the best rank known from any label)."""
-    columns = frame.collect_schema().names()
-    if not set(PROCESS) <= set(columns):
-        return frame
-    ranks = maps.processes.lazy().select(*PROCESS, RANKED_BY_PROCESS)
-    frame = frame.join(ranks, on=PROCESS, how="left")
-    by_device = _by_device(maps, columns)
-    if by_device is not None:
-        keys, table = by_device
-        own = table.lazy().rename({RANKED_BY_PROCESS: "_device_rank"})
-        frame = frame.join(own, on=keys, how="left").with_columns(
-            pl.coalesce("_device_rank", RANKED_BY_PROCESS).alias(RANKED_BY_PROCESS)
-        ).drop("_device_rank")
-    return _rank_of_line(name, frame, columns)
+# The columns with_ranks reads.
+_RANK_KEYS = {*INSTANCE, "dev", *LINE_RANK_LABELS}
 
 
 def _by_device(maps: RankMaps, columns) -> tuple[list[str], pl.DataFrame] | None:
@@ -143,8 +130,10 @@ def _by_device(maps: RankMaps, columns) -> tuple[list[str], pl.DataFrame] | None
 
 
 def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
-    """:func:`attach_ranks` in memory: the rank column is looked up from the process columns alone and added
-    to the frame, whose other columns are shared, not copied (a join would gather every column anew)."""
+    """``frame`` with the global rank of each row's process (``global_rank``; for ``lines``, ``rank``: that
+    or the best rank any launcher label gives). The rank column is looked up from the process columns alone
+    and added to the frame, whose other columns are shared, not copied (a join would gather every column
+    anew)."""
     if not set(PROCESS) <= set(frame.columns):
         return frame
     looked_up = _looked_up(frame, PROCESS, maps.processes.select(*PROCESS, RANKED_BY_PROCESS))
@@ -152,8 +141,8 @@ def with_ranks(name: str, frame: pl.DataFrame, maps: RankMaps) -> pl.DataFrame:
     if by_device is not None:
         looked_up = _looked_up(frame, *by_device).fill_null(looked_up)
     if name == "lines":
-        # As _rank_of_line, from the Series: an expression over the table (coalesce, drop) went through
-        # polars' query engine, which held a copy of the ~590k lines of a 4096-rank job (~50 MB).
+        # From the Series: an expression over the table (coalesce, drop) went through polars' query engine,
+        # which held a copy of the ~590k lines of a 4096-rank job (~50 MB).
         for label in LINE_RANK_LABELS:
             if label in frame.columns:
                 looked_up = looked_up.fill_null(frame.get_column(label))
@@ -170,13 +159,6 @@ def _looked_up(frame: pl.DataFrame, on: list[str], ranks: pl.DataFrame) -> pl.Se
         part.join(ranks, on=on, how="left", maintain_order="left")[RANKED_BY_PROCESS]
         for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
     ])
-
-
-def _rank_of_line(name: str, frame, columns: list[str]):
-    if name != "lines":
-        return frame
-    labels = [c for c in LINE_RANK_LABELS if c in columns]
-    return frame.with_columns(rank=pl.coalesce(RANKED_BY_PROCESS, *labels)).drop(RANKED_BY_PROCESS)
 
 
 def compact(frame: pl.DataFrame) -> pl.DataFrame:
@@ -231,6 +213,23 @@ class MemorySink:
         return {name: frame.height for name, frame in self.tables.items()}
 
 
+# pyarrow's Parquet options. No dictionary for the columns unique to each row (line numbers, offsets,
+# text): one is tried, abandoned and written anyway, and the files were ~45% larger than polars' own
+# writer's, and slower to write. The staged files are read once, so they are compressed faster.
+_UNIQUE = {"line_no", "byte_offset", "text"}
+_STAGED = {"compression": "zstd", "compression_level": 1}
+_WRITTEN = {"compression": "zstd", "compression_level": 3}
+
+
+def _parquet_writer(path: Path, schema: "pa.Schema", options: dict) -> "pq.ParquetWriter":
+    # Imported here, not at the top: analyze keeps its tables in memory, and pyarrow's Parquet module (with
+    # its filesystems) was ~45 ms of every run's start-up.
+    import pyarrow.parquet as pq
+
+    dictionary = [name for name in schema.names if name not in _UNIQUE]
+    return pq.ParquetWriter(path, schema, use_dictionary=dictionary, **options)
+
+
 class ParquetSink:
     """Streams each table's chunks into a Parquet part file, then writes ``<dir>/<table>.parquet``."""
 
@@ -241,30 +240,21 @@ class ParquetSink:
         self.files: dict[str, Path] = {}
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
-        # Imported here, not at the top: analyze keeps its tables in memory, and pyarrow's Parquet module
-        # (with its filesystems) was ~45 ms of every run's start-up.
-        import pyarrow.parquet as pq
-
         table = frame.to_arrow()
         writer = self._writers.get(name)
         if writer is None:
             self._staging.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(self._staging / f"{name}.parquet", table.schema, compression="zstd")
+            writer = _parquet_writer(self._staging / f"{name}.parquet", table.schema, _STAGED)
             self._writers[name] = writer
         writer.write_table(table.cast(writer.schema))
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
-        import pyarrow.parquet as pq
-
         for writer in self._writers.values():
             writer.close()
         rows = {}
         for name in self._writers:
             target = self.directory / f"{name}.parquet"
-            attach_ranks(name, pl.scan_parquet(self._staging / f"{name}.parquet"), maps).sink_parquet(
-                target, compression="zstd"
-            )
-            rows[name] = pq.ParquetFile(target).metadata.num_rows
+            rows[name] = self._ranked(name, self._staging / f"{name}.parquet", target, maps)
             self.files[name] = target
         for name, frame in extra.items():
             target = self.directory / f"{name}.parquet"
@@ -273,3 +263,44 @@ class ParquetSink:
             self.files[name] = target
         shutil.rmtree(self._staging, ignore_errors=True)
         return rows
+
+    @staticmethod
+    def _ranked(name: str, staged: Path, target: Path, maps: RankMaps) -> int:
+        """Copy a staged table to ``target`` with its rank column, one row group (one written batch) at a
+        time, the rank looked up from the key columns alone: a query over the whole staged file (a join,
+        then ``sink_parquet``) held the ~5M lines of a 1 GB log at once (3.3 GB), and did not keep their order."""
+        import pyarrow.parquet as pq
+
+        source = pq.ParquetFile(staged)
+        groups = _read_ahead(source.read_row_group, source.num_row_groups)
+        rank = "rank" if name == "lines" else RANKED_BY_PROCESS
+        writer, rows = None, 0
+        for group in itertools.chain(groups, [] if source.num_row_groups else [source.schema_arrow.empty_table()]):
+            keys = [c for c in group.column_names if c in _RANK_KEYS]
+            ranked = with_ranks(name, pl.from_arrow(group.select(keys)), maps)
+            if rank in ranked.columns:
+                column = ranked[rank].to_arrow()
+                at = group.column_names.index(rank) if rank in group.column_names else None
+                group = group.append_column(rank, column) if at is None else group.set_column(at, rank, column)
+            if writer is None:
+                writer = _parquet_writer(target, group.schema, _WRITTEN)
+            writer.write_table(group.cast(writer.schema))
+            rows += group.num_rows
+        writer.close()
+        return rows
+
+
+def _read_ahead(read: Callable[[int], "pa.Table"], count: int) -> Iterator["pa.Table"]:
+    """``read(0)``, ``read(1)``, ... ``read(count - 1)``, each read in a thread while the one before is used:
+    decoding a row group and encoding the one before (both without the GIL) take the two cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not count:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="logsift-parquet") as pool:
+        ahead = pool.submit(read, 0)
+        for index in range(1, count + 1):
+            current = ahead.result()
+            if index < count:
+                ahead = pool.submit(read, index)
+            yield current

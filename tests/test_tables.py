@@ -1,4 +1,5 @@
-"""The memory sink: the columns an analysis keeps, null columns that take no memory, ranks in row order."""
+"""The sinks: the columns an analysis keeps, null columns that take no memory, ranks in row order, and the
+Parquet files of ``logsift parse`` holding the rows the memory sink holds, in line order."""
 
 import ast
 from pathlib import Path
@@ -10,7 +11,7 @@ from conftest import FIXTURES
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.parse.schema import TableSchemas
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream, parse_paths
-from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, RankMaps, compact, with_ranks
+from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, ParquetSink, RankMaps, compact, with_ranks
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nccl_logsift"
 # The code that reads the tables of a Job: every string it contains may name a column. The digest reads
@@ -74,6 +75,21 @@ def test_memory_sink_tables_keep_rows_in_line_order():
         assert full[name].select("source_id", "line_no", "part").rows() == sorted(
             full[name].select("source_id", "line_no", "part").rows()
         ), name
+
+
+def test_parquet_sink_files_hold_the_memory_sinks_rows_with_their_ranks_in_line_order(tmp_path):
+    log = FIXTURES / "rank_stall_8ranks.log"
+    memory = MemorySink()
+    parse_paths([str(log)], memory, ParseOptions())
+    files = ParquetSink(tmp_path)
+    parse_paths([str(log)], files, ParseOptions())
+    assert set(files.files) == set(memory.tables)
+    for name, path in files.files.items():
+        written, held = pl.read_parquet(path), memory.tables[name]
+        assert written.columns == held.columns, name
+        assert written.equals(held.cast(written.schema)), name  # the same rows, in the same (line) order
+    ranks = pl.read_parquet(files.files["comms"]).select("host", "pid", "global_rank").unique()
+    assert ranks["global_rank"].null_count() == 0 and ranks.height == 8
 
 
 def test_compact_keeps_values_and_a_null_column_takes_no_memory():
