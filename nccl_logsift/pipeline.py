@@ -284,6 +284,9 @@ def parse_paths(
             sink.write(name, frame)
         if progress is not None:
             progress(batch.bytes_read)
+    from nccl_logsift.memory import release_freed
+
+    release_freed()  # the stream's buffers, before the sink writes its tables out
     return stream.finish(sink)
 
 
