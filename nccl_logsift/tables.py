@@ -268,14 +268,15 @@ class ParquetSink:
     def _ranked(name: str, staged: Path, target: Path, maps: RankMaps) -> int:
         """Copy a staged table to ``target`` with its rank column, one row group (one written batch) at a
         time, the rank looked up from the key columns alone: a query over the whole staged file (a join,
-        then ``sink_parquet``) held the ~5M lines of a 1 GB log at once (3.3 GB), and did not keep their order."""
+        then ``sink_parquet``) held the ~5M lines of a 1 GB log at once (3.3 GB), and lost their order."""
         import pyarrow.parquet as pq
 
         source = pq.ParquetFile(staged)
         groups = _read_ahead(source.read_row_group, source.num_row_groups)
         rank = "rank" if name == "lines" else RANKED_BY_PROCESS
         writer, rows = None, 0
-        for group in itertools.chain(groups, [] if source.num_row_groups else [source.schema_arrow.empty_table()]):
+        empty = [] if source.num_row_groups else [source.schema_arrow.empty_table()]  # the schema, no rows
+        for group in itertools.chain(groups, empty):
             keys = [c for c in group.column_names if c in _RANK_KEYS]
             ranked = with_ranks(name, pl.from_arrow(group.select(keys)), maps)
             if rank in ranked.columns:
