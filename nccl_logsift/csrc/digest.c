@@ -162,6 +162,23 @@ typedef struct {
     Py_ssize_t length;  /* of position and aggregate */
 } Open;
 
+/* Empty the open table, for the positions to be added again as they move down (keep_open). */
+static void clear_open(Open open) {
+    for (int64_t at = 0; at < open.table.size; at++)
+        open.table.slots[at] = EMPTY;
+}
+
+/* Move open position `p` to slot `kept` (at most p: nothing still to be read is overwritten) and key it
+ * there in the emptied table. */
+static inline void keep_open(Open open, int64_t p, int64_t kept) {
+    int64_t *to = open.aggregate + kept * AGGREGATES;
+    const int64_t *from = open.aggregate + p * AGGREGATES;
+    open.position[kept] = open.position[p];
+    for (int k = 0; k < AGGREGATES; k++)
+        to[k] = from[k];
+    keymap_find_or_add(open.table, open_key(to[COMM], open.position[kept]), kept);
+}
+
 /* The columns of a batch that digest_fold_positions reads. */
 typedef struct {
     const int64_t *slot;
@@ -214,8 +231,7 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
      * down to slots 0, 1, 2, ... (never onto one still to be read) and the table is rebuilt for them. */
     for (int64_t c = 0; c < communicators; c++)
         first[c] = -1;
-    for (int64_t at = 0; at < open.table.size; at++)
-        open.table.slots[at] = EMPTY;
+    clear_open(open);
     int64_t kept = 0;
     for (int64_t p = 0; p < positions; p++) {
         const int64_t *a = open.aggregate + p * AGGREGATES;
@@ -225,12 +241,7 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
             if (!comms.diverged[c] && (first[c] < 0 || position[p] < first[c]))
                 first[c] = position[p];
         } else if (a[CALLS] < a[NRANKS]) {
-            position[kept] = position[p];
-            int64_t *to = open.aggregate + kept * AGGREGATES;
-            for (int k = 0; k < AGGREGATES; k++)
-                to[k] = a[k];
-            keymap_find_or_add(open.table, open_key(c, position[p]), kept);
-            kept++;
+            keep_open(open, p, kept++);
         }
     }
     int64_t found = 0;
@@ -257,16 +268,9 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
 /* Keep the open positions at the slots of `order` (ascending, so each moves down, never onto a slot still
  * to be read) as slots 0, 1, 2, ..., and rebuild the table for them. */
 static void keep_highest_loop(Open open, const int64_t *order, int64_t limit) {
-    for (int64_t at = 0; at < open.table.size; at++)
-        open.table.slots[at] = EMPTY;
-    for (int64_t kept = 0; kept < limit; kept++) {
-        int64_t p = order[kept];
-        open.position[kept] = open.position[p];
-        int64_t *to = open.aggregate + kept * AGGREGATES, *from = open.aggregate + p * AGGREGATES;
-        for (int k = 0; k < AGGREGATES; k++)
-            to[k] = from[k];
-        keymap_find_or_add(open.table, open_key(to[COMM], open.position[kept]), kept);
-    }
+    clear_open(open);
+    for (int64_t kept = 0; kept < limit; kept++)
+        keep_open(open, order[kept], kept);
 }
 
 static void alive_loop(const int64_t *slot, const int64_t *row, int64_t n, int64_t total, int64_t recent, Rings r,
