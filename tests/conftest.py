@@ -1,7 +1,14 @@
-"""Shared test helpers: paths to fixtures and to the real corpus, and a CLI runner."""
+"""Shared test helpers: paths to fixtures and to the real corpus, and a CLI runner.
+
+The real logs live outside the repository, in the project's shared folder. Tests find it through one setting,
+``LOGSIFT_SHARED`` (default: ``../shared`` beside the checkout). Tests that need it skip with a reason when it
+is absent, and the session header says where it was looked for; with ``LOGSIFT_REQUIRE_SHARED=1`` (as CI sets)
+its absence is an error instead of a skip.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +16,20 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
-CORPUS = (ROOT / ".." / "shared" / "corpus" / "real").resolve()
+SHARED = Path(os.environ.get("LOGSIFT_SHARED") or ROOT / ".." / "shared").resolve()
+CORPUS = SHARED / "corpus" / "real"
+GPU_CORPUS = SHARED / "corpus" / "gpu-h200"
+CORPUS_ABSENT = f"the real corpus is absent: {CORPUS} (set LOGSIFT_SHARED)"
+
+
+def pytest_report_header(config) -> str:
+    found = "found" if CORPUS.is_dir() else "ABSENT: tests of real logs will skip"
+    return f"shared corpus (LOGSIFT_SHARED): {SHARED} ({found})"
+
+
+def pytest_configure(config) -> None:
+    if os.environ.get("LOGSIFT_REQUIRE_SHARED") == "1" and not CORPUS.is_dir():
+        raise pytest.UsageError(f"LOGSIFT_REQUIRE_SHARED=1 but {CORPUS} is not a directory (set LOGSIFT_SHARED)")
 
 
 @pytest.fixture
@@ -38,7 +58,7 @@ def corpus_job():
     def get(name: str):
         path = CORPUS / name
         if not path.exists():
-            pytest.skip("real corpus not available")
+            pytest.skip(CORPUS_ABSENT)
         if name not in cache:
             cache[name] = load_job([str(path)])
         return cache[name]

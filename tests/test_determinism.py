@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, FIXTURES
+from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 
 HELPER = Path(__file__).with_name("polars_shuffled.py")
 # Fixtures whose report followed polars' threads (LS601 evidence; the grid's member order), and fixtures
@@ -58,7 +58,7 @@ def _fixtures() -> list[str]:
 def _corpus() -> list[str]:
     paths = [CORPUS / name for name in CORPUS_INPUTS]
     if not all(p.is_file() for p in paths):
-        pytest.skip("../shared/corpus/real is not available")
+        pytest.skip(CORPUS_ABSENT)
     return [str(p) for p in paths]
 
 

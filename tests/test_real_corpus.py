@@ -12,12 +12,12 @@ import re
 import polars as pl
 import pytest
 
-from conftest import CORPUS, corpus_files
+from conftest import CORPUS, CORPUS_ABSENT, corpus_files
 from nccl_logsift.pipeline import parse_paths
 from nccl_logsift.tables import MemorySink
 
 FILES = corpus_files()
-pytestmark = pytest.mark.skipif(not FILES, reason="../shared/corpus/real is not available")
+pytestmark = pytest.mark.skipif(not FILES, reason=CORPUS_ABSENT)
 MAX_UNPARSED_RATE = 0.01
 
 

@@ -9,12 +9,12 @@ import functools
 
 import pytest
 
-from conftest import CORPUS, corpus_files
+from conftest import CORPUS, CORPUS_ABSENT, corpus_files
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 
 FILES = corpus_files()
-pytestmark = pytest.mark.skipif(not FILES, reason="../shared/corpus/real is not available")
+pytestmark = pytest.mark.skipif(not FILES, reason=CORPUS_ABSENT)
 
 HEALTHY = [
     "KeitaW__p5-nccl-test-2024-07-19__nccl-test-output-v2.22.3-1.log",

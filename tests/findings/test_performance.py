@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import CORPUS, FIXTURES
+from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 from builders import job_of
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.findings.performance import LatencyOutlier, arrival_times
@@ -184,7 +184,7 @@ def test_ls601_nccl_tests_runs_within_a_factor_of_two_are_fine(tmp_path):
 def corpus_paths(*names: str) -> list[str]:
     paths = [CORPUS / n for n in names]
     if not all(p.exists() for p in paths):
-        pytest.skip("real corpus not available")
+        pytest.skip(CORPUS_ABSENT)
     return [str(p) for p in paths]
 
 

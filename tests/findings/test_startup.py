@@ -11,7 +11,7 @@ import functools
 
 import pytest
 
-from conftest import corpus_files
+from conftest import CORPUS_ABSENT, corpus_files
 from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
@@ -354,7 +354,7 @@ def test_ls2xx_simulated_healthy_runs_are_quiet(tmp_path, version):
 
 # ---------------------------------------------------------------------------------------------- real corpus
 REAL = corpus_files()
-real = pytest.mark.skipif(not REAL, reason="../shared/corpus/real is not available")
+real = pytest.mark.skipif(not REAL, reason=CORPUS_ABSENT)
 
 
 @functools.cache

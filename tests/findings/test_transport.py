@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, FIXTURES
+from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 from builders import fixture_job, job_of, only
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.findings.transport import NetError, TransportFallback, n_nodes, transport_rows
@@ -323,7 +323,7 @@ def test_ls302_healthy_fixture_has_no_network_error():
 def corpus(name: str) -> Path:
     path = CORPUS / name
     if not path.exists():
-        pytest.skip("real corpus not available")
+        pytest.skip(CORPUS_ABSENT)
     return path
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nccl_logsift.render.html import render_html
-from tests.conftest import FIXTURES
+from tests.conftest import CORPUS_ABSENT, FIXTURES
 from tests.render import browser
 from tests.render.dom import parse
 from tests.render.reports import PAYLOADS, corpus, fixture_truth, hostile_log, primary_ranks, report_of, simulate
@@ -98,7 +98,7 @@ REAL = {
 def test_real_log_report_in_chromium(tmp_path, prefix):
     path = corpus(prefix)
     if path is None:
-        pytest.skip("real corpus not available")
+        pytest.skip(CORPUS_ABSENT)
     report = report_of(str(path))
     page, loaded, dom = _open(report, tmp_path)
     _check_page(report, page, loaded, dom, REAL[prefix])

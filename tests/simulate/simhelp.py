@@ -15,8 +15,6 @@ from nccl_logsift.simulate import Options, write
 from nccl_logsift.simulate.versions import version_key
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = (ROOT / ".." / "shared").resolve()
-CORPUS = SHARED / "corpus" / "real"
 
 
 def run(tmp_path: Path, **options) -> tuple[Path, dict]:

@@ -18,9 +18,9 @@ import pytest
 
 from nccl_logsift.simulate import Options, simulate
 from nccl_logsift.simulate.layout import render_text
-from simhelp import CORPUS
+from conftest import CORPUS, CORPUS_ABSENT
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus/real is not available")
+pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=CORPUS_ABSENT)
 
 SERIES = ("2.10", "2.18", "2.21", "2.26", "2.27")  # simulated releases with real logs of the same series
 
