@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nccl_logsift.findings.triage import triage, verdict
+from nccl_logsift.findings.triage import CAUSAL_TIER, triage, verdict
 from nccl_logsift.model import Finding, Kind, Severity
 
 
@@ -31,3 +31,8 @@ def test_verdict_without_known_ranks_gives_no_counts():
     assert verdict([], ranks_seen=0, hosts=0) == "No sign of a hang or failure in these logs."
     assert verdict(triage([socket_warning()]), ranks_seen=0, hosts=0).startswith(
         "No hang or failure found in these logs, but worth a look: All inter-node traffic")
+
+
+def test_every_kind_has_a_causal_tier():
+    # A kind without a tier passes its rule's tests and then fails the first analyze that triages it.
+    assert [kind for kind in Kind if kind not in CAUSAL_TIER] == []
