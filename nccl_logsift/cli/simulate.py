@@ -44,8 +44,9 @@ def _scenario_names() -> list[str]:
               help="Number of hosts the ranks are spread over (default: 8 GPUs per host, or what the scenario needs).")
 @click.option("--ops", type=click.IntRange(1), default=40, show_default=True,
               help="About how many collectives each rank issues in the training loop.")
-@click.option("--nccl-version", default="2.21", show_default=True, metavar="V",
-              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26 or 2.27 (a patch level such as 2.18.5 is printed as given).")
+@click.option("--nccl-version", default=None, metavar="V",
+              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26 or 2.27 (a patch level such as "
+                   "2.18.5 is printed as given). Default: 2.21, or the first release that can show the scenario.")
 @click.option("--torch-version", default=None, metavar="V",
               help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 (default: one that shipped with that NCCL).")
 @click.option("--layout", type=click.Choice(["interleaved", "per-rank", "srun", "torchrun", "mpirun"]), default="interleaved",
@@ -107,11 +108,38 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
             raise click.BadParameter(f"directory {target.parent} does not exist", param_hint="'-o' / '--output'")
     if truth_path is not None and not Path(truth_path).parent.is_dir():
         raise click.BadParameter(f"directory {Path(truth_path).parent} does not exist", param_hint="'--truth'")
-    options = Options(scenario=name, ranks=ranks, nodes=nodes, ops=ops, nccl_version=nccl_version, torch_version=torch_version,
+    options = Options(scenario=name, ranks=ranks, nodes=nodes, ops=ops,
+                      nccl_version=nccl_version or default_nccl_version(SCENARIOS[name]), torch_version=torch_version,
                       layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate)
     try:
-        write(options, output, truth_path)
+        sim = write(options, output, truth_path)
     except OptionError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:
         raise click.UsageError(f"cannot write {exc.filename or output}: {exc.strerror or exc}") from None
+    # On stderr, so that `-o -` keeps stdout for the log alone.
+    click.echo(wrote_text(sim.job, output, truth_path), err=True)
+
+
+def default_nccl_version(scenario) -> str:
+    """The default release, or the first one whose logs can show the scenario (slow-rank needs timestamps)."""
+    from nccl_logsift.simulate.versions import DEFAULT_NCCL, version_key
+
+    if scenario.min_nccl and version_key(scenario.min_nccl) > version_key(DEFAULT_NCCL):
+        return scenario.min_nccl
+    return DEFAULT_NCCL
+
+
+def wrote_text(job, output: str, truth_path: str | None) -> str:
+    target = "standard output" if output == "-" else output
+    if output != "-":
+        path = Path(output)
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        size = sum(p.stat().st_size for p in files)
+        target += f" ({len(files)} file(s), {size:,} bytes)" if path.is_dir() else f" ({size:,} bytes)"
+    nodes = len({proc.host.name for proc in job.cluster.procs})
+    text = (f"Wrote {target}: scenario {job.scenario.name}, {job.ranks} ranks on {nodes} node(s), "
+            f"NCCL {job.nccl.version}, PyTorch {job.torch.version}, layout {job.options.layout}.")
+    if truth_path:
+        text += f" Ground truth: {truth_path}."
+    return text

@@ -115,3 +115,23 @@ def test_bad_options_are_usage_errors(tmp_path, monkeypatch, args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "x.log").exists()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_scenario_runs_with_the_default_nccl_version(tmp_path, name):
+    # slow-rank needs INFO timestamps (2.26.2+): the default version follows what the scenario can show.
+    result = invoke("-s", name, "--ranks", "8", "--nodes", "2", "-o", str(tmp_path / "job.log"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "job.log").stat().st_size > 0
+
+
+def test_says_what_it_wrote_on_stderr_and_keeps_stdout_for_the_log(tmp_path):
+    result = invoke("-s", "slow-rank", "-o", str(tmp_path / "job.log"), "--truth", str(tmp_path / "t.json"))
+    assert result.exit_code == 0
+    size = (tmp_path / "job.log").stat().st_size
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"Wrote {tmp_path / 'job.log'} ({size:,} bytes): scenario slow-rank, 8 ranks")
+    assert "NCCL 2.26.2" in result.stderr and f"Ground truth: {tmp_path / 't.json'}." in result.stderr
+    piped = invoke("-s", "healthy", "-o", "-")
+    assert piped.stderr.startswith("Wrote standard output: scenario healthy")
+    assert "NCCL INFO" in piped.stdout and "Wrote" not in piped.stdout
