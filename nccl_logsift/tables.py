@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterator, Mapping, Proto
 
 import polars as pl
 
-from nccl_logsift.resolve.communicators import INSTANCE, PROCESS
+from nccl_logsift.grammar.registry import GrammarSet
+from nccl_logsift.parse import schema
+from nccl_logsift.parse.calls import ADDED
+from nccl_logsift.resolve.communicators import INSTANCE, INSTANCE_SCHEMA, PROCESS, PROCESS_SCHEMA
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -305,3 +308,25 @@ def _read_ahead(read: Callable[[int], "pa.Table"], count: int) -> Iterator["pa.T
             if index < count:
                 ahead = pool.submit(read, index)
             yield current
+
+
+# The tables resolution writes beside the parsed ones: what a row is, and its columns.
+RESOLVED_TABLES = {
+    "communicators": ("one row per communicator instance per process, resolved from the comms table", INSTANCE_SCHEMA),
+    "processes": (
+        "one row per process that initialised a communicator (per GPU, for a process that holds a rank of the "
+        "world on several): host, pid, global rank, world size",
+        PROCESS_SCHEMA,
+    ),
+}
+
+
+def table_docs(grammars: GrammarSet) -> str:
+    """Markdown of every table and column ``logsift parse`` writes: the parsed tables with the columns the
+    sinks add (a rank on every row of a process; the numbering of collectives), then the resolved tables."""
+    parsed = schema.TableSchemas.from_grammars(grammars, keep_text=True)
+    added: dict[str, dict[str, pl.DataType]] = {"lines": {"rank": pl.Int64()}}
+    for name, columns in parsed.tables.items():
+        if set(PROCESS) <= set(columns):
+            added[name] = {**(ADDED if name == "collectives" else {}), "global_rank": pl.Int64()}
+    return schema.table_docs(grammars, added, RESOLVED_TABLES)

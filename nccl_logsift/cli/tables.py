@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from nccl_logsift.grammar import load_grammars
-from nccl_logsift.parse.schema import table_docs
+from nccl_logsift.tables import table_docs
 
 
 @click.command()

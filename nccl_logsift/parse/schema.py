@@ -7,6 +7,7 @@ Every message table starts with the same key columns (``source_id, line_no, part
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import polars as pl
 
@@ -109,15 +110,15 @@ COLUMN_DOCS = {
     "comm_uid": "communicator identity across processes: commId, split parentage, or n<nranks>#<k>",
     "ordinal": "0-based position of this call among the process's calls on this communicator instance",
 }
-RESOLVED_TABLES = {
-    "communicators": "one row per communicator instance per process, resolved from the comms table",
-    "processes": "one row per process that initialised a communicator (per GPU, for a process that holds a rank "
-                 "of the world on several): host, pid, global rank, world size",
-}
 
 
-def table_docs(grammars: GrammarSet) -> str:
-    """Markdown describing every table and column, generated from the grammar files."""
+def table_docs(
+    grammars: GrammarSet,
+    added: Mapping[str, Mapping[str, pl.DataType]],
+    resolved: Mapping[str, tuple[str, Mapping[str, pl.DataType]]],
+) -> str:
+    """Markdown describing every table and column: the parsed tables from the grammar files, with the
+    columns resolution ``added`` to them, then the ``resolved`` tables (name → what a row is, columns)."""
     schemas = TableSchemas.from_grammars(grammars, keep_text=True)
     docs = {name: doc for g in grammars.grammars for f in g.fields for name, doc in [(f.name, f.doc)] if doc}
     docs.update(COLUMN_DOCS)
@@ -129,15 +130,14 @@ def table_docs(grammars: GrammarSet) -> str:
         "Every message table starts with the location and process columns of the line it came from.",
         "",
     ]
-    sections = [("lines", "every input line", {**schemas.lines, "rank": pl.Int64()})]
+    sections = [("lines", "every input line", {**schemas.lines, **added.get("lines", {})})]
     sections += [
-        (name, "families: " + ", ".join(f"`{g.family}`" for g in families[name]), columns)
+        (name, "families: " + ", ".join(f"`{g.family}`" for g in families[name]), {**columns, **added.get(name, {})})
         for name, columns in schemas.tables.items()
     ]
+    sections += [(name, what, columns) for name, (what, columns) in resolved.items()]
     for name, what, columns in sections:
         out += [f"## `{name}`", "", what, "", "| column | type | meaning |", "|---|---|---|"]
         out += [f"| `{c}` | {t} | {docs.get(c, '')} |" for c, t in columns.items()]
         out.append("")
-    for name, what in RESOLVED_TABLES.items():
-        out += [f"## `{name}`", "", what, ""]
     return "\n".join(out)

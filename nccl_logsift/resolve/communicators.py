@@ -137,18 +137,25 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# One row per communicator instance per process: the `communicators` table.
+INSTANCE_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.String(), "pid": pl.Int64(), "comm": pl.UInt64(), "generation": pl.Int32(),
+    "start_seq": pl.Int64(), "complete_seq": pl.Int64(), "init_started": pl.Boolean(),
+    "init_completed": pl.Boolean(), "rank": pl.Int64(), "nranks": pl.Int64(), "cuda_dev": pl.Int64(),
+    "nvml_dev": pl.Int64(), "bus_id": pl.String(), "comm_id": pl.String(), "func": pl.String(),
+    "parent": pl.UInt64(), "color": pl.Int64(), "split_count": pl.Int64(), "source_id": pl.UInt16(),
+    "line_no": pl.UInt32(), "ended": pl.String(), "end_seq": pl.Int64(), "comm_uid": pl.String(),
+    "uid_exact": pl.Boolean(), "global_rank": pl.Int64(), "world_size": pl.Int64(),
+}
+# One row per process (per GPU of a process that holds several world ranks): the `processes` table.
+PROCESS_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.String(), "pid": pl.Int64(), "global_rank": pl.Int64(), "world_size": pl.Int64(),
+    "cuda_dev": pl.Int64(), "bus_id": pl.String(), "communicators": pl.UInt32(), "incomplete_inits": pl.UInt32(),
+}
+
+
 def _empty_instances() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "host": pl.String, "pid": pl.Int64, "comm": pl.UInt64, "generation": pl.Int32,
-            "start_seq": pl.Int64, "complete_seq": pl.Int64, "init_started": pl.Boolean,
-            "init_completed": pl.Boolean, "rank": pl.Int64, "nranks": pl.Int64, "cuda_dev": pl.Int64,
-            "nvml_dev": pl.Int64, "bus_id": pl.String, "comm_id": pl.String, "func": pl.String,
-            "parent": pl.UInt64, "color": pl.Int64, "split_count": pl.Int64, "source_id": pl.UInt16,
-            "line_no": pl.UInt32, "ended": pl.String, "end_seq": pl.Int64, "comm_uid": pl.String,
-            "uid_exact": pl.Boolean, "global_rank": pl.Int64, "world_size": pl.Int64,
-        }
-    )
+    return pl.DataFrame(schema=INSTANCE_SCHEMA)
 
 
 def process_ranks(instance_table: pl.DataFrame) -> pl.DataFrame:
