@@ -12,7 +12,7 @@ from nccl_logsift.cli.options import input_paths
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
-from nccl_logsift.render.json import render_json
+from nccl_logsift.render.json import render_json, render_jsonl
 
 SEVERITIES = [s.label for s in Severity]
 DEFAULT_REPORT = "logsift-report.html"
@@ -25,8 +25,9 @@ fail_on_option = click.option(
 
 @click.command()
 @input_paths
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True,
-              help="Output format: a terminal report, the findings contract (JSON), or one self-contained HTML page.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl", "html"]), default="text", show_default=True,
+              help="Output format: a terminal report, the findings contract (JSON), the same as JSON Lines (a job "
+                   "record, then one record per finding, for log pipelines), or one self-contained HTML page.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of stdout.")
 @fail_on_option
 @click.pass_context
@@ -49,6 +50,8 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
     # are ~40 ms of every run, and scripts and hooks ask for JSON.
     if fmt == "json":
         _write(render_json(report), output)
+    elif fmt == "jsonl":
+        _write(render_jsonl(report), output)
     elif fmt == "html":
         from nccl_logsift.render.html import render_html
 

@@ -77,3 +77,24 @@ def render_json(report: Report) -> str:
     head = json.dumps(data, indent=2, ensure_ascii=False)  # ends with "\n}"
     lines = ",\n".join("    " + json.dumps(rank, ensure_ascii=False) for rank in ranks)
     return head[:-2] + ',\n  "ranks": ' + (f"[\n{lines}\n  ]" if ranks else "[]") + "\n}\n"
+
+
+def render_jsonl(report: Report) -> str:
+    """The contract as JSON Lines for log pipelines: a ``job`` record (inputs, job, verdict, how many
+    findings), then one ``finding`` record per finding in the contract's order. Every record names the
+    schema and the inputs, so records of many jobs can share one stream."""
+    data = to_dict(report)
+    common = {"schema": data["schema"], "inputs": [i["path"] for i in data["inputs"]]}
+    job = {
+        "record": "job", **common, "job": data["job"], "verdict": data["verdict"],
+        "worst_severity": report.worst_severity.label if report.worst_severity is not None else None,
+        "findings": len(data["findings"]),
+    }
+    records = [job] + [{"record": "finding", **common, **finding} for finding in data["findings"]]
+    return "".join(_one_line(json.dumps(record, ensure_ascii=False)) + "\n" for record in records)
+
+
+def _one_line(text: str) -> str:
+    # json escapes newlines but not U+2028/U+2029, which line-splitting readers (str.splitlines, some
+    # collectors) take as line ends. Inside JSON they occur only in strings, where the escape is equivalent.
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
