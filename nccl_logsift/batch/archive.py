@@ -68,9 +68,12 @@ class JobInput:
         return digest.hexdigest()
 
     @property
-    def run_date(self) -> str:
-        """The day (UTC) the job last wrote a log: the newest modification time of its files."""
-        newest = max((f.mtime_ns for f in self.files), default=0)
+    def run_date(self) -> str | None:
+        """The day (UTC) the job last wrote a log: the newest modification time of its files (None without
+        files, rather than the epoch's 1970-01-01)."""
+        if not self.files:
+            return None
+        newest = max(f.mtime_ns for f in self.files)
         return datetime.fromtimestamp(newest / 1e9, UTC).date().isoformat()
 
 

@@ -7,6 +7,7 @@
       ranks/run_date=2025-11-20/<job_key>.parquet       one row per rank and communicator: where it stopped
       gpus/run_date=2025-11-20/<job_key>.parquet        one row per process: its host, rank and GPU
       tables/<table>/run_date=.../<job_key>.parquet     with --tables: the tables of ``logsift parse``
+      reports/run_date=.../<job_key>.html               the job's HTML report, as ``logsift report`` writes it
       fleet.json, fleet.html                            the fleet summary
 
 Every table is partitioned by ``run_date``, the day (UTC) the job last wrote a log, because fleet
@@ -103,6 +104,8 @@ GPUS = pa.schema([
 
 SCHEMAS = {"jobs": JOBS, "findings": FINDINGS, "ranks": RANKS, "gpus": GPUS}
 TABLES_DIR = "tables"
+REPORTS_DIR = "reports"
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
 def prepare(out: Path) -> None:
@@ -120,10 +123,29 @@ def prepare(out: Path) -> None:
         raise InputError(f"cannot create output directory {out}: {exc.strerror}") from exc
 
 
-def part_path(out: Path, table: str, run_date: str, job_key: str) -> Path:
+def part_path(out: Path, table: str, run_date: str | None, job_key: str) -> Path:
     """Where one job's rows of ``table`` live; parser tables sit under ``tables/``."""
     base = out / table if table in SCHEMAS else out / TABLES_DIR / table
-    return base / f"{PARTITION}={run_date}" / f"{job_key}.parquet"
+    return base / _partition(run_date) / f"{job_key}.parquet"
+
+
+def report_path(run_date: str | None, job_key: str) -> Path:
+    """Where a job's HTML report lives, relative to OUT (so fleet.html links to it wherever OUT is moved)."""
+    return Path(REPORTS_DIR) / _partition(run_date) / f"{job_key}.html"
+
+
+def _partition(run_date: str | None) -> str:
+    # A job with no file has no date: Hive's null partition, which polars, DuckDB and Spark read as null.
+    return f"{PARTITION}={run_date if run_date is not None else NULL_PARTITION}"
+
+
+def write_report(out: Path, run_date: str | None, job_key: str, page: str) -> None:
+    """Write a job's HTML report atomically, like its rows."""
+    path = out / report_path(run_date, job_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(page, encoding="utf-8")
+    os.replace(staging, path)
 
 
 def write_part(path: Path, table: pa.Table) -> None:
@@ -139,10 +161,11 @@ def move_part(source: Path, path: Path) -> None:
     shutil.move(source, path)
 
 
-def remove_job(out: Path, run_date: str, job_key: str) -> None:
+def remove_job(out: Path, run_date: str | None, job_key: str) -> None:
     """Delete what an earlier analysis of a job wrote (before its inputs changed), ``jobs`` row last."""
     tables = out / TABLES_DIR
     names = sorted(p.name for p in tables.iterdir()) if tables.is_dir() else []
+    (out / report_path(run_date, job_key)).unlink(missing_ok=True)
     for table in ["findings", "ranks", "gpus", *names, "jobs"]:
         part_path(out, table, run_date, job_key).unlink(missing_ok=True)
 

@@ -20,6 +20,7 @@ from nccl_logsift.batch import dataset
 
 TOP = 20  # culprits listed per category
 PROBLEMS = 50  # failed and incomplete jobs listed by name
+LISTED = 5000  # jobs in the page's job list, most recent first: the page stays a few MB
 UNKNOWN_VERSION = "unknown"
 
 
@@ -60,6 +61,21 @@ class JobProblem:
 
 
 @dataclass(frozen=True, slots=True)
+class JobEntry:
+    """One job of the page's job list: what it concluded, and where its own report is."""
+
+    job_id: str
+    archive: str
+    status: str
+    run_date: str | None
+    worst_severity: str | None
+    root_causes: tuple[str, ...]  # kinds of the primary findings
+    hosts: tuple[str, ...]
+    verdict: str | None
+    report: str | None  # path of the job's HTML report, relative to the dataset directory
+
+
+@dataclass(frozen=True, slots=True)
 class FleetSummary:
     jobs: int
     ok: int
@@ -77,6 +93,7 @@ class FleetSummary:
     version_kinds: tuple[str, ...]
     versions: tuple[VersionRow, ...]
     problems: tuple[JobProblem, ...]
+    job_list: tuple[JobEntry, ...]  # the LISTED most recent jobs
 
 
 def scan(out: Path, table: str) -> pl.LazyFrame:
@@ -115,6 +132,7 @@ def summarize(out: Path) -> FleetSummary:
         version_kinds=version_kinds,
         versions=versions,
         problems=_problems(jobs),
+        job_list=_job_list(out, jobs),
     )
 
 
@@ -205,6 +223,20 @@ def _problems(jobs: pl.DataFrame) -> tuple[JobProblem, ...]:
         .select("job_id", "archive", "status", message=pl.col("message").fill_null(""))
     )
     return tuple(JobProblem(**r) for r in rows.iter_rows(named=True))
+
+
+def _job_list(out: Path, jobs: pl.DataFrame) -> tuple[JobEntry, ...]:
+    rows = jobs.sort([dataset.PARTITION, "job_id"], descending=[True, False], nulls_last=True).head(LISTED)
+    entries = []
+    for r in rows.iter_rows(named=True):
+        report = dataset.report_path(r[dataset.PARTITION], r["job_key"])
+        entries.append(JobEntry(
+            job_id=r["job_id"], archive=r["archive"], status=r["status"], run_date=r[dataset.PARTITION],
+            worst_severity=r["worst_severity"], root_causes=tuple(r["primary_kinds"] or ()),
+            hosts=tuple(r["hosts"] or ()), verdict=r["verdict"],
+            report=report.as_posix() if (out / report).is_file() else None,
+        ))
+    return tuple(entries)
 
 
 def summary_json(summary: FleetSummary) -> str:

@@ -25,6 +25,7 @@ from nccl_logsift.batch.archive import JobInput
 from nccl_logsift.errors import LogsiftError
 from nccl_logsift.model import Report
 from nccl_logsift.pipeline import ParseOptions, analyze, parse_paths
+from nccl_logsift.render.html import render_html
 from nccl_logsift.render.json import to_dict
 from nccl_logsift.tables import ParquetSink, RankMaps
 
@@ -64,6 +65,7 @@ def run_job(job: JobInput, out: str, with_tables: bool = False) -> JobOutcome:
             raise LogsiftError("the job holds no files")
         report = analyze(job.paths, ANALYZE_OPTIONS)
         _write_report(root, job, report)
+        dataset.write_report(root, job.run_date, job.key, render_html(report))
         if with_tables:
             _write_tables(root, job)
     except LogsiftError as exc:

@@ -74,6 +74,9 @@ def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | N
     )
     runner = engine_for(engine, workers, address)
     work = plan(options)
+    if not work.todo and not work.skipped:
+        click.echo(f"Warning: no job found in {', '.join(archives)}"
+                   f"{f' matching --job-pattern {job_pattern!r}' if job_pattern else ''}.", err=True)
     with batch_progress(len(work.todo)) as progress:
         result = run_batch(options, runner, work, progress)
     _print_result(result, output)
@@ -114,8 +117,9 @@ def _print_result(result: BatchResult, output: Path) -> None:
         f"{f', {result.failed} failed' if result.failed else ''}."
     )
     console.print(
-        f"Dataset of {summary.jobs} job(s) in {output}/ ({summary.failed} unreadable, "
-        f"{summary.with_root_cause} with a root cause); summary in {output}/fleet.json"
+        f"Dataset of {summary.jobs} job(s) in {output}/ ({summary.incomplete} from damaged input, {summary.failed} "
+        f"unreadable, {summary.with_root_cause} with a root cause); summary in {output}/fleet.json, page and job "
+        f"list in {output}/fleet.html, each job's report under {output}/reports/"
     )
     if summary.kinds:
         kinds = Table("kind", "jobs (root cause)", "jobs (any)", title="Findings by kind", title_justify="left")

@@ -135,3 +135,61 @@ def test_fleet_page_in_chromium_names_the_failing_hosts(batch, tmp_path):
     assert kinds, "no kind in the fleet page"
     shot = browser.screenshot(out / "fleet.html", tmp_path / "fleet.png")
     assert shot.stat().st_size > 20_000
+
+
+def test_batch_writes_each_analysed_jobs_report_and_the_fleet_page_lists_and_links_every_job(batch):
+    _, out, truth = batch
+    jobs = read(out, "jobs")
+    summary = json.loads((out / "fleet.json").read_text())
+    listed = {entry["job_id"]: entry for entry in summary["job_list"]}
+    assert set(listed) == set(jobs["job_id"])
+    for row in jobs.iter_rows(named=True):
+        entry = listed[row["job_id"]]
+        assert entry["run_date"] == str(row["run_date"]) and entry["status"] == row["status"]
+        if row["status"] == "failed":
+            assert entry["report"] is None
+        else:
+            assert entry["root_causes"] == row["primary_kinds"]
+            page = out / entry["report"]
+            assert page.is_file() and entry["report"] == f"reports/run_date={row['run_date']}/{row['job_key']}.html"
+            assert "<!DOCTYPE html>" in page.read_text()[:100]
+    links = (out / "fleet.html").read_text().count('<a href="reports/run_date=')
+    assert links == jobs.filter(pl.col("status") != "failed").height == truth.jobs - 1
+
+
+def test_fleet_page_filters_its_job_list_by_the_kind_in_its_address(batch):
+    from tests.render import browser
+    from tests.render.dom import parse
+
+    _, out, truth = batch
+    kind, jobs = truth.primary_kind_jobs().most_common(1)[0]
+    dom = parse(browser.load(out / "fleet.html", fragment=f"kind={kind}").dom)
+    rows = dom.by_id("job-list").find("tbody").find_all("tr")
+    shown = [row for row in rows if "hidden" not in row.attrs]
+    assert len(rows) == truth.jobs and len(shown) == jobs
+    assert all(kind in row.attrs["data-kinds"].split() for row in shown)
+    assert dom.by_id("filter-count").text == f"{jobs} of {truth.jobs} job(s)"
+
+
+def test_an_empty_archive_warns_on_the_terminal_and_on_the_page(tmp_path):
+    (tmp_path / "archive").mkdir()
+    out = tmp_path / "fleet"
+    result = CliRunner().invoke(cli, ["batch", str(tmp_path / "archive"), "-o", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "Warning: no job found" in result.stderr
+    assert 'id="empty"' in (out / "fleet.html").read_text()
+
+
+def test_a_job_without_files_has_no_run_date_rather_than_1970(tmp_path):
+    import pyarrow as pa
+
+    from nccl_logsift.batch import dataset, fleet
+    from nccl_logsift.batch.archive import JobInput
+
+    job = JobInput(job_id="empty", archive=str(tmp_path), files=())
+    assert job.run_date is None
+    path = dataset.part_path(tmp_path, "jobs", job.run_date, "k")
+    dataset.write_part(path, pa.Table.from_pylist([{"job_key": "k", "job_id": "empty", "status": "failed"}], dataset.JOBS))
+    assert fleet.scan(tmp_path, "jobs").collect()["run_date"].to_list() == [None]
+    summary = fleet.summarize(tmp_path)
+    assert summary.first_run_date is None and summary.job_list[0].run_date is None

@@ -39,12 +39,13 @@ class Loaded:
     console: str    # what the browser logged: CSP violations show up here
 
 
-def load(page: Path, budget_ms: int = 3000) -> Loaded:
-    """Open ``page`` from disk and return its DOM once scripts ran (virtual time, so it does not wait)."""
+def load(page: Path, budget_ms: int = 3000, fragment: str = "") -> Loaded:
+    """Open ``page`` from disk (with ``#fragment``) and return its DOM once scripts ran (virtual time, so it
+    does not wait)."""
     with tempfile.TemporaryDirectory(prefix="logsift-chromium-") as profile:
         done = subprocess.run(
             [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
-             "--enable-logging=stderr", "--v=0", "--dump-dom", page.resolve().as_uri()],
+             "--enable-logging=stderr", "--v=0", "--dump-dom", page.resolve().as_uri() + (f"#{fragment}" if fragment else "")],
             capture_output=True, text=True, timeout=120,
         )
     assert done.returncode == 0, done.stderr[-2000:]

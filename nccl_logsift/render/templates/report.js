@@ -22,5 +22,34 @@
       row.scrollIntoView({ block: "center" });
     });
   });
+  // The fleet page's job list: show the rows that match every filter.
+  var list = document.getElementById("job-list");
+  if (list) {
+    var value = function (id) { return document.getElementById(id).value.trim(); };
+    var filter = function () {
+      var kind = value("filter-kind"), status = value("filter-status"), host = value("filter-host").toLowerCase();
+      var from = value("filter-from"), to = value("filter-to"), shown = 0, rows = all("#job-list tbody tr");
+      rows.forEach(function (row) {
+        var date = row.getAttribute("data-date");
+        var match = (!kind || row.getAttribute("data-kinds").split(" ").indexOf(kind) >= 0)
+          && (!status || row.getAttribute("data-status") === status)
+          && (!host || row.getAttribute("data-hosts").toLowerCase().indexOf(host) >= 0)
+          && (!from || (date && date >= from)) && (!to || (date && date <= to));
+        row.hidden = !match;
+        shown += match ? 1 : 0;
+      });
+      document.getElementById("filter-count").textContent = shown + " of " + rows.length + " job(s)";
+    };
+    // Filters can be given in the address (fleet.html#kind=rank_behind&host=node-07), to link a view.
+    var names = { kind: "filter-kind", status: "filter-status", host: "filter-host", from: "filter-from", to: "filter-to" };
+    location.hash.replace(/^#/, "").split("&").forEach(function (pair) {
+      var parts = pair.split("="), id = names[decodeURIComponent(parts[0])];
+      if (id && parts.length === 2) { document.getElementById(id).value = decodeURIComponent(parts[1]); }
+    });
+    Object.keys(names).forEach(function (key) {
+      document.getElementById(names[key]).addEventListener("input", filter);
+    });
+    filter();
+  }
   document.documentElement.setAttribute("data-js", "ready");
 })();
