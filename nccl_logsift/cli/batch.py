@@ -60,7 +60,9 @@ def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | N
     Writes to OUTPUT (Hive-partitioned by run_date, readable by polars, DuckDB, Spark):
       jobs/ findings/ ranks/ gpus/   one row per job / finding / rank / process, keyed by job_key
       tables/<table>/                with --tables: the tables `logsift parse` writes
-      fleet.json, fleet.html         root causes by kind, culprit hosts/GPUs/NICs, kinds by NCCL version
+      reports/                       each job's HTML report, as `logsift report` writes it
+      fleet.json, fleet.html         the jobs (filterable, linked to their reports), root causes by kind,
+                                     culprit hosts/GPUs/NICs, kinds by NCCL version
 
     \b
     Examples:
