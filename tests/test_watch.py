@@ -20,7 +20,7 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from nccl_logsift.simulate import Options, simulate
+from nccl_logsift.simulate import Options, simulate, write
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
 COLL = re.compile(r"NCCL INFO \w+: opCount ")
@@ -40,7 +40,8 @@ class SteppedJob:
 
 
 def rank_stall_job(seed: int = 1) -> SteppedJob:
-    sim = simulate(Options(scenario="rank-stall", ranks=8, seed=seed, noise=False))
+    # Fed line by line, as NCCL <= 2.12 wrote them (later releases block-buffer: tests/live/test_live_buffered.py).
+    sim = simulate(Options(scenario="rank-stall", ranks=8, seed=seed, noise=False, nccl_version="2.10"))
     records = sorted(sim.records, key=lambda r: (r.t, r.order))
     lines = [(r.t, r.proc, line) for r in records for line in r.text.split("\n")]
     first_call = min(t for t, _, line in lines if COLL.search(line))
@@ -152,10 +153,14 @@ def test_output_to_a_pipe_is_json_lines_ending_with_the_analyze_report(run_cli):
 
 
 def test_ctrl_c_ends_the_input_and_prints_the_report_of_what_was_read(tmp_path):
+    # A line-flushing release (2.10): the live stall is the sign that every line written has been parsed.
+    log = tmp_path / "stall.log"
+    write(Options(scenario="rank-stall", ranks=8, seed=1, noise=False, nccl_version="2.10"), str(log))
+    culprit = rank_stall_job().culprit
     watch = Watch(tmp_path, "--stall-after", str(STALL_AFTER), "--format", "json", "-")
     try:
         watch.expect(lambda e: e["event"] == "start", deadline=time.monotonic() + STARTUP)
-        watch.write(STALL.read_text().splitlines())
+        watch.write(log.read_text().splitlines())
         watch.expect(is_stall, deadline=time.monotonic() + 30)  # every line has been parsed by now
         watch.proc.send_signal(signal.SIGINT)
         assert watch.proc.wait(timeout=30) == 0  # standard input is still open
@@ -164,8 +169,8 @@ def test_ctrl_c_ends_the_input_and_prints_the_report_of_what_was_read(tmp_path):
         watch.proc.kill()
         watch.proc.stdin.close()
     report = final["report"]
-    assert report["inputs"][0]["lines"] == len(STALL.read_text().splitlines())
-    assert report["findings"][0]["primary"] and report["findings"][0]["ranks"] == [1]
+    assert report["inputs"][0]["lines"] == len(log.read_text().splitlines())
+    assert report["findings"][0]["primary"] and report["findings"][0]["ranks"] == [culprit]
     assert "Traceback" not in watch.stderr_path.read_text()
 
 

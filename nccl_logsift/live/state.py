@@ -31,6 +31,8 @@ from nccl_logsift.parse.calls import NO_RANK, Calls, nullable
 from nccl_logsift.pipeline import Batch
 
 KEY = ["comm_uid", "rank"]
+STDIO_BLOCK = 4096  # bytes of a C stdio buffer on a pipe or file (glibc BUFSIZ)
+BUFFERED_FROM = (2, 13, 4)  # the first NCCL that stops flushing stdout after each line
 LINE_KEY = ["source_id", "line_no", "part"]
 MEMBER_SCHEMA = {
     "comm_uid": pl.String, "rank": pl.Int64, "host": pl.String, "pid": pl.Int64, "nranks": pl.Int64,
@@ -103,6 +105,7 @@ class LiveSnapshot:
     world_size: int | None
     calls_per_second: float
     stall_after: float
+    block_buffered: bool  # NCCL writes its lines in 4 KiB blocks: lags shorter than a block are not stalls
     rows: tuple[RankRow, ...]  # the most important first
     more_rows: int  # rows left out of ``rows``
     events: tuple[LiveEvent, ...]  # the most recent last
@@ -130,6 +133,7 @@ class LiveState:
         self._calls: deque[tuple[float, int]] = deque()
         self._episodes: dict[tuple[str, int], _Episode] = {}
         self._warn_signatures: set[str] = set()
+        self._block_buffered = False  # NCCL's own lines reach the stream in 4 KiB blocks (see _judged)
         self._pending: list[LiveEvent] = []
         self._recent: deque[LiveEvent] = deque(maxlen=RECENT_EVENTS)
         self.bytes_read = 0
@@ -140,6 +144,7 @@ class LiveState:
         now = self._clock()
         tables = batch.tables
         self.bytes_read = batch.bytes_read
+        self._block_buffered = self._block_buffered or _block_buffered(tables["versions"])
         last = _last_calls(batch.calls, tables["lines"], batch.source.path)
         self._processes = _fold_processes(self._processes, tables, last)
         if last.height:
@@ -176,6 +181,7 @@ class LiveState:
             world_size=int(world) if world is not None else None,
             calls_per_second=self._rate(now),
             stall_after=self.stall_after,
+            block_buffered=self._block_buffered,
             rows=rows,
             more_rows=max(0, judged.height - len(rows)),
             events=tuple(self._recent),
@@ -193,8 +199,19 @@ class LiveState:
             idle=pl.lit(now) - pl.col("advanced_at"),
             at_front=(pl.col("position") == pl.col("front")).sum().over("comm_uid"),
             size=pl.coalesce(pl.col("nranks").max().over("comm_uid"), pl.len().over("comm_uid")),
-        ).with_columns(stalled=(pl.col("behind") > 0) & (pl.col("idle") > self.stall_after))
+        ).with_columns(stalled=(pl.col("behind") > self._hidden_calls()) & (pl.col("idle") > self.stall_after))
         return _with_global_ranks(judged, self._processes)
+
+    def _hidden_calls(self) -> pl.Expr:
+        """How many calls a member's stdio buffer may still hold, unseen. From 2.13.4 NCCL no longer flushes
+        stdout after each line, so a pipe receives each process's lines in 4 KiB blocks (nccl-log-grammar.md
+        §1.6, §9.2): a rank may look a block behind its peers while it is not, and catch up at its next
+        flush. Only a lag longer than a block of its own lines is a stall; a shorter one is not knowable live."""
+        if not self._block_buffered:
+            return pl.lit(0)
+        # Rounded up, plus the line that may straddle the block's end.
+        line = (pl.col("text").str.len_bytes().fill_null(0) + 1).clip(lower_bound=1)
+        return (pl.lit(STDIO_BLOCK) + line - 1) // line + 1
 
     def _stall_events(self, now: float) -> list[LiveEvent]:
         at = now - self._started
@@ -442,6 +459,14 @@ def _evidence(row: dict) -> Evidence:
     return Evidence(row["path"], int(row["line_no"]), row["text"] or "")
 
 
+def _block_buffered(versions: pl.DataFrame) -> bool:
+    """Whether a banner names an NCCL that leaves its stdout lines in a stdio buffer."""
+    if versions.is_empty() or "version" not in versions.columns:
+        return False
+    parts = versions["version"].drop_nulls().str.extract_groups(r"^(\d+)\.(\d+)\.(\d+)").struct.unnest()
+    return any(tuple(int(x) for x in row) >= BUFFERED_FROM for row in parts.drop_nulls().iter_rows())
+
+
 def _stall_finding(row: dict, front: dict) -> Finding:
     """LS101 in analyze's words, for a rank that has not advanced for ``idle`` seconds."""
     rule = rule_for(STALL_CODE)
@@ -457,7 +482,8 @@ def _stall_finding(row: dict, front: dict) -> Finding:
         "rank-dependent branch. The verdict at the end of the input confirms or revises this."
     )
     return Finding(
-        code=rule.code, name=rule.name, kind=Kind.RANK_BEHIND, severity=Severity.ERROR, title=title,
+        # The grade analyze gives the same finding: a rank that stopped while its peers wait hangs the job.
+        code=rule.code, name=rule.name, kind=Kind.RANK_BEHIND, severity=Severity.CRITICAL, title=title,
         ranks=(row["global_rank"],) if row["global_rank"] is not None else (), hosts=(row["host"],),
         comm=row["comm_uid"], seq=position + 2, evidence=(_evidence(row), _evidence(front)), advice=advice,
     )

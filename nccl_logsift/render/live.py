@@ -31,8 +31,9 @@ CHROME_LINES = 8  # header, table title, head, borders and caption
 def live_view(snapshot: LiveSnapshot, height: int) -> RenderableType:
     """Header, the last collective of every rank (problems first, cut to fit ``height`` lines), live findings."""
     events = snapshot.events[-EVENT_LINES:]
-    room = max(3, height - CHROME_LINES - len(events))
-    return Group(_header(snapshot), _rank_table(snapshot, room), *(_event_line(e) for e in events))
+    room = max(3, height - CHROME_LINES - len(events) - 2 * snapshot.block_buffered)  # the note: two lines
+    return Group(_header(snapshot), *_buffering_note(snapshot), _rank_table(snapshot, room),
+                 *(_event_line(e) for e in events))
 
 
 def _header(s: LiveSnapshot) -> Text:
@@ -44,6 +45,16 @@ def _header(s: LiveSnapshot) -> Text:
         f"· {minutes}:{seconds:02d} elapsed · stall after {s.stall_after:g} s"
     )
     return text
+
+
+def _buffering_note(s: LiveSnapshot) -> list[Text]:
+    if not s.block_buffered:
+        return []
+    return [Text(
+        "NCCL ≥ 2.13.4 writes to a pipe in 4 KiB blocks, so a lag shorter than a block is not reported live "
+        "(the final verdict sees it); run the job under `stdbuf -oL` to see every line as it is written.",
+        style="dim",
+    )]
 
 
 def _rank_table(s: LiveSnapshot, room: int) -> Table:

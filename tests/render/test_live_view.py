@@ -29,7 +29,7 @@ def row(rank: int, call: int, behind: int = 0, stalled: bool = False) -> RankRow
 def snapshot(**changes) -> LiveSnapshot:
     values = {
         "elapsed": 75.2, "bytes_read": 12_500_000, "ranks_seen": 4, "world_size": 4, "calls_per_second": 1234.4,
-        "stall_after": 10.0, "rows": (row(3, 5, behind=2, stalled=True), row(0, 7), row(1, 7), row(2, 7)),
+        "stall_after": 10.0, "block_buffered": False, "rows": (row(3, 5, behind=2, stalled=True), row(0, 7), row(1, 7), row(2, 7)),
         "more_rows": 0,
         "events": (
             LiveEvent(EventKind.FINDING, 20.5, STALL),
@@ -71,3 +71,9 @@ def test_event_dicts_carry_a_finding_of_the_findings_contract():
         "event": "recovered", "at": 31.0, "note": "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again",
         "finding": finding_dict(STALL),
     }
+
+
+def test_view_says_when_nccl_block_buffers_its_lines_and_how_to_see_every_line():
+    plain, buffered = render(live_view(snapshot(), 40)), render(live_view(snapshot(block_buffered=True), 40))
+    assert "4 KiB blocks" not in plain
+    assert "4 KiB blocks" in buffered and "stdbuf -oL" in buffered
