@@ -46,9 +46,11 @@ def check(directory: Path | None) -> None:
 @grammar.command()
 @click.option(
     "--lnav", "target", flag_value="lnav", required=True,
-    help="Write an lnav log format (format-v1 JSON) for the lines that carry a time; install it with lnav -i FILE.",
+    help="Write an lnav log format (format-v1 JSON) of the lines that carry a time (install: lnav -i FILE).",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file, not stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file, not stdout."
+)
 @click.option(
     "--dir", "directory", type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="A grammar directory to export instead of the installed one.",
