@@ -33,6 +33,10 @@ FORMAT_NAME = "logsift_log"
 SCHEMA_URL = "https://lnav.org/schemas/format-v1.schema.json"
 # lnav's default names for the captures holding the time, the level and the message.
 TIMESTAMP, LEVEL, BODY = "timestamp", "level", "body"
+# No "timestamp-format": lnav's own time scanner reads every time these lines print (checked with lnav 0.11.1:
+# RFC 3339 with any number of fraction digits and Z or an offset, "%F %T" with or without a fraction,
+# "%F %T,ms", glog's "MMDD hh:mm:ss.frac"), while a format list replaces the scanner and wants a fixed number
+# of fraction digits, which docker's times (trailing zeros trimmed) do not have.
 
 # Grammar fields holding the time a prefix prints, and the level an envelope prints (NCCL's level, the
 # glog/logging severity). A format has one timestamp field and one level field, so these are renamed.

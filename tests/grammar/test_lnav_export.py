@@ -18,6 +18,7 @@ import regex
 from nccl_logsift.grammar import Layer, load_grammars
 from nccl_logsift.grammar.lnav import FORMAT_NAME, SCHEMA_URL, lnav_level, lnav_patterns
 from nccl_logsift.grammar.pcre import from_pcre
+from nccl_logsift.grammar.registry import grammar_root
 
 GRAMMARS = load_grammars()
 LNAV = shutil.which("lnav")
@@ -70,6 +71,16 @@ def test_export_without_lnav_flag_is_a_usage_error(run_cli):
 def test_export_to_stdout_equals_the_file_and_is_deterministic(run_cli, exported):
     first, second = run_cli("grammar", "export", "--lnav"), run_cli("grammar", "export", "--lnav")
     assert first.exit_code == 0 and first.output == second.output == exported[1]
+
+
+def test_export_reads_the_grammars_of_dir(run_cli, tmp_path):
+    root = tmp_path / "grammars"
+    shutil.copytree(grammar_root(), root)
+    torch = root / "envelope" / "torch.toml"
+    torch.write_text(torch.read_text().replace("W0726 10:59:50.786825", "W1126 08:00:00.000001"))
+    result = run_cli("grammar", "export", "--lnav", "--dir", str(root))
+    assert result.exit_code == 0 and "W1126 08:00:00.000001" in result.output
+    assert "W1126" not in run_cli("grammar", "export", "--lnav").output
 
 
 def test_every_pattern_is_pcre_and_compiles_with_time_level_and_body(fmt):
