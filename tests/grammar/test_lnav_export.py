@@ -22,6 +22,8 @@ from nccl_logsift.grammar.registry import grammar_root
 
 GRAMMARS = load_grammars()
 LNAV = shutil.which("lnav")
+if LNAV is None and os.environ.get("LOGSIFT_REQUIRE_LNAV") == "1":
+    raise RuntimeError("lnav is required (LOGSIFT_REQUIRE_LNAV=1, as CI sets) but not installed")
 needs_lnav = pytest.mark.skipif(LNAV is None, reason="lnav is not installed (Debian: apt-get install lnav)")
 
 
