@@ -52,3 +52,31 @@ def test_line_endings_leave_the_primary_findings_as_they_are(tmp_path, case, end
         _EXPECTED[case] = _primary([str(case)])
     changed = _rewritten(case, ENDINGS[ending], tmp_path / re.sub(r"\W", "_", case.name))
     assert _primary([str(changed)]) == _EXPECTED[case]
+
+
+COLL = (
+    b"gpu7:31842:31842 [3] NCCL INFO AllReduce: opCount 1a4 sendbuff 0x7f3a1c000000 recvbuff (nil) count 4194304"
+    b" datatype 7 op 0 root -1 comm 0x55d2e4b1a6c0 [nranks=16] stream 0x55d2e3f0c900"
+)
+
+
+def _fast_rows(path: Path):
+    from nccl_logsift.grammar import load_grammars
+    from nccl_logsift.io.lines import LineReader
+    from nccl_logsift.io.sources import expand_paths
+    from nccl_logsift.parse.fastcoll import CollFastPath
+    from nccl_logsift.parse.lineparser import LineParser
+
+    fast = CollFastPath(LineParser(load_grammars()).parse_prefixes)
+    chunk = next(iter(LineReader(expand_paths([str(path)])[0][0])))
+    return fast.read(chunk)
+
+
+@pytest.mark.parametrize("ending", [b" ", b"\t", b"\r", b"\r\r", b" \t\r", b"\xff\xfe", b"\x00\x00"])
+def test_the_coll_fast_path_reads_a_call_whatever_ends_its_line(tmp_path, ending):
+    clean, damaged = tmp_path / "clean.log", tmp_path / "damaged.log"
+    clean.write_bytes(COLL + b"\n" + COLL + b"\n")
+    damaged.write_bytes(COLL + ending + b"\n" + COLL + ending + b"\n")
+    want, got = _fast_rows(clean), _fast_rows(damaged)
+    assert got.index.tolist() == want.index.tolist() == [0, 1]
+    assert got.rows.drop("byte_offset").equals(want.rows.drop("byte_offset"))
