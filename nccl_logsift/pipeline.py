@@ -248,8 +248,9 @@ class TableStream:
             stats.invalid_utf8_lines += result.invalid_utf8_lines
             stats.nul_bytes += result.nul_bytes
             if result.problem:
-                unreadable = InputProblem(ProblemKind.UNREADABLE, offset=segment.offset, reason=result.problem)
-                stats.problems.append(unreadable)
+                stats.problems.append(
+                    InputProblem(ProblemKind.UNREADABLE, offset=segment.offset, reason=result.problem)
+                )
                 break
 
     def _batch(self, tables: dict[str, pl.DataFrame], calls: Calls, source: Source) -> Batch:

@@ -137,7 +137,8 @@ class Job:
 def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
     """The lines starting at these offsets of a plain (uncompressed) file (None each when it cannot be read),
     read in one opening of the file and in file order (a 4096-rank report reads ~16k of them)."""
-    if not path or path == "-" or not os.path.isfile(path):  # a pipe was read once: opening it again would wait
+    # A pipe was read once: opening it again would wait for a writer.
+    if not path or path == "-" or not os.path.isfile(path):
         return [None] * len(offsets)
     found: dict[int, str] = {}
     try:

@@ -36,14 +36,15 @@ def analyzed(run_cli, *paths) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module")
 def big_stall(tmp_path_factory) -> tuple[Path, Path, int]:
-    """A 5 MB rank-stall log (more than one 4 MiB read), its gzip cut at 99 %, and what zcat recovers of it."""
+    """A 5 MB rank-stall log (more than one 4 MiB read), its gzip cut at 99 %, and what zcat recovers."""
     from click.testing import CliRunner
 
     from nccl_logsift.cli import cli
 
     folder = tmp_path_factory.mktemp("big")
     log = folder / "stall.log"
-    result = CliRunner().invoke(cli, ["simulate", "-s", "rank-stall", "--ranks", "16", "--size", "5MB", "-o", str(log)])
+    args = ["simulate", "-s", "rank-stall", "--ranks", "16", "--size", "5MB", "-o", str(log)]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     packed = gzip.compress(log.read_bytes(), compresslevel=1)
     cut = folder / "stall.log.gz"
@@ -107,7 +108,10 @@ def test_a_damaged_block_near_the_start_costs_its_own_lines_not_the_log(run_cli,
     report, _ = analyzed(run_cli, path)
     assert primary(report) == primary(intact)
     kinds = {p["kind"] for p in report["inputs"][0]["problems"]}
-    assert kinds == {"nul_padded"} if damage == "nul_run" else "invalid_utf8" in kinds and "binary" not in kinds
+    if damage == "nul_run":
+        assert kinds == {"nul_padded"}
+    else:
+        assert "invalid_utf8" in kinds and "binary" not in kinds
 
 
 def test_a_binary_file_is_still_refused_and_says_so(run_cli, tmp_path):
@@ -132,11 +136,12 @@ def test_a_file_in_a_directory_that_cannot_be_opened_is_reported_not_skipped(run
     monkeypatch.setattr(Source, "open", open_denied)
     report, stderr = analyzed(run_cli, tmp_path / "logs")
     (entry,) = [i for i in report["inputs"] if i["path"] == denied]
-    assert entry["lines"] == 0 and entry["problems"] == [{"kind": "unreadable", "reason": "Permission denied"}]
+    assert entry["lines"] == 0
+    assert entry["problems"] == [{"kind": "unreadable", "reason": "Permission denied"}]
     assert f"note: {denied}: could not be read: Permission denied" in stderr
 
 
-def test_a_file_without_read_permission_in_a_directory_is_an_input_of_the_report(run_cli, tmp_path, monkeypatch):
+def test_a_file_without_read_permission_in_a_directory_is_a_report_input(run_cli, tmp_path, monkeypatch):
     shutil.copytree(PER_RANK, tmp_path / "logs")
     denied = str(sorted((tmp_path / "logs").iterdir())[2])
     real_access = os.access
@@ -161,7 +166,7 @@ def test_a_directory_walk_reports_a_broken_link(run_cli, tmp_path):
 def test_invalid_utf8_is_counted_and_a_coll_line_ending_in_it_is_still_a_call(run_cli, tmp_path):
     lines = STALL.read_bytes().split(b"\n")
     # The culprit's last COLL line: lost, rank 1 would seem to stop one call earlier.
-    index = max(i for i, line in enumerate(lines) if line.startswith(b"1: ") and b"NCCL INFO AllReduce" in line)
+    index = max(i for i, line in enumerate(lines) if line.startswith(b"1: ") and b"INFO AllReduce" in line)
     lines[index] += b"\xff\xfe"
     lines[3] += b" \xc3"
     path = tmp_path / "damaged.log"
@@ -204,13 +209,50 @@ def test_dev_stdin_and_process_substitution_are_read_as_streams():
     if not shutil.which("bash"):
         pytest.skip("no bash for a process substitution")
     script = f'"{sys.executable}" -m nccl_logsift analyze <(cat "{STALL}") --format json'
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, cwd=Path(__file__).resolve().parents[2])
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, cwd=root)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["findings"][0]["ranks"] == [1]
 
 
 def test_a_missing_path_given_alone_keeps_its_clear_error(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "missing.log")], capture_output=True, text=True
-    )
-    assert proc.returncode == 2 and "no such file or directory" in proc.stderr and "Traceback" not in proc.stderr
+    command = [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "missing.log")]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 2 and "no such file or directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_subdirectory_that_cannot_be_listed_is_reported(run_cli, tmp_path, monkeypatch):
+    shutil.copytree(PER_RANK, tmp_path / "logs")
+    (tmp_path / "logs" / "node2").mkdir()
+    (tmp_path / "logs" / "node2" / "rank8.log").write_bytes(STALL.read_bytes()[:1000])
+    locked = str(tmp_path / "logs" / "node2")
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if str(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report, stderr = analyzed(run_cli, tmp_path / "logs")
+    (entry,) = [i for i in report["inputs"] if i["path"] == locked]
+    assert entry["problems"] == [{"kind": "unreadable", "reason": "directory cannot be read: Permission denied"}]
+    assert f"note: {locked}: could not be read" in stderr
+
+
+def test_a_rank_file_of_nul_bytes_only_is_an_empty_input_with_its_padding_counted(run_cli, tmp_path):
+    shutil.copytree(PER_RANK, tmp_path / "logs")
+    crashed = tmp_path / "logs" / "gpu-node-099.1"
+    crashed.write_bytes(b"\0" * 8192)
+    report, _ = analyzed(run_cli, tmp_path / "logs")
+    (entry,) = [i for i in report["inputs"] if i["path"] == str(crashed)]
+    assert entry["lines"] == 0 and entry["problems"] == [{"kind": "nul_padded", "bytes": 8192}]
+
+
+def test_a_utf16_log_is_refused_with_a_hint_to_convert_it(tmp_path):
+    path = tmp_path / "job.log"
+    path.write_bytes(STALL.read_text().encode("utf-16"))
+    command = [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", "json"]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    assert proc.returncode == 2 and "UTF-16" in proc.stderr and "iconv" in proc.stderr

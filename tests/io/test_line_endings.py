@@ -55,8 +55,8 @@ def test_line_endings_leave_the_primary_findings_as_they_are(tmp_path, case, end
 
 
 COLL = (
-    b"gpu7:31842:31842 [3] NCCL INFO AllReduce: opCount 1a4 sendbuff 0x7f3a1c000000 recvbuff (nil) count 4194304"
-    b" datatype 7 op 0 root -1 comm 0x55d2e4b1a6c0 [nranks=16] stream 0x55d2e3f0c900"
+    b"gpu7:31842:31842 [3] NCCL INFO AllReduce: opCount 1a4 sendbuff 0x7f3a1c000000 recvbuff (nil)"
+    b" count 4194304 datatype 7 op 0 root -1 comm 0x55d2e4b1a6c0 [nranks=16] stream 0x55d2e3f0c900"
 )
 
 
