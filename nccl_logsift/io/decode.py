@@ -186,8 +186,12 @@ class _ArrowDecoder:
         rest = bytearray()
         try:
             stream = _arrow(raw, self._codec)
-            for _ in range(self._decoded // _ARROW_READ_BYTES):  # the reads that succeeded, as they were
-                stream.read(_ARROW_READ_BYTES)
+            skipped = 0
+            while skipped < self._decoded:  # what the reads that succeeded handed out already
+                piece = stream.read(min(_ARROW_READ_BYTES, self._decoded - skipped))
+                if not piece:
+                    return b""
+                skipped += len(piece)
             while byte := stream.read(1):
                 rest += byte
         except (OSError, pa.ArrowException, EOFError):
