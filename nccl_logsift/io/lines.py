@@ -363,7 +363,7 @@ def split_lines(
     starts, ends, ascii, nul_bytes = split.find_lines(view.raw)
     byte_offset = starts.astype(np.uint64) + np.uint64(first_offset)
     if not ascii and not _is_utf8(view.raw):
-        view, starts, ends = _repaired(view, starts, stats)
+        view, starts, ends, nul_bytes = _repaired(view, starts, stats)
     stats.nul_bytes += nul_bytes
     return RawChunk(
         source_id=source_id, first_line_no=first_line_no, view=view, starts=starts, ends=ends, byte_offset=byte_offset
@@ -380,17 +380,20 @@ def _is_utf8(raw: np.ndarray) -> bool:
     return True
 
 
-def _repaired(view: ByteView, starts: np.ndarray, stats: ReadStats) -> tuple[ByteView, np.ndarray, np.ndarray]:
-    """The chunk with invalid UTF-8 replaced by U+FFFD, and its line bounds; the lines that changed are counted.
+def _repaired(
+    view: ByteView, starts: np.ndarray, stats: ReadStats
+) -> tuple[ByteView, np.ndarray, np.ndarray, int]:
+    """The chunk with invalid UTF-8 replaced by U+FFFD, its line bounds and the NUL bytes they leave out; the
+    lines that changed are counted.
 
     A newline is never part of an invalid sequence, so the chunk keeps its lines.
     """
     fixed = ByteView(str(view.data, "utf-8", errors="replace").encode("utf-8"))
-    fixed_starts, fixed_ends, _, _ = split.find_lines(fixed.raw)
+    fixed_starts, fixed_ends, _, nul_bytes = split.find_lines(fixed.raw)
     before = pl.Series(_binary_lines(view.raw, np.append(starts, len(view.raw))))
     after = pl.Series(_binary_lines(fixed.raw, np.append(fixed_starts, len(fixed.raw))))
     stats.invalid_utf8_lines += int((before != after).sum())
-    return fixed, fixed_starts, fixed_ends
+    return fixed, fixed_starts, fixed_ends, nul_bytes
 
 
 def _timed_blocks(stream, size: int, max_wait: float) -> Iterator[bytes | BaseException]:

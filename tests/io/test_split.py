@@ -176,3 +176,10 @@ def test_byte_view_of_bytes_copies_them_once_with_padding():
     view = ByteView(b"abc")
     assert view.data == b"abc" and len(view.raw) == 3 and len(view.words) == 11
     assert int(view.words[0]) == int.from_bytes(b"abc", "little")
+
+
+def test_split_lines_counts_the_nul_padding_of_a_repaired_line_once():
+    stats = ReadStats()
+    chunk = split_lines(b"text\x00\x00\xff\nok\n", 0, 1, 0, stats)
+    assert chunk.lines().text.to_list() == ["text", "ok"]
+    assert stats.nul_bytes == 2 and stats.invalid_utf8_lines == 1
