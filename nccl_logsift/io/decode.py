@@ -70,7 +70,17 @@ class DecodedStream:
         buffer = np.empty(size if size >= 0 else _OUTPUT_BYTES, dtype=np.uint8)
         return buffer[: self.readinto(buffer)].tobytes()
 
-    read1 = read
+    def read1(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes of what one read of the input decodes to: a live pipe's lines as they come."""
+        if not self._fill():
+            if self._error is not None:
+                self._error.offset = self.offset
+                raise self._error
+            return b""
+        take = len(self._out) if size < 0 else min(size, len(self._out))
+        piece, self._out = self._out[:take].tobytes(), self._out[take:]
+        self.offset += take
+        return piece
 
     def close(self) -> None:
         self._raw.close()
@@ -110,13 +120,13 @@ class _MemberDecoder:
         while True:
             state = self._state
             if state.eof:
-                rest = state.unused_data or self._raw.read(_INPUT_BYTES)
+                rest = state.unused_data or self._read()
                 if not rest:
                     return None
                 self._state, self._input = self._new(), rest
                 continue
             if not self._input and self._needs_input():
-                self._input = self._raw.read(_INPUT_BYTES)
+                self._input = self._read()
                 if not self._input:
                     raise BrokenStream(0, True, f"the {self._codec} stream ends in the middle of a member")
             saved = state.copy() if self._codec == "gzip" else None
@@ -133,6 +143,10 @@ class _MemberDecoder:
                 return piece or self.decode()
             if piece:
                 return piece
+
+    def _read(self) -> bytes:
+        # read1: what a pipe holds now, not a wait for a full read (``watch`` of a compressed pipe)
+        return getattr(self._raw, "read1", self._raw.read)(_INPUT_BYTES)
 
     def _needs_input(self) -> bool:
         return self._codec == "gzip" or self._state.needs_input

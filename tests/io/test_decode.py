@@ -102,3 +102,21 @@ def test_a_corrupt_stream_keeps_what_was_decoded_before_the_damage(tmp_path):
     # Deflate notices the damage only at the member's checksum: what came before it is the log's own text.
     first_half = [line.rstrip(" \r") for line in LOG[: len(LOG) // 2].decode().split("\n")][:-1]
     assert texts[: len(first_half)] == first_half
+
+
+def test_a_compressed_pipe_hands_out_what_it_decoded_without_waiting_for_its_end():
+    import os
+    import threading
+
+    from nccl_logsift.io.decode import DecodedStream
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, gzip.compress(b"first line\n"))
+    got: list[bytes] = []
+    with open(read_end, "rb") as raw:
+        stream = DecodedStream(raw, "gzip")
+        reader = threading.Thread(target=lambda: got.append(stream.read1(1 << 20)), daemon=True)
+        reader.start()
+        reader.join(5)
+        os.close(write_end)  # the writer is still there while the read above waits
+        assert got == [b"first line\n"]
