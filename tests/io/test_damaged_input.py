@@ -256,3 +256,26 @@ def test_a_utf16_log_is_refused_with_a_hint_to_convert_it(tmp_path):
     command = [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", "json"]
     proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 2 and "UTF-16" in proc.stderr and "iconv" in proc.stderr
+
+
+def test_batch_keeps_a_cut_gzip_job_and_marks_it_incomplete_with_the_bytes_it_read(tmp_path):
+    import polars as pl
+
+    from nccl_logsift.batch import task
+    from nccl_logsift.batch.run import BatchOptions, run_batch
+
+    class InlineEngine:
+        def run(self, jobs, out, with_tables):
+            for job in jobs:
+                yield task.run_job(job, out, with_tables)
+
+    (tmp_path / "a").mkdir()
+    packed = gzip.compress(STALL.read_bytes())
+    cut = packed[: len(packed) * 99 // 100]
+    (tmp_path / "a" / "stall.log.gz").write_bytes(cut)
+    recovered = len(zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut))
+    options = BatchOptions((str(tmp_path / "a"),), tmp_path / "out")
+    run_batch(options, InlineEngine())
+    (row,) = pl.read_parquet(tmp_path / "out" / "jobs" / "*" / "*.parquet", hive_partitioning=True).to_dicts()
+    assert row["status"] == "incomplete" and row["primary_kinds"] == ["rank_behind"]
+    assert "compressed stream is truncated" in row["message"] and f"{recovered:,} bytes" in row["message"]
