@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
 FINDINGS_SCHEMA = "nccl-logsift/findings/v1"
+# Additions that keep every v1 field as it was raise the minor version only; consumers match on the major.
+FINDINGS_SCHEMA_VERSION = "1.1"
 
 
 class Severity(IntEnum):
@@ -95,12 +97,65 @@ class JobSummary:
     communicators: int
 
 
+class ProblemKind(StrEnum):
+    """What went wrong reading one input (the contract's ``inputs[].problems[].kind``): new ones may be
+    added, none renamed."""
+
+    TRUNCATED = "truncated"  # a compressed stream ends early; what was decoded before ``offset`` is read
+    CORRUPT = "corrupt"  # a compressed stream breaks at ``offset``; what was decoded before it is read
+    UNREADABLE = "unreadable"  # could not be opened (or read on from ``offset``): ``reason``
+    BINARY = "binary"  # not a text log: nothing of it is read
+    NUL_PADDED = "nul_padded"  # ``bytes`` NUL bytes left out: the padding a crashed node leaves in a file
+    INVALID_UTF8 = "invalid_utf8"  # ``lines`` lines held bytes that are not UTF-8 (read with U+FFFD)
+
+
+@dataclass(frozen=True, slots=True)
+class InputProblem:
+    """One problem of one input; the fields its kind does not use are None."""
+
+    kind: ProblemKind
+    offset: int | None = None  # decompressed bytes read before the input broke off
+    bytes: int | None = None
+    lines: int | None = None
+    reason: str | None = None
+
+    @property
+    def cuts_input(self) -> bool:
+        """Whether some of the input was not read at all (as opposed to read and repaired)."""
+        return self.kind in _CUTTING
+
+    def describe(self) -> str:
+        """The problem in a few words, for a note on stderr or in the text report."""
+        offset = f"{self.offset:,}" if self.offset is not None else "?"
+        reason = f" ({self.reason})" if self.reason else ""
+        kept = f"the {offset} bytes decoded before the break were read{reason}"
+        match self.kind:
+            case ProblemKind.TRUNCATED:
+                return f"compressed stream is truncated: {kept}"
+            case ProblemKind.CORRUPT:
+                return f"compressed stream is corrupt: {kept}"
+            case ProblemKind.UNREADABLE:
+                at = f" after {offset} bytes" if self.offset else ""
+                return f"could not be read{at}: {self.reason}"
+            case ProblemKind.BINARY:
+                return f"looks like binary data, not a text log: not read{reason}"
+            case ProblemKind.NUL_PADDED:
+                return f"{self.bytes:,} NUL bytes (padding a crash leaves) left out"
+            case ProblemKind.INVALID_UTF8:
+                return f"{self.lines:,} line(s) held bytes that are not UTF-8, read as U+FFFD"
+        return self.kind.value
+
+
+_CUTTING = (ProblemKind.TRUNCATED, ProblemKind.CORRUPT, ProblemKind.UNREADABLE, ProblemKind.BINARY)
+
+
 @dataclass(frozen=True, slots=True)
 class InputInfo:
     path: str
     bytes: int
     lines: int
     unparsed_lines: int
+    problems: tuple[InputProblem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +166,7 @@ class Report:
     findings: tuple[Finding, ...]
     ranks: tuple[RankState, ...]
     schema: str = FINDINGS_SCHEMA
+    schema_version: str = FINDINGS_SCHEMA_VERSION
     notes: tuple[str, ...] = field(default=())
     views: "ReportViews | None" = None  # for the HTML report; not part of the JSON contract
 
@@ -131,6 +187,11 @@ class Report:
     @property
     def bytes(self) -> int:
         return sum(i.bytes for i in self.inputs)
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether some input was not read to its end (skipped, truncated, unreadable, binary)."""
+        return any(p.cuts_input for i in self.inputs for p in i.problems)
 
 
 # ---------------------------------------------------------------------------------------------- views

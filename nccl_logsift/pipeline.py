@@ -20,6 +20,7 @@ from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, RawChunk, ReadStats, split_lines
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
+from nccl_logsift.model import InputProblem, ProblemKind
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.parse import parallel
@@ -57,7 +58,8 @@ class ParseOptions:
 
 @dataclass(frozen=True, slots=True)
 class InputSummary:
-    """What one input held; ``unparsed_lines`` counts enveloped (NCCL/PyTorch) lines no family claimed."""
+    """What one input held; ``unparsed_lines`` counts enveloped (NCCL/PyTorch) lines no family claimed.
+    ``problem`` says in words what cut it short or skipped it; ``problems`` lists all that went wrong."""
 
     path: str
     bytes: int
@@ -66,6 +68,13 @@ class InputSummary:
     compression: str | None
     invalid_utf8_lines: int
     problem: str | None
+    problems: tuple[InputProblem, ...] = ()
+
+    @staticmethod
+    def skipped(problem: SourceProblem) -> "InputSummary":
+        """A path found while expanding the arguments that could not be read at all."""
+        unreadable = InputProblem(ProblemKind.UNREADABLE, reason=problem.reason)
+        return InputSummary(problem.path, 0, 0, 0, None, 0, unreadable.describe(), (unreadable,))
 
 
 @dataclass(slots=True)
@@ -116,7 +125,7 @@ def _quotable(segment: Segment) -> RawChunk | None:
 def _readable_again(source: Source) -> bool:
     """Whether evidence can read a line of ``source`` again at its byte offset: a plain file, not standard
     input or a compressed file."""
-    if source.is_stdin:
+    if source.is_stream:
         return False
     try:
         return sniff(source) is None
@@ -165,6 +174,7 @@ class TableStream:
                         compression=stats.compression,
                         invalid_utf8_lines=stats.invalid_utf8_lines,
                         problem=stats.problem,
+                        problems=stats.all_problems(),
                     )
                 )
         finally:
@@ -198,7 +208,7 @@ class TableStream:
         """
         parser = self.parser
         reader = None
-        if not source.is_stdin and sniff(source) is None:
+        if not source.is_stream and sniff(source) is None:
             ranges = file_segments(source)
             path = os.path.abspath(source.path)  # workers need not share this process's working directory
             segments = (Segment(source.source_id, offset, length, path, None, frozenset(parser.state.known_hosts))
@@ -236,8 +246,11 @@ class TableStream:
             lines_before += result.lines
             stats.lines += result.lines
             stats.invalid_utf8_lines += result.invalid_utf8_lines
+            stats.nul_bytes += result.nul_bytes
             if result.problem:
-                stats.problem = result.problem
+                stats.problems.append(
+                    InputProblem(ProblemKind.UNREADABLE, offset=segment.offset, reason=result.problem)
+                )
                 break
 
     def _batch(self, tables: dict[str, pl.DataFrame], calls: Calls, source: Source) -> Batch:
@@ -251,7 +264,8 @@ class TableStream:
         """Attach ranks in ``sink`` and summarise; raise InputError when nothing at all could be read."""
         inputs = self.inputs
         if not any(i.lines for i in inputs):
-            reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in inputs)
+            given = [*inputs, *map(InputSummary.skipped, self.skipped)]
+            reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in given)
             raise InputError(f"no log lines could be read ({reasons})")
         instances = self.numbering.instances
         maps = RankMaps(processes=process_ranks(instances), instances=instances,

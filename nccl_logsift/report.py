@@ -9,19 +9,19 @@ from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
 from nccl_logsift.findings.transport import logged_hosts
 from nccl_logsift.findings.triage import verdict
 from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report, ReportViews
-from nccl_logsift.pipeline import ParseSummary
+from nccl_logsift.pipeline import InputSummary, ParseSummary
 
 MAX_RANK_ROWS = 4096 * 4  # enough for every rank of the largest jobs on a few communicators
 
 
 def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views: bool = True) -> Report:
     """The Report; ``views`` computes what only the HTML page draws (not part of the findings contract)."""
-    inputs = tuple(InputInfo(i.path, i.bytes, i.lines, i.unparsed_lines) for i in summary.inputs)
+    # A path that could not be read at all is an input too: a consumer of the JSON must see it was given.
+    read = [*summary.inputs, *map(InputSummary.skipped, summary.skipped)]
+    inputs = tuple(InputInfo(i.path, i.bytes, i.lines, i.unparsed_lines, i.problems) for i in read)
     job_summary = summarize_job(job)
     ranks = rank_states(job)
-    notes = tuple(f"{i.path}: {i.problem}" for i in summary.inputs if i.problem) + tuple(
-        f"{s.path}: {s.reason}" for s in summary.skipped
-    )
+    notes = tuple(f"{i.path}: {p.describe()}" for i in inputs for p in i.problems)
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
     return Report(
         inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,

@@ -75,7 +75,7 @@ def run_job(job: JobInput, out: str, with_tables: bool = False) -> JobOutcome:
         message = f"{type(exc).__name__}: {exc}"
     if report is None:
         status = Status.FAILED
-    elif message is not None or report.notes:
+    elif message is not None or report.cut_short:
         status = Status.INCOMPLETE
         message = "; ".join([*report.notes, *([message] if message else [])])
     else:

@@ -46,6 +46,8 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
     """
     with read_progress(paths) as progress:
         report = run_analysis(paths, progress=progress, views=fmt == "html")  # only the page draws them
+    if fmt != "text" or output is not None:  # the text report on stdout lists them itself
+        _print_notes(report)
     # The HTML page (jinja2) and the terminal report (rich) are imported only when chosen: together they
     # are ~40 ms of every run, and scripts and hooks ask for JSON.
     if fmt == "json":
@@ -84,6 +86,7 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
 
     with read_progress(paths) as progress:
         result = run_analysis(paths, progress=progress)
+    _print_notes(result)
     page = render_html(result)
     if str(output) == "-":
         _write(page, None)
@@ -103,6 +106,13 @@ def _print_text(report: Report, output: Path | None) -> None:
             render_terminal(report, Console(file=handle, width=120, highlight=False))
     else:
         render_terminal(report, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
+
+
+def _print_notes(report: Report) -> None:
+    """What went wrong reading the inputs, one line each on stderr: a damaged input must not pass unseen
+    where stdout is a file or a pipe."""
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def _write(text: str, output: Path | None) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nccl_logsift import __version__
@@ -82,8 +83,8 @@ def _print_summary(summary: ParseSummary, output: Path) -> None:
     for skipped in summary.skipped:
         err.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
     for item in summary.inputs:
-        if item.problem:
-            err.print(f"[yellow]warning[/] {item.path}: {item.problem}")
+        for problem in item.problems:
+            err.print(f"[yellow]warning[/] {escape(item.path)}: {escape(problem.describe())}")
     rate = summary.unparsed_envelope_lines / summary.envelope_lines if summary.envelope_lines else 0.0
     console.print(
         f"Read {len(summary.inputs)} input(s), {summary.lines:,} lines; "

@@ -60,7 +60,11 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
         output = LiveScreen(Console(highlight=False, width=None if sys.stdout.isatty() else 120))  # as analyze
     with Feed(stream) as feed, output:
         _follow(feed, state, analysis, output, interval)
-    output.report(analysis.report(views=False))  # the verdict: nothing of the HTML page
+    report = analysis.report(views=False)  # the verdict: nothing of the HTML page
+    if isinstance(output, JsonLines):  # the screen's verdict lists them itself
+        for note in report.notes:
+            click.echo(f"note: {note}", err=True)
+    output.report(report)
 
 
 def _follow(feed: Feed, state: LiveState, analysis: Analysis, output: JsonLines | LiveScreen, interval: float) -> None:

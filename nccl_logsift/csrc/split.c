@@ -11,8 +11,11 @@
  *
  * The newline positions go into an array the caller grows (split_newlines stops at a block whose every
  * byte could be a newline without room for it), and become line bounds in a second, short loop
- * (split_bounds): a line ends before its "\n" and before a "\r" just ahead of it; a last line without
- * "\n" keeps everything.
+ * (split_bounds): a line's text is what lies between two "\n", less what a terminal, an editor or a crash
+ * leaves at its ends that no grammar can want: trailing blanks (" ", "\t", "\r": CRLF, and CR CR LF from a
+ * tty's onlcr), U+FFFD at its end (a torn multi-byte character, repaired before the split) and runs of NUL
+ * at either end (the padding a crashed node leaves in a file); split_bounds returns how many NUL bytes it
+ * left out. The grammars' patterns end in "$", so one stray blank would cost the whole line.
  */
 #include "arrays.h"
 
@@ -88,23 +91,35 @@ static PyObject *py_newlines(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 /* Line starts and ends from the positions of the newlines; `lines` is count, or count + 1 when the data
- * does not end with a newline. */
-static void bounds_loop(const uint8_t *data, int64_t size, const int64_t *newlines, int64_t count, int64_t *starts,
-                        int64_t *ends) {
-    int64_t start = 0;
-    for (int64_t line = 0; line < count; line++) {
-        int64_t end = newlines[line];
-        starts[line] = start;
-        ends[line] = end > start && data[end - 1] == '\r' ? end - 1 : end;
+ * does not end with a newline. Returns the NUL bytes left out at the lines' ends. */
+static int64_t bounds_loop(const uint8_t *data, int64_t size, const int64_t *newlines, int64_t count,
+                           int64_t *starts, int64_t *ends) {
+    int64_t after_last = count > 0 ? newlines[count - 1] + 1 : 0, lines = count + (after_last < size);
+    int64_t start = 0, nul = 0;
+    for (int64_t line = 0; line < lines; line++) {
+        int64_t end = line < count ? newlines[line] : size, from = start, to = end;
+        while (from < to && data[from] == 0)
+            from++;
+        nul += from - start;
+        for (;;) {
+            uint8_t last = to > from ? data[to - 1] : 0xFF;
+            if (last == ' ' || last == '\t' || last == '\r' || last == 0) {
+                nul += last == 0;
+                to--;
+            } else if (last == 0xBD && to - from >= 3 && data[to - 2] == 0xBF && data[to - 3] == 0xEF) {
+                to -= 3;
+            } else {
+                break;
+            }
+        }
+        starts[line] = from;
+        ends[line] = to;
         start = end + 1;
     }
-    if (start < size) { /* the last line of the stream has no terminator: it keeps a trailing "\r" */
-        starts[count] = start;
-        ends[count] = size;
-    }
+    return nul;
 }
 
-/* split_bounds(data, newlines, count, starts, ends) */
+/* split_bounds(data, newlines, count, starts, ends) -> NUL bytes left out */
 static PyObject *py_bounds(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     Held held = {.count = 0};
     Array data, newlines, starts, ends;
@@ -118,10 +133,11 @@ static PyObject *py_bounds(PyObject *self, PyObject *const *args, Py_ssize_t n) 
         if (count < 0 || count > newlines.length || starts.length != lines || ends.length != lines) {
             bad_arguments("split_bounds", "starts and ends must have a place for each line");
         } else {
+            int64_t nul;
             Py_BEGIN_ALLOW_THREADS
-            bounds_loop(data.data, data.length, newlines.data, count, starts.data, ends.data);
+            nul = bounds_loop(data.data, data.length, newlines.data, count, starts.data, ends.data);
             Py_END_ALLOW_THREADS
-            result = Py_NewRef(Py_None);
+            result = PyLong_FromLongLong(nul);
         }
     }
     release(&held);

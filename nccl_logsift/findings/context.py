@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import weakref
 from dataclasses import dataclass
 
@@ -136,7 +137,8 @@ class Job:
 def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
     """The lines starting at these offsets of a plain (uncompressed) file (None each when it cannot be read),
     read in one opening of the file and in file order (a 4096-rank report reads ~16k of them)."""
-    if not path or path == "-":
+    # A pipe was read once: opening it again would wait for a writer.
+    if not path or path == "-" or not os.path.isfile(path):
         return [None] * len(offsets)
     found: dict[int, str] = {}
     try:
@@ -145,7 +147,7 @@ def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
                 return [None] * len(offsets)
             for offset in sorted(set(offsets)):
                 handle.seek(offset)
-                found[offset] = handle.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+                found[offset] = handle.readline().decode("utf-8", errors="replace").rstrip(" \t\r\n\0")
     except OSError:
         return [None] * len(offsets)
     return [found[offset] for offset in offsets]

@@ -1,8 +1,11 @@
 """Turn one source into bounded chunks of lines: decompression, line splitting, UTF-8 repair.
 
-Nothing is dropped: every byte sequence between two newlines becomes one line with its 1-based line
-number and the byte offset where it starts (in the decompressed stream). ``\\r\\n`` endings lose the
-``\\r``; invalid UTF-8 is replaced by U+FFFD and counted.
+Nothing is dropped in silence: every byte sequence between two newlines becomes one line with its 1-based
+line number and the byte offset where it starts (in the decompressed stream). Its text leaves out trailing
+blanks (``\\r\\n``, ``\\r\\r\\n``, spaces, tabs) and NUL padding (counted); a file whose lines end
+in a lone ``\\r`` is read as if they ended in ``\\n``; invalid UTF-8 is replaced by U+FFFD and counted.
+A compressed stream that breaks off keeps every byte decoded before the break (``io/decode.py``). What
+went wrong is listed in ``ReadStats.problems``.
 
 The bytes are read once, into a fresh buffer per block with ``PADDING`` bytes to spare behind the data,
 so the words view of the fast paths (:class:`ByteView`) is built over them without a copy; the lines are
@@ -23,7 +26,9 @@ import polars as pl
 import pyarrow as pa
 
 from nccl_logsift.io import split
+from nccl_logsift.io.decode import BrokenStream, DecodedStream
 from nccl_logsift.io.sources import Source
+from nccl_logsift.model import InputProblem, ProblemKind
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,10 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"))
 COMPRESSED_MAGIC = tuple(magic for magic, _ in _MAGIC)
 BINARY_SNIFF_BYTES = 64 << 10
-_BINARY_CONTROL_RATIO = 0.05
+# A sample is text when at least this share of its bytes (NUL bytes aside) lies in lines free of control
+# bytes: a binary block near the start of a log costs its own lines, not the log.
+_TEXT_SHARE = 0.5
+_TEXT_CONTROLS = np.array([8, 9, 10, 11, 12, 13, 27], dtype=np.uint8)  # BS, TAB, LF, VT, FF, CR, ESC
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 # Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
 PADDING = 16
@@ -74,7 +82,7 @@ class RawChunk:
     first_line_no: int
     view: "ByteView"  # the bytes, valid UTF-8 (invalid sequences already replaced)
     starts: np.ndarray  # int64: where each line starts in data (``view.raw``)
-    ends: np.ndarray  # int64: where its text ends (before "\n" or "\r\n")
+    ends: np.ndarray  # int64: where its text ends (before "\n" and the blanks ahead of it)
     byte_offset: np.ndarray  # uint64: where each line starts in the decompressed stream
 
     def __len__(self) -> int:
@@ -185,8 +193,22 @@ class ReadStats:
     bytes: int = 0
     lines: int = 0
     invalid_utf8_lines: int = 0
-    problem: str | None = None  # set when the source was skipped or cut short
-    notes: list[str] = field(default_factory=list)
+    nul_bytes: int = 0  # NUL padding left out of the lines
+    problems: list[InputProblem] = field(default_factory=list)  # what cut the source short or skipped it
+
+    def all_problems(self) -> tuple[InputProblem, ...]:
+        """Every problem, the counted ones (NUL padding, invalid UTF-8) included."""
+        counted = []
+        if self.nul_bytes:
+            counted.append(InputProblem(ProblemKind.NUL_PADDED, bytes=self.nul_bytes))
+        if self.invalid_utf8_lines:
+            counted.append(InputProblem(ProblemKind.INVALID_UTF8, lines=self.invalid_utf8_lines))
+        return (*self.problems, *counted)
+
+    @property
+    def problem(self) -> str | None:
+        """The problems that cut the source short or skipped it, in words (None when it was read whole)."""
+        return "; ".join(p.describe() for p in self.problems if p.cuts_input) or None
 
 
 class LineReader:
@@ -222,7 +244,7 @@ class LineReader:
         try:
             raw = self.source.open()
         except OSError as exc:
-            self.stats.problem = f"cannot open: {exc.strerror or exc}"
+            self.stats.problems.append(InputProblem(ProblemKind.UNREADABLE, reason=exc.strerror or str(exc)))
             return
         try:
             yield from self._texts(raw)
@@ -236,19 +258,26 @@ class LineReader:
         pending = padded(0)  # the start of a line whose end has not been read yet
         offset = 0
         first = True
+        cr_only = False
         while True:
             buffer, filled, error = self._read(stream, live, pending)
             if error is not None:
-                what = f"{self.stats.compression} stream" if self.stats.compression else "file"
-                self.stats.problem = f"{what} is truncated or corrupt after {self.stats.bytes + len(pending)} bytes ({error})"
+                self.stats.problems.append(_broken(error, self.stats.bytes + len(pending)))
             eof = filled == len(pending)
-            if first:
+            fresh = buffer[len(pending) : filled]
+            if first and not eof:
                 first = False
-                if not eof and looks_binary(bytes(buffer[: min(filled, BINARY_SNIFF_BYTES)])):
-                    self.stats.problem = "looks like binary data, not a text log"
+                binary = binary_reason(bytes(fresh[:BINARY_SNIFF_BYTES]), whole=len(fresh) < self.chunk_bytes)
+                if binary:
+                    self.stats.problems.append(InputProblem(ProblemKind.BINARY, reason=binary))
                     return
+                # Lines that end in a lone "\r" (old Mac files, progress output redrawn in place): read
+                # as "\n", which keeps every offset.
+                cr_only = split.next_newline(fresh, 0) < 0 and bool((fresh == 13).any())
+            if cr_only:
+                fresh[fresh == 13] = 10
             if eof:
-                data = pending
+                data = self._without_padding(pending)
             else:
                 newline = split.last_newline(buffer, len(pending), filled)  # pending holds none
                 if newline < 0:  # one huge line (or a live block without a newline): keep reading until it ends
@@ -261,6 +290,13 @@ class LineReader:
                 offset += len(data)
             if eof:
                 return
+
+    def _without_padding(self, data: np.ndarray) -> np.ndarray:
+        """The stream's last bytes less the NUL bytes that end it (counted): a crash's padding is no line."""
+        padding = trailing_nul_bytes(data)
+        self.stats.nul_bytes += padding
+        self.stats.bytes += padding
+        return data[: len(data) - padding]
 
     def _read(self, stream, live: Iterator | None, pending: np.ndarray) -> tuple[np.ndarray, int, BaseException | None]:
         """A fresh :func:`padded` buffer starting with ``pending`` and continuing with what was read next,
@@ -293,8 +329,25 @@ class LineReader:
         for magic, codec in _MAGIC:
             if head.startswith(magic):
                 self.stats.compression = codec
-                return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
+                return DecodedStream(raw, codec, None if self.source.is_stream else self.source.open)
         return raw
+
+
+def trailing_nul_bytes(data: np.ndarray) -> int:
+    """How many NUL bytes end ``data`` (the last bytes of an input)."""
+    if not len(data) or data[-1] != 0:
+        return 0
+    text = np.flatnonzero(data)
+    return len(data) - (int(text[-1]) + 1 if len(text) else 0)
+
+
+def _broken(error: BaseException, offset: int) -> InputProblem:
+    """The problem an error that ended the input is, ``offset`` decoded bytes into it."""
+    if isinstance(error, BrokenStream):
+        kind = ProblemKind.TRUNCATED if error.truncated else ProblemKind.CORRUPT
+        return InputProblem(kind, offset=offset, reason=error.reason)
+    reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return InputProblem(ProblemKind.UNREADABLE, offset=offset, reason=reason)
 
 
 def split_lines(
@@ -307,10 +360,11 @@ def split_lines(
     reads without a copy. Lines whose bytes were repaired are counted in ``stats.invalid_utf8_lines``.
     """
     view = ByteView(data)
-    starts, ends, ascii = split.find_lines(view.raw)
+    starts, ends, ascii, nul_bytes = split.find_lines(view.raw)
     byte_offset = starts.astype(np.uint64) + np.uint64(first_offset)
     if not ascii and not _is_utf8(view.raw):
-        view, starts, ends = _repaired(view, starts, stats)
+        view, starts, ends, nul_bytes = _repaired(view, starts, stats)
+    stats.nul_bytes += nul_bytes
     return RawChunk(
         source_id=source_id, first_line_no=first_line_no, view=view, starts=starts, ends=ends, byte_offset=byte_offset
     )
@@ -326,17 +380,20 @@ def _is_utf8(raw: np.ndarray) -> bool:
     return True
 
 
-def _repaired(view: ByteView, starts: np.ndarray, stats: ReadStats) -> tuple[ByteView, np.ndarray, np.ndarray]:
-    """The chunk with invalid UTF-8 replaced by U+FFFD, and its line bounds; the lines that changed are counted.
+def _repaired(
+    view: ByteView, starts: np.ndarray, stats: ReadStats
+) -> tuple[ByteView, np.ndarray, np.ndarray, int]:
+    """The chunk with invalid UTF-8 replaced by U+FFFD, its line bounds and the NUL bytes they leave out; the
+    lines that changed are counted.
 
     A newline is never part of an invalid sequence, so the chunk keeps its lines.
     """
     fixed = ByteView(str(view.data, "utf-8", errors="replace").encode("utf-8"))
-    fixed_starts, fixed_ends, _ = split.find_lines(fixed.raw)
+    fixed_starts, fixed_ends, _, nul_bytes = split.find_lines(fixed.raw)
     before = pl.Series(_binary_lines(view.raw, np.append(starts, len(view.raw))))
     after = pl.Series(_binary_lines(fixed.raw, np.append(fixed_starts, len(fixed.raw))))
     stats.invalid_utf8_lines += int((before != after).sum())
-    return fixed, fixed_starts, fixed_ends
+    return fixed, fixed_starts, fixed_ends, nul_bytes
 
 
 def _timed_blocks(stream, size: int, max_wait: float) -> Iterator[bytes | BaseException]:
@@ -395,10 +452,42 @@ def _binary_lines(data: np.ndarray, offsets: np.ndarray) -> pa.LargeBinaryArray:
     )
 
 
+def binary_reason(sample: bytes, whole: bool = False) -> str | None:
+    """Why the first bytes of an input say it is no text log, or None when they are text (``whole``: the
+    sample is the entire input).
+
+    NUL bytes are set aside first (a crashed node pads a file with them; the lines drop them). What is left
+    is text when most of it lies in lines without control bytes, so a binary block near the start of a log
+    costs its own lines only. A sample of NUL bytes alone is an empty log when it is the whole input.
+    """
+    raw = np.frombuffer(sample, dtype=np.uint8)
+    if not len(raw):
+        return None
+    if _utf16(raw):
+        return "UTF-16 text: convert it first, e.g. iconv -f UTF-16 -t UTF-8"
+    text = raw[raw != 0]
+    if not len(text):
+        return None if whole else f"starts with {len(raw):,} NUL bytes"
+    control = (text < 32) & ~np.isin(text, _TEXT_CONTROLS)
+    if not control.any():
+        return None
+    line = np.cumsum(text == 10)
+    dirty = np.zeros(int(line[-1]) + 1, dtype=bool)
+    dirty[line[control]] = True
+    clean = np.count_nonzero(~dirty[line])
+    return None if clean >= _TEXT_SHARE * len(text) else "mostly control bytes"
+
+
 def looks_binary(sample: bytes) -> bool:
-    if not sample:
+    return binary_reason(sample) is not None
+
+
+def _utf16(raw: np.ndarray) -> bool:
+    """Whether the bytes read as UTF-16: a byte-order mark, or NUL in every other byte (ASCII text)."""
+    if raw[:2].tobytes() in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    pairs = raw[: len(raw) // 2 * 2].reshape(-1, 2)
+    if len(pairs) < 8:
         return False
-    if b"\x00" not in sample:
-        return False
-    control = sum(sample.count(bytes([b])) for b in range(32) if b not in (9, 10, 13, 27))
-    return control / len(sample) > _BINARY_CONTROL_RATIO
+    nul = pairs == 0
+    return any(nul[:, k].mean() > 0.9 and not nul[:, 1 - k].mean() > 0.1 for k in (0, 1))

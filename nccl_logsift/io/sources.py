@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,15 +16,22 @@ STDIN = "-"
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """One input stream: a file on disk or standard input."""
+    """One input stream: a file on disk, standard input, or a pipe named by a path (a FIFO, ``/dev/stdin``,
+    a shell's ``<(zcat job.log.gz)``)."""
 
     source_id: int
     path: str  # as given or as found while walking a directory; "-" for stdin
-    size: int | None  # bytes on disk (compressed size for .gz/.zst/.bz2); None for stdin
+    size: int | None  # bytes on disk (compressed size for .gz/.zst/.bz2); None for a stream
+    stream: bool = False  # a pipe: read once, front to back; never opened again
 
     @property
     def is_stdin(self) -> bool:
         return self.path == STDIN
+
+    @property
+    def is_stream(self) -> bool:
+        """Whether the input can be read only once, in order (stdin or a pipe): no second look at it."""
+        return self.is_stdin or self.stream
 
     def open(self) -> BinaryIO:
         if self.is_stdin:
@@ -42,33 +50,40 @@ class SourceProblem:
 def expand_paths(paths: Sequence[str]) -> tuple[list[Source], list[SourceProblem]]:
     """Turn files, directories (walked in sorted order) and ``-`` into sources.
 
-    No path at all means standard input. Missing or unreadable paths are returned as problems rather
-    than raised, so one bad path does not stop the others; the caller decides when nothing is left.
+    No path at all means standard input. A pipe named on the command line (a FIFO, ``/dev/stdin``,
+    ``<(zcat job.log.gz)``) is read as a stream. Missing or unreadable paths, and whatever a directory
+    holds that cannot be read (a subdirectory or file without permission, a broken link, a FIFO or
+    device), are returned as problems rather than raised or left out, so one bad path does not stop the
+    others and none goes unreported; the caller decides when nothing is left.
     """
-    found: list[tuple[str, int | None]] = []
+    found: list[tuple[str, int | None, bool]] = []
     problems: list[SourceProblem] = []
     for raw in paths or [STDIN]:
         if raw == STDIN:
-            found.append((STDIN, None))
+            found.append((STDIN, None, True))
             continue
         path = Path(raw)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not _is_hidden(p, path))
-            if not files:
+        mode = _mode(path)
+        if mode is not None and stat.S_ISDIR(mode):
+            files, skipped = _walk(path)
+            if not files and not skipped:
                 problems.append(SourceProblem(raw, "directory contains no files"))
-            found.extend((str(p), p.stat().st_size) for p in files)
-        elif path.is_file():
-            found.append((raw, path.stat().st_size))
-        elif path.exists():
-            problems.append(SourceProblem(raw, "not a regular file or directory"))
+            problems.extend(skipped)
+            found.extend((str(p), size, False) for p, size in files)
+        elif mode is not None and stat.S_ISREG(mode):
+            found.append((raw, path.stat().st_size, False))
+        elif mode is not None and stat.S_ISFIFO(mode):
+            found.append((raw, None, True))
+        elif mode is not None:
+            problems.append(SourceProblem(raw, "not a regular file, pipe or directory (pipe it into -)"))
         else:
             problems.append(SourceProblem(raw, "no such file or directory"))
     sources = []
-    for path_text, size in found:
+    for path_text, size, stream in found:
         if path_text != STDIN and not os.access(path_text, os.R_OK):
             problems.append(SourceProblem(path_text, "permission denied"))
             continue
-        sources.append(Source(len(sources), path_text, size))
+        sources.append(Source(len(sources), path_text, size, stream and path_text != STDIN))
     return sources, problems
 
 
@@ -79,6 +94,42 @@ def require_sources(paths: Sequence[str]) -> tuple[list[Source], list[SourceProb
         detail = "; ".join(f"{p.path}: {p.reason}" for p in problems) or "no input given"
         raise InputError(f"nothing to read ({detail})")
     return sources, problems
+
+
+def _mode(path: Path) -> int | None:
+    """The type and permissions of what ``path`` names (links followed), or None when nothing is there."""
+    try:
+        return path.stat().st_mode
+    except OSError:
+        return None
+
+
+def _walk(root: Path) -> tuple[list[tuple[Path, int]], list[SourceProblem]]:
+    """The regular files under ``root`` (hidden ones left out) with their sizes, in sorted order, and what
+    could not be read there: a directory that cannot be listed, a broken link, a FIFO, socket or device.
+    Links to directories are not followed (a loop would never end)."""
+    files: list[tuple[Path, int]] = []
+    problems: list[SourceProblem] = []
+
+    def unlistable(error: OSError) -> None:
+        reason = f"directory cannot be read: {error.strerror or error}"
+        problems.append(SourceProblem(str(error.filename), reason))
+
+    for folder, subfolders, names in os.walk(root, onerror=unlistable):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        for name in names:
+            path = Path(folder, name)
+            if _is_hidden(path, root):
+                continue
+            mode = _mode(path)
+            if mode is None:
+                problems.append(SourceProblem(str(path), "broken symbolic link"))
+            elif stat.S_ISREG(mode):
+                files.append((path, path.stat().st_size))
+            else:
+                problems.append(SourceProblem(str(path), "not a regular file (a FIFO, socket or device)"))
+    files.sort()
+    return files, sorted(problems, key=lambda p: p.path)
 
 
 def _is_hidden(path: Path, root: Path) -> bool:

@@ -16,12 +16,13 @@ _BLOCK = 1 << 14  # bytes the pass scans between checks that the positions have 
 _HIGH = 0x8080808080808080
 
 
-def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """``(starts, ends, ascii)`` of the lines of ``data`` (a uint8 array).
+def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int]:
+    """``(starts, ends, ascii, nul_bytes)`` of the lines of ``data`` (a uint8 array).
 
-    ``starts`` and ``ends`` are int64 arrays, one entry per line (none for empty data); a line ends before
-    its "\\n" and before a "\\r" just ahead of it, and a last line without "\\n" keeps everything. ``ascii``
-    says that no byte is 128 or more.
+    ``starts`` and ``ends`` are int64 arrays, one entry per line (none for empty data), a last line without
+    "\\n" included. A line's text leaves out what trails it ("\\r", spaces, tabs, NUL bytes, U+FFFD) and
+    the NUL bytes it starts with, so every line ending and crash padding reads as a clean line; ``nul_bytes``
+    counts the NUL bytes left out. ``ascii`` says that no byte is 128 or more.
     """
     newlines = np.empty(len(data) // 64 + _BLOCK, dtype=np.int64)
     at = count = high = 0
@@ -35,8 +36,8 @@ def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     after_last = newlines[count - 1] + 1 if count else 0
     lines = count + (1 if after_last < len(data) else 0)  # a last line without "\n"
     starts, ends = np.empty(lines, dtype=np.int64), np.empty(lines, dtype=np.int64)
-    _kernels.split_bounds(data, newlines, count, starts, ends)
-    return starts, ends, not high & _HIGH
+    nul_bytes = _kernels.split_bounds(data, newlines, count, starts, ends)
+    return starts, ends, not high & _HIGH, nul_bytes
 
 
 def last_newline(data, start: int, stop: int) -> int:

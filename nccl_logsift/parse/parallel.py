@@ -40,7 +40,9 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.io.lines import COMPRESSED_MAGIC, BINARY_SNIFF_BYTES, ReadStats, looks_binary, padded, split_lines
+from nccl_logsift.io.lines import (
+    COMPRESSED_MAGIC, BINARY_SNIFF_BYTES, ReadStats, looks_binary, padded, split_lines, trailing_nul_bytes,
+)
 from nccl_logsift.io.sources import Source
 from nccl_logsift.io.split import last_newline, next_newline
 from nccl_logsift.parse.chunks import ChunkParser
@@ -80,7 +82,8 @@ class SegmentTables:
     bytes: int
     invalid_utf8_lines: int
     state: ParseState
-    problem: str | None = None
+    problem: str | None = None  # why the segment could not be read
+    nul_bytes: int = 0
 
 
 def worker_count(requested: int | None, sources: list[Source], live: bool, cores: int | None = None) -> int:
@@ -113,9 +116,13 @@ def parse_segment(chunks: ChunkParser, segment: Segment, chunk_bytes: int) -> Se
     try:
         data = segment.data if segment.data is not None else _read_range(segment)
     except OSError as exc:
-        return SegmentTables([], 0, 0, 0, ParseState(), problem=f"read error at byte {segment.offset}: {exc}")
+        return SegmentTables([], 0, 0, 0, ParseState(), problem=exc.strerror or str(exc))
     if not isinstance(data, np.ndarray):
         data = np.frombuffer(data, dtype=np.uint8)
+    padding = trailing_nul_bytes(data) if segment.path is not None and segment.length is None else 0
+    stats.nul_bytes = padding  # the file's end: its NUL padding is no line (as LineReader reads it)
+    read = len(data)
+    data = data[: read - padding]
     batches = []
     line_no = 1
     # The pieces are views of the segment's buffer, which has the padding the line splitter needs behind
@@ -129,7 +136,9 @@ def parse_segment(chunks: ChunkParser, segment: Segment, chunk_bytes: int) -> Se
     tables = chunks.flush()
     if tables is not None:
         batches.append(tables)
-    return SegmentTables(batches, line_no - 1, len(data), stats.invalid_utf8_lines, chunks.parser.state)
+    return SegmentTables(
+        batches, line_no - 1, read, stats.invalid_utf8_lines, chunks.parser.state, nul_bytes=stats.nul_bytes
+    )
 
 
 class SegmentPool:

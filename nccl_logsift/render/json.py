@@ -1,20 +1,19 @@
-"""Report → the findings contract ``nccl-logsift/findings/v1`` (stable key order)."""
+"""Report → the findings contract ``nccl-logsift/findings/v1``, version 1.1 (stable key order)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from nccl_logsift.model import Evidence, Finding, RankState, Report
+from nccl_logsift.model import Evidence, Finding, InputInfo, InputProblem, RankState, Report
 
 
 def to_dict(report: Report) -> dict[str, Any]:
     job = report.job
     return {
         "schema": report.schema,
-        "inputs": [
-            {"path": i.path, "bytes": i.bytes, "lines": i.lines, "unparsed_lines": i.unparsed_lines} for i in report.inputs
-        ],
+        "schema_version": report.schema_version,
+        "inputs": [_input(i) for i in report.inputs],
         "job": {
             "nccl_versions": list(job.nccl_versions),
             "torch_version": job.torch_version,
@@ -27,6 +26,19 @@ def to_dict(report: Report) -> dict[str, Any]:
         "findings": [finding_dict(f) for f in report.findings],
         "ranks": [_rank(r) for r in report.ranks],
     }
+
+
+def _input(i: InputInfo) -> dict[str, Any]:
+    return {
+        "path": i.path, "bytes": i.bytes, "lines": i.lines, "unparsed_lines": i.unparsed_lines,
+        "problems": [_problem(p) for p in i.problems],
+    }
+
+
+def _problem(p: InputProblem) -> dict[str, Any]:
+    """``kind`` and the fields that kind uses (offset, bytes, lines, reason)."""
+    fields = {"offset": p.offset, "bytes": p.bytes, "lines": p.lines, "reason": p.reason}
+    return {"kind": p.kind.value, **{name: value for name, value in fields.items() if value is not None}}
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:

@@ -10,23 +10,44 @@ from nccl_logsift.io.lines import PADDING, ByteView, LineReader, ReadStats, padd
 from nccl_logsift.io.sources import expand_paths
 
 
+REPLACEMENT = "\ufffd".encode()
+
+
 def reference(data: bytes) -> list[tuple[int, int]]:
-    """(start, end) of every line: the end before "\\n", and before a "\\r" just ahead of it."""
+    """(start, end) of every line: what lies between two "\\n" (or after the last one), less the NUL bytes
+    it starts with and the blanks, NUL bytes and U+FFFD it ends with."""
     bounds, start = [], 0
     while start < len(data):
         newline = data.find(b"\n", start)
-        if newline < 0:  # the last line, without "\n", keeps everything
-            bounds.append((start, len(data)))
+        stop = len(data) if newline < 0 else newline
+        begin, end = start, stop
+        while begin < end and data[begin] == 0:
+            begin += 1
+        while end > begin:
+            if data[end - 1] in b" \t\r\x00":
+                end -= 1
+            elif data[begin:end].endswith(REPLACEMENT):
+                end -= 3
+            else:
+                break
+        bounds.append((begin, end))
+        if newline < 0:
             break
-        end = newline - 1 if newline > start and data[newline - 1] == 13 else newline
-        bounds.append((start, end))
         start = newline + 1
     return bounds
 
 
+def left_out_nul(data: bytes) -> int:
+    """The NUL bytes outside the reference bounds."""
+    bounds = reference(data)
+    inside = sum(data[start:end].count(0) for start, end in bounds)
+    return data.count(0) - inside
+
+
 def found(data: bytes) -> tuple[list[tuple[int, int]], bool]:
     view = ByteView(data)
-    starts, ends, ascii = split.find_lines(view.raw)
+    starts, ends, ascii, nul_bytes = split.find_lines(view.raw)
+    assert nul_bytes == left_out_nul(data)
     return list(zip(starts.tolist(), ends.tolist())), ascii
 
 
@@ -42,14 +63,30 @@ def test_find_lines_reads_chunks_whose_size_is_not_a_multiple_of_the_word(size):
     assert found(data) == (reference(data), True)
 
 
-def test_find_lines_drops_crlf_and_keeps_a_lone_cr():
+def test_find_lines_drops_the_crs_that_end_a_line_and_keeps_those_inside():
     data = b"one\r\ntwo\rhalf\n\r\n\r\rx\r\n\nlast\r"
-    assert found(data)[0] == [(0, 3), (5, 13), (14, 14), (16, 19), (21, 21), (22, 27)]
+    assert found(data)[0] == [(0, 3), (5, 13), (14, 14), (16, 19), (21, 21), (22, 26)]
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r\r\n", b" \n", b"\t\n", b" \t \r\n", b"\x00\x00\n"])
+def test_find_lines_gives_the_same_text_whatever_ends_the_line(ending):
+    data = b"a NCCL INFO line" + ending + b"b" + ending
+    view = ByteView(data)
+    starts, ends, _, _ = split.find_lines(view.raw)
+    assert [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())] == [b"a NCCL INFO line", b"b"]
+
+
+def test_find_lines_leaves_out_nul_padding_at_both_ends_of_a_line_and_counts_it():
+    data = b"text\x00\x00\n\x00\x00\x00more\n\x00\x00"
+    view = ByteView(data)
+    starts, ends, _, nul_bytes = split.find_lines(view.raw)
+    assert [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())] == [b"text", b"more", b""]
+    assert nul_bytes == 7
 
 
 def test_find_lines_takes_a_chunk_without_newline_as_one_line():
     data = b"no newline at all " * 10
-    assert found(data) == ([(0, len(data))], True)
+    assert found(data) == ([(0, len(data) - 1)], True)  # less its trailing space
 
 
 def test_find_lines_ends_at_the_last_newline():
@@ -71,7 +108,7 @@ def test_find_lines_makes_room_for_more_newlines_than_estimated():
 
 def test_find_lines_matches_a_python_split_on_random_bytes():
     rng = np.random.default_rng(20240611)
-    alphabet = np.frombuffer(b"\n\r\n ab\xc3\xa9\xff\x00", dtype=np.uint8)
+    alphabet = np.frombuffer(b"\n\r\n ab\xc3\xa9\xff\x00\t\xef\xbf\xbd", dtype=np.uint8)
     for trial in range(2000):
         size = int(rng.integers(0, 300))
         if trial % 2:
@@ -89,7 +126,7 @@ def test_find_lines_reads_a_slice_of_a_buffer_from_any_offset():
     for start in range(40):
         stop = len(text) - int(rng.integers(0, 40))
         piece = buffer[start:stop]
-        starts, ends, ascii = split.find_lines(piece)
+        starts, ends, ascii, _ = split.find_lines(piece)
         assert list(zip(starts.tolist(), ends.tolist())) == reference(text[start:stop]) and ascii
 
 
@@ -113,7 +150,8 @@ def test_split_lines_repairs_and_counts_invalid_utf8_lines():
     stats = ReadStats()
     chunk = split_lines(data, 0, 10, 100, stats)
     lines = chunk.lines()
-    assert lines.text.to_list() == ["ok", "bad \ufffd\ufffd here", "fine é", "cut \ufffd", "end"]
+    # A torn character at the end of a line goes with the line's end: the grammars read what is left.
+    assert lines.text.to_list() == ["ok", "bad \ufffd\ufffd here", "fine é", "cut", "end"]
     assert lines.line_no.to_list() == [10, 11, 12, 13, 14]
     # Offsets are those of the bytes as read, before the repair changed their length.
     assert lines.byte_offset.to_list() == [100 + start for start, _ in reference(data)]
@@ -138,3 +176,10 @@ def test_byte_view_of_bytes_copies_them_once_with_padding():
     view = ByteView(b"abc")
     assert view.data == b"abc" and len(view.raw) == 3 and len(view.words) == 11
     assert int(view.words[0]) == int.from_bytes(b"abc", "little")
+
+
+def test_split_lines_counts_the_nul_padding_of_a_repaired_line_once():
+    stats = ReadStats()
+    chunk = split_lines(b"text\x00\x00\xff\nok\n", 0, 1, 0, stats)
+    assert chunk.lines().text.to_list() == ["text", "ok"]
+    assert stats.nul_bytes == 2 and stats.invalid_utf8_lines == 1
