@@ -386,12 +386,13 @@ class Analysis:
         """Run every rule and triage: the same Report whether the batches came from a file or a pipe.
         ``views=False`` leaves out what only the HTML page draws (``Report.views`` is None)."""
         from nccl_logsift.findings import run_rules
+        from nccl_logsift.findings.flight import fuse
         from nccl_logsift.findings.triage import triage
         from nccl_logsift.memory import release_freed
         from nccl_logsift.report import build_report
 
         summary, job = self.job()
-        findings = triage(run_rules(job))
+        findings = triage(fuse(run_rules(job)))
         release_freed()
         return build_report(summary, job, findings, views)
 
