@@ -16,15 +16,13 @@ from pathlib import Path
 import polars as pl
 
 from nccl_logsift.flight import dump as fr_dump
-from nccl_logsift.flight.table import tables as flight_tables
+from nccl_logsift.flight.table import NAMED_SCHEMA, tables as flight_tables
 from nccl_logsift.io.sources import Source
 
 # torch-table events that name the file a rank dumped to (its ``detail``).
 WRITING_EVENTS = ("dump_writing", "dump_written")
 # Events that say a rank was asked to dump (a timeout on this rank, or a peer's signal through the store).
 SIGNAL_EVENTS = ("dump_signal", "dump_prepare", "dump_observed", "dump_first_pg", *WRITING_EVENTS)
-NAMED_SCHEMA = {"rank": pl.Int64(), "path": pl.String(), "source_id": pl.UInt16(), "line_no": pl.UInt32(),
-                "event": pl.String()}
 
 
 def default_prefix() -> str:

@@ -103,7 +103,7 @@ COLUMN_DOCS = {
         "comm_lib_version": "NCCL (or other library) version the dump records (nccl_version before 2.10)",
         "entries": "entries in the dump",
         "first_record_id": "record_id of the oldest entry: above 0 when the ring buffer wrapped",
-        "problem": "why the file could not be read as a dump (its other columns are then null)",
+        "problem": "why the file could not be read as a dump (its other columns are then null), or a note on one read anyway",
     },
     "flight_pg_status": {
         "dump_id": "row of flight_dumps",
@@ -116,12 +116,37 @@ COLUMN_DOCS = {
         "last_started_collective": "SeqNum of the last one seen started (-1: timing not enabled)",
         "last_completed_collective": "SeqNum of the last one completed",
     },
+    "flight_named": {
+        "rank": "global rank of the process whose log line names the file",
+        "path": "the file PyTorch said it wrote the rank's dump to",
+        "source_id": "the input holding the line",
+        "line_no": "the line (1-based)",
+        "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG debug info to')",
+    },
 }
+NAMED_SCHEMA: dict[str, pl.DataType] = {"rank": pl.Int64(), "path": pl.String(), "source_id": pl.UInt16(),
+                                        "line_no": pl.UInt32(), "event": pl.String()}
 TABLES = {
     "flight_recorder": "one row per Flight Recorder entry: an op a rank enqueued, as its dump recorded it",
     "flight_dumps": "one row per Flight Recorder dump read (or that could not be read, with its problem)",
     "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed collective",
+    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to",
 }
+SCHEMAS = {"flight_recorder": ENTRY_SCHEMA, "flight_dumps": DUMP_SCHEMA, "flight_pg_status": PG_STATUS_SCHEMA,
+           "flight_named": NAMED_SCHEMA}
+
+
+def table_docs() -> list[str]:
+    """Markdown sections for the flight tables, in the form of parse/schema.py's ``table_docs``."""
+    out = []
+    for name, what in TABLES.items():
+        extra = {"host": pl.String(), "pid": pl.Int64()} if name == "flight_dumps" else {}
+        out += [f"## `{name}`", "", what, "", "| column | type | meaning |", "|---|---|---|"]
+        docs = {**COLUMN_DOCS[name], "host": "host of the rank's process, from its logs",
+                "pid": "pid of the rank's process, from its logs"}
+        out += [f"| `{c}` | {t} | {docs.get(c, '')} |" for c, t in {**SCHEMAS[name], **extra}.items()]
+        out.append("")
+    return out
 
 
 def tables(dumps: list[FlightDump], problems: list[tuple[str, int | None, str]]) -> dict[str, pl.DataFrame]:

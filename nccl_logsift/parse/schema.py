@@ -140,4 +140,7 @@ def table_docs(grammars: GrammarSet) -> str:
         out.append("")
     for name, what in RESOLVED_TABLES.items():
         out += [f"## `{name}`", "", what, ""]
+    from nccl_logsift.flight.table import table_docs as flight_docs  # the dumps' tables, beside the logs'
+
+    out += flight_docs()
     return "\n".join(out)
