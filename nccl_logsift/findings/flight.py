@@ -250,32 +250,70 @@ class FlightRecorderRankBehind(Rule):
             behind = group.filter(pl.col("last_enqueued") < front)
             # The front is stuck when its ranks have not completed what they enqueued; otherwise the dump was
             # taken while a healthy job ran and the difference is only timing.
-            if behind.is_empty() or not (leaders["last_completed"] < front).all():
+            if not (leaders["last_completed"] < front).all():
+                continue
+            if behind.is_empty():
+                silent = self._silent(job, job_members(job, pg_name) - set(group["rank"].to_list()), leaders, pg_name, coll)
+                if silent is not None and silent.ranks not in seen:
+                    seen[silent.ranks] = silent
                 continue
             ranks = tuple(sorted(behind["rank"].to_list()))
             if ranks in seen:
                 continue
-            stuck = coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == front)) if not coll.is_empty() else coll
+            # The first SeqNum some rank never enqueued: where the leaders' collective waits for it.
+            first_missing = behind["last_enqueued"].min() + 1
+            stuck = coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == first_missing)
+                                & pl.col("rank").is_in(leaders["rank"].implode())) if not coll.is_empty() else coll
             op = stuck["op"][0] if not stuck.is_empty() else None
             desc = group["pg_desc"].drop_nulls()
             pg = f"{pg_name} ({desc[0]})" if desc.len() else pg_name
             lasts = ", ".join(f"rank {r}: #{e}" + (" (from its log; no dump)" if s == "log" else "")
                               for r, e, s in behind.sort("rank").select("rank", "last_enqueued", "source").iter_rows())
-            title = (f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{front}"
-                     + (f" ({op})" if op else "") + f" of process group {pg} ({lasts}), while "
-                     f"{_ranks(leaders['rank'].to_list())} enqueued it and wait for it")
+            ahead = "enqueued it and wait for it" if front == first_missing else f"enqueued it and went on to #{front}"
+            title = (f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{first_missing}"
+                     + (f" ({op})" if op else "") + f" of process group {pg} (last enqueued: {lasts}), while "
+                     f"{_ranks(leaders['rank'].to_list())} {ahead}")
             behind_entries = coll.filter(pl.col("rank").is_in(list(ranks)) & (pl.col("pg_name") == pg_name)) if not coll.is_empty() else coll
             last_of_behind = behind_entries.group_by("rank").agg(pl.all().sort_by("collective_seq_id").last()).sort("rank") if not behind_entries.is_empty() else behind_entries
             logged = behind.filter(pl.col("source") == "log").select("source_id", "line_no")
             evidence = entry_evidence(job, last_of_behind) + job.evidence(logged, 2) + entry_evidence(job, stuck, 2)
             seen[ranks] = Finding(
                 code=self.code, name=self.name, kind=self.kind, severity=self.severity, title=title, ranks=ranks,
-                hosts=job.hosts_of(ranks), pg=pg, seq=front, op=op, evidence=evidence,
+                hosts=job.hosts_of(ranks), pg=pg, seq=first_missing, op=op, evidence=evidence,
                 advice="While the job still hangs, dump the Python stacks of the ranks behind (py-spy dump --pid) and "
                        "find what they do instead of calling the collective; the dump entries name the call site.",
                 first_seen=job.first_seen(logged) if not logged.is_empty() else None,
             )
         yield from seen.values()
+
+    def _silent(self, job: Job, silent: set[int], leaders: pl.DataFrame, pg_name: str, coll: pl.DataFrame) -> Finding | None:
+        """Every rank that left a trace waits in the same collective, and some members left none: those are
+        the suspects (fr_trace reports them as missing ranks), named with less certainty (error)."""
+        if not silent:
+            return None
+        waiting = int(leaders["last_completed"].max()) + 1
+        stuck = coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == waiting)) if not coll.is_empty() else coll
+        op = stuck["op"][0] if not stuck.is_empty() else None
+        desc = leaders["pg_desc"].drop_nulls()
+        pg = f"{pg_name} ({desc[0]})" if desc.len() else pg_name
+        ranks = tuple(sorted(silent))
+        return Finding(
+            code=self.code, name=self.name, kind=self.kind, severity=Severity.ERROR,
+            title=f"Flight Recorder: {_ranks(ranks)} of process group {pg} left no dump and no progress in the logs, while "
+                  f"every rank that dumped waits in collective #{waiting}" + (f" ({op})" if op else ""),
+            ranks=ranks, hosts=job.hosts_of(ranks), pg=pg, seq=waiting, op=op, evidence=entry_evidence(job, stuck, 3),
+            advice="Look at the ranks without a dump first: a rank that died or hung outside PyTorch's watchdog writes "
+                   "none. Their logs (last lines, exit status) and a py-spy dump while the job hangs say which.",
+        )
+
+
+def job_members(job: Job, pg_name: str) -> set[int]:
+    """Global ranks of a process group, from the pg_config of every dump."""
+    status = job.table("flight_pg_status")
+    if status.is_empty():
+        return set()
+    lists = status.filter(pl.col("pg_name") == pg_name)["pg_ranks"].drop_nulls().to_list()
+    return {r for ranks in lists for r in ranks}
 
 
 FR_CODES = (FlightRecorderMismatch.code, FlightRecorderRankBehind.code)
