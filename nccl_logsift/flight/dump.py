@@ -35,6 +35,10 @@ class DumpError(InputError):
     """A file that looks like a Flight Recorder dump and cannot be read as one."""
 
 
+class _Refused(pickle.UnpicklingError):
+    """The pickle names a global: not a dump, and possibly an attack."""
+
+
 class _RefusingUnpickler(pickle.Unpickler):
     """An unpickler that builds only the built-in containers and scalars pickle encodes by opcode.
 
@@ -43,10 +47,10 @@ class _RefusingUnpickler(pickle.Unpickler):
     """
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: a Flight Recorder dump holds only plain data")
+        raise _Refused(f"refused to load {module}.{name}: a Flight Recorder dump holds only plain data")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("refused a persistent id: a Flight Recorder dump holds only plain data")
+        raise _Refused("refused a persistent id: a Flight Recorder dump holds only plain data")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,7 @@ def load(path: str | Path, rank: int | None = None) -> FlightDump:
     if kind == "pickle":
         try:
             raw = _RefusingUnpickler(io.BytesIO(data)).load()
-        except pickle.UnpicklingError as exc:
+        except _Refused as exc:
             raise DumpError(f"{path}: not loaded: {exc}") from exc
         except Exception as exc:  # a truncated or corrupt pickle raises EOFError, ValueError, ...
             raise DumpError(f"{path}: not a readable Flight Recorder pickle ({type(exc).__name__}: {exc})") from exc
