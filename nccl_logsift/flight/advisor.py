@@ -43,7 +43,8 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
             add("COLL lines (one per collective call)", "NCCL_DEBUG_SUBSYS=INIT,COLL",
                 "without them the position each rank reached on each communicator is unknown, so a rank behind or a "
                 "mismatched collective can only be seen through PyTorch's watchdog, if at all")
-        if not nccl["ts"].is_not_null().any() and not lines["collector_ts"].is_not_null().any():
+        info = nccl.filter(pl.col("level") == "INFO")
+        if not info.is_empty() and not info["ts"].is_not_null().any() and not info["collector_ts"].is_not_null().any():
             add("timestamps on NCCL INFO lines", "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO",
                 "NCCL stamps only WARN lines by default (2.26+): without times, which rank stopped first and how long "
                 "each waited cannot be told")
@@ -98,18 +99,22 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
     small = _buffer_too_small(job)
     if small:
         held, per_step = small
-        out.append(NextRunAdvice("Flight Recorder entries older than the last few steps",
-                                 f"TORCH_FR_BUFFER_SIZE={max(FR_DEFAULT_BUFFER, per_step * STEPS_WORTH_KEEPING)}",
-                                 f"a dump holds the last {held} ops but a step issues about {per_step}: the buffer wrapped "
+        if per_step is None:  # no call repeats within what a dump holds: less than one step
+            size, step = max(FR_DEFAULT_BUFFER, held * STEPS_WORTH_KEEPING), f"more than {held} (no call repeats in a dump)"
+        else:
+            size, step = max(FR_DEFAULT_BUFFER, per_step * STEPS_WORTH_KEEPING), f"about {per_step}"
+        out.append(NextRunAdvice("Flight Recorder entries older than the last few steps", f"TORCH_FR_BUFFER_SIZE={size}",
+                                 f"a dump holds the last {held} ops but a step issues {step}: the buffer wrapped "
                                  "and the steps before the failure are lost"))
     return out
 
 
-def _buffer_too_small(job: Job) -> tuple[int, int] | None:
+def _buffer_too_small(job: Job) -> tuple[int, int | None] | None:
     """(entries held, ops per step) when a dump's ring buffer wrapped and holds fewer than 3 steps of ops.
 
-    Ops per step: the median distance in record_id between consecutive entries of one call (the same call
-    site, op and process group), which a training loop repeats once a step.
+    Ops per step: the distance in record_id between consecutive entries of one call (the same call site, op,
+    process group and size), which a training loop repeats every step; None when no call repeats within a
+    dump, which then holds less than a step.
     """
     files = job.table("flight_dumps")
     fr = job.table("flight_recorder")
@@ -118,16 +123,23 @@ def _buffer_too_small(job: Job) -> tuple[int, int] | None:
     wrapped = files.filter(pl.col("first_record_id").fill_null(0) > 0)
     if wrapped.is_empty():
         return None
-    gaps = (
+    keys = ["dump_id", "call_site", "op", "pg_name", "numel"]
+    # The size tells apart the gradient buckets one call site all-reduces in turn. A call made once a step
+    # repeats every step; one made twice a step (two buckets of one size) repeats sooner: the longest of the
+    # calls' typical gaps is the step.
+    periods = (
         fr.filter(pl.col("call_site").is_not_null())
+        .with_columns(numel=pl.col("input_sizes").list.first().list.first())
         .sort("dump_id", "record_id")
-        .with_columns(gap=pl.col("record_id").diff().over("dump_id", "call_site", "op", "pg_name"))
+        .with_columns(gap=pl.col("record_id").diff().over(keys))
+        .group_by(keys).agg(pl.col("gap").median())
+        .group_by("dump_id").agg(pl.col("gap").max())
         ["gap"].drop_nulls().to_list()
     )
-    if not gaps:
-        return None
-    per_step = int(statistics.median(gaps))
     held = int(wrapped["entries"].min())
+    if not periods:
+        return held, None
+    per_step = int(statistics.median(periods))
     return (held, per_step) if per_step > 0 and held < 3 * per_step else None
 
 
