@@ -257,7 +257,7 @@ class ReportViews:
     culprit_hosts: tuple[str, ...] = ()
 
 
-# ---------------------------------------------------------------------------------------------- flight recorder
+# --------------------------------------------------------------------------------------- flight recorder
 # What the report says about PyTorch Flight Recorder dumps and about what the next run should capture; both
 # are part of the findings contract (``dumps`` and ``next_run``), in every output.
 

@@ -138,7 +138,8 @@ class TableStream:
         # Flight Recorder dumps among the inputs (found by content) are read beside the logs, not as logs.
         self.sources, dumps = partition(sources)
         if not self.sources:
-            raise InputError(f"only Flight Recorder dumps given ({', '.join(dumps[:3])}): give the job's logs too")
+            given = ", ".join(dumps[:3])
+            raise InputError(f"only Flight Recorder dumps given ({given}): give the job's logs too")
         self.dumps = DumpCollector(dumps)
         self.grammars = grammars or load_grammars()
         self.parser = LineParser(self.grammars, keep_text=options.keep_text)
@@ -264,7 +265,7 @@ class TableStream:
         maps = RankMaps(processes=process_ranks(instances), instances=instances,
                         devices=device_ranks(instances))
         processes = _processes(maps)
-        ranks_seen = set(processes["global_rank"].drop_nulls().to_list()) if not processes.is_empty() else set()
+        ranks_seen = set() if processes.is_empty() else set(processes["global_rank"].drop_nulls().to_list())
         flight = _with_processes(self.dumps.tables(ranks_seen), processes)
         rows = sink.finish(maps, {"communicators": instances, "processes": processes, **flight})
         state = self.parser.state
@@ -323,8 +324,10 @@ def _with_processes(flight: dict[str, pl.DataFrame], processes: pl.DataFrame) ->
     if processes.is_empty() or dumps.is_empty():
         flight["flight_dumps"] = dumps.with_columns(host=pl.lit(None, pl.String), pid=pl.lit(None, pl.Int64))
         return flight
-    who = processes.select(rank=pl.col("global_rank").cast(pl.Int64), host=pl.col("host"), pid=pl.col("pid").cast(pl.Int64))
-    flight["flight_dumps"] = dumps.join(who.unique("rank", keep="first"), on="rank", how="left", maintain_order="left")
+    who = processes.select(
+        rank=pl.col("global_rank").cast(pl.Int64), host=pl.col("host"), pid=pl.col("pid").cast(pl.Int64)
+    ).unique("rank", keep="first")
+    flight["flight_dumps"] = dumps.join(who, on="rank", how="left", maintain_order="left")
     return flight
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 import polars as pl
 
@@ -42,13 +42,14 @@ def entry_evidence(job: Job, rows: pl.DataFrame, limit: int = FR_EVIDENCE) -> tu
 
 
 def describe_entry(row: dict) -> str:
-    shapes = lambda sizes, dtypes: ", ".join(  # noqa: E731
-        f"{list(s)} {d}" for s, d in zip(sizes or [], dtypes or [None] * len(sizes or []))
-    ) or "-"
+    shapes = lambda sizes, dtypes: (
+        ", ".join(f"{list(s)} {d}" for s, d in zip(sizes or [], dtypes or [None] * len(sizes or []))) or "-"
+    )
     where = f" at {row['call_site']}" if row.get("call_site") else ""
     return (
         f"Flight Recorder entry {row['entry']} of rank {row['rank']}: process group {_pg(row)} "
-        f"collective #{row['collective_seq_id']} {row['profiling_name']} in {shapes(row['input_sizes'], row['input_dtypes'])} "
+        f"collective #{row['collective_seq_id']} {row['profiling_name']} in "
+        f"{shapes(row['input_sizes'], row['input_dtypes'])} "
         f"out {shapes(row['output_sizes'], row['output_dtypes'])}, {row['state']}{where}"
     )
 
@@ -63,8 +64,13 @@ def _ranks(ranks) -> str:
 
 
 def _signature(row: dict) -> tuple:
-    return (row["op"], _frozen(row["input_sizes"]), _frozen(row["input_dtypes"]), _frozen(row["output_sizes"]),
-            _frozen(row["output_dtypes"]))
+    return (
+        row["op"],
+        _frozen(row["input_sizes"]),
+        _frozen(row["input_dtypes"]),
+        _frozen(row["output_sizes"]),
+        _frozen(row["output_dtypes"]),
+    )
 
 
 def _frozen(value):
@@ -88,15 +94,20 @@ def collectives(job: Job) -> pl.DataFrame:
     if fr.is_empty():
         return fr
     fr = fr.filter(
-        ~pl.col("is_p2p").fill_null(False) & pl.col("collective_seq_id").is_not_null() & (pl.col("collective_seq_id") > 0)
-        & pl.col("rank").is_not_null() & pl.col("pg_name").is_not_null()
+        ~pl.col("is_p2p").fill_null(False)
+        & pl.col("collective_seq_id").is_not_null()
+        & (pl.col("collective_seq_id") > 0)
+        & pl.col("rank").is_not_null()
+        & pl.col("pg_name").is_not_null()
     )
-    return fr.filter(pl.len().over("rank", "pg_name", "collective_seq_id") == 1).sort("pg_name", "collective_seq_id", "rank")
+    return fr.filter(pl.len().over("rank", "pg_name", "collective_seq_id") == 1).sort(
+        "pg_name", "collective_seq_id", "rank"
+    )
 
 
 @per_job
 def mismatches(job: Job) -> list[dict]:
-    """Per process group, the first SeqNum where the ranks' entries disagree: the majority's and the others'."""
+    """Per process group, the first SeqNum where the ranks' entries disagree: the majority's, the others'."""
     found = []
     coll = collectives(job)
     if coll.is_empty():
@@ -109,12 +120,17 @@ def mismatches(job: Job) -> list[dict]:
             if len(counts) < 2:
                 continue
             # The majority is what most ranks called; on a tie, what the lowest rank called.
-            major = max(counts, key=lambda s: (counts[s], -min(r["rank"] for r in rows if _signature(r) == s)))
-            found.append({
-                "pg_name": pg_name, "seq": seq,
-                "major": [r for r in rows if _signature(r) == major],
-                "minor": [r for r in rows if _signature(r) != major],
-            })
+            major = max(
+                counts, key=lambda s: (counts[s], -min(r["rank"] for r in rows if _signature(r) == s))
+            )
+            found.append(
+                {
+                    "pg_name": pg_name,
+                    "seq": seq,
+                    "major": [r for r in rows if _signature(r) == major],
+                    "minor": [r for r in rows if _signature(r) != major],
+                }
+            )
             break
     return sorted(found, key=lambda m: m["major"][0]["time_created_ns"] or 0)
 
@@ -135,7 +151,7 @@ class FlightRecorderMismatch(Rule):
     How it is detected:
         Entries of every dump are grouped by process group GUID and ``collective_seq_id`` (p2p entries and
         coalesced groups aside); where ranks disagree on (op without backend prefix, input sizes and dtypes,
-        output sizes and dtypes), the signature most ranks share is the majority and the other ranks are named.
+        output sizes and dtypes), the signature most ranks share is the majority; the other ranks are named.
         Only the first disagreeing SeqNum of each process group is reported: later ones follow from it.
 
     Example:
@@ -161,15 +177,27 @@ class FlightRecorderMismatch(Rule):
                 f"{_ranks(r['rank'] for r in minor)} enqueued {_call(first_minor)} while "
                 f"{_ranks(r['rank'] for r in major)} enqueued {_call(first_major)}"
             )
-            evidence = entry_evidence(job, pl.DataFrame(minor), FR_EVIDENCE) + entry_evidence(job, pl.DataFrame(major), 2)
+            evidence = entry_evidence(job, pl.DataFrame(minor), FR_EVIDENCE) + entry_evidence(
+                job, pl.DataFrame(major), 2
+            )
             site = f" ({first_minor['call_site']})" if first_minor.get("call_site") else ""
             yield Finding(
-                code=self.code, name=self.name, kind=self.kind, severity=self.severity, title=title,
-                ranks=tuple(sorted({r["rank"] for r in minor})), hosts=job.hosts_of([r["rank"] for r in minor]),
-                pg=_pg(first_major), seq=m["seq"], op=first_minor["op"], evidence=evidence,
-                advice=f"Find why the call site of rank(s) {', '.join(str(r['rank']) for r in minor)}{site} issues "
-                     f"{first_minor['op']} where the others issue {first_major['op']} with other shapes; make every "
-                     "rank issue the same collectives in the same order.",
+                code=self.code,
+                name=self.name,
+                kind=self.kind,
+                severity=self.severity,
+                title=title,
+                ranks=tuple(sorted({r["rank"] for r in minor})),
+                hosts=job.hosts_of([r["rank"] for r in minor]),
+                pg=_pg(first_major),
+                seq=m["seq"],
+                op=first_minor["op"],
+                evidence=evidence,
+                advice=f"Find why the call site of rank(s) "
+                    f"{', '.join(str(r['rank']) for r in minor)}{site} issues "
+                f"{first_minor['op']} where the others issue {first_major['op']} with other shapes; "
+                f"make every "
+                "rank issue the same collectives in the same order.",
             )
 
 
@@ -178,28 +206,63 @@ def progress(job: Job) -> pl.DataFrame:
     """Last enqueued and completed SeqNum per rank and process group: from the dumps, and for ranks without a
     dump from their log lines. Columns rank, pg_name, pg_desc, last_enqueued, last_completed, source."""
     status = job.table("flight_pg_status")
-    schema = {"rank": pl.Int64, "pg_name": pl.String, "pg_desc": pl.String, "last_enqueued": pl.Int64,
-              "last_completed": pl.Int64, "source": pl.String, "source_id": pl.UInt16, "line_no": pl.UInt32}
+    schema = {
+        "rank": pl.Int64,
+        "pg_name": pl.String,
+        "pg_desc": pl.String,
+        "last_enqueued": pl.Int64,
+        "last_completed": pl.Int64,
+        "source": pl.String,
+        "source_id": pl.UInt16,
+        "line_no": pl.UInt32,
+    }
     frames = [pl.DataFrame(schema=schema)]
     if not status.is_empty():
-        frames.append(status.filter(pl.col("pg_name").is_not_null() & pl.col("rank").is_not_null()).select(
-            "rank", "pg_name", "pg_desc", last_enqueued=pl.col("last_enqueued_collective"),
-            last_completed=pl.col("last_completed_collective"), source=pl.lit("dump"),
-            source_id=pl.lit(None, pl.UInt16), line_no=pl.lit(None, pl.UInt32),
-        ))
+        frames.append(
+            status.filter(pl.col("pg_name").is_not_null() & pl.col("rank").is_not_null()).select(
+                "rank",
+                "pg_name",
+                "pg_desc",
+                last_enqueued=pl.col("last_enqueued_collective"),
+                last_completed=pl.col("last_completed_collective"),
+                source=pl.lit("dump"),
+                source_id=pl.lit(None, pl.UInt16),
+                line_no=pl.lit(None, pl.UInt32),
+            )
+        )
     dumped = set(frames[-1]["rank"].to_list())
     torch = job.table("torch")
     if not torch.is_empty() and {"event", "last_enqueued", "pg_id"} <= set(torch.columns):
-        rank = pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "pg_rank") if c in torch.columns])
-        logged = torch.filter(pl.col("event").is_in(PROGRESS_EVENTS) & pl.col("last_enqueued").is_not_null()).select(
-            rank=rank, pg_name=pl.col("pg_id").cast(pl.String), pg_desc=pl.col("pg_desc"),
-            last_enqueued=pl.col("last_enqueued").cast(pl.Int64), last_completed=pl.col("last_completed").cast(pl.Int64),
-            source=pl.lit("log"), source_id=pl.col("source_id").cast(pl.UInt16), line_no=pl.col("line_no").cast(pl.UInt32),
+        rank = pl.coalesce(
+            *[
+                pl.col(c).cast(pl.Int64)
+                for c in ("global_rank", "torch_rank", "pg_rank")
+                if c in torch.columns
+            ]
+        )
+        logged = torch.filter(
+            pl.col("event").is_in(PROGRESS_EVENTS) & pl.col("last_enqueued").is_not_null()
+        ).select(
+            rank=rank,
+            pg_name=pl.col("pg_id").cast(pl.String),
+            pg_desc=pl.col("pg_desc"),
+            last_enqueued=pl.col("last_enqueued").cast(pl.Int64),
+            last_completed=pl.col("last_completed").cast(pl.Int64),
+            source=pl.lit("log"),
+            source_id=pl.col("source_id").cast(pl.UInt16),
+            line_no=pl.col("line_no").cast(pl.UInt32),
         )
         # The log's PG id is the rank's local one: the same as the GUID for the default group only, so only
         # the default group (id 0) of ranks without a dump is filled from the logs.
-        logged = logged.filter((pl.col("pg_name") == "0") & pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(dumped)))
-        frames.append(logged.sort("line_no").group_by("rank", "pg_name", maintain_order=True).agg(pl.all().last()).select(list(schema)))
+        logged = logged.filter(
+            (pl.col("pg_name") == "0") & pl.col("rank").is_not_null() & ~pl.col("rank").is_in(list(dumped))
+        )
+        frames.append(
+            logged.sort("line_no")
+            .group_by("rank", "pg_name", maintain_order=True)
+            .agg(pl.all().last())
+            .select(list(schema))
+        )
     return pl.concat([f.select(list(schema)).cast(schema) for f in frames])
 
 
@@ -253,7 +316,9 @@ class FlightRecorderRankBehind(Rule):
             if not (leaders["last_completed"] < front).all():
                 continue
             if behind.is_empty():
-                silent = self._silent(job, job_members(job, pg_name) - set(group["rank"].to_list()), leaders, pg_name, coll)
+                silent = self._silent(
+                    job, job_members(job, pg_name) - set(group["rank"].to_list()), leaders, pg_name, coll
+                )
                 if silent is not None and silent.ranks not in seen:
                     seen[silent.ranks] = silent
                 continue
@@ -262,48 +327,100 @@ class FlightRecorderRankBehind(Rule):
                 continue
             # The first SeqNum some rank never enqueued: where the leaders' collective waits for it.
             first_missing = behind["last_enqueued"].min() + 1
-            stuck = coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == first_missing)
-                                & pl.col("rank").is_in(leaders["rank"].implode())) if not coll.is_empty() else coll
+            stuck = (
+                coll.filter(
+                    (pl.col("pg_name") == pg_name)
+                    & (pl.col("collective_seq_id") == first_missing)
+                    & pl.col("rank").is_in(leaders["rank"].implode())
+                )
+                if not coll.is_empty()
+                else coll
+            )
             op = stuck["op"][0] if not stuck.is_empty() else None
             desc = group["pg_desc"].drop_nulls()
             pg = f"{pg_name} ({desc[0]})" if desc.len() else pg_name
-            lasts = ", ".join(f"rank {r}: #{e}" + (" (from its log; no dump)" if s == "log" else "")
-                              for r, e, s in behind.sort("rank").select("rank", "last_enqueued", "source").iter_rows())
-            ahead = "enqueued it and wait for it" if front == first_missing else f"enqueued it and went on to #{front}"
-            title = (f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{first_missing}"
-                     + (f" ({op})" if op else "") + f" of process group {pg} (last enqueued: {lasts}), while "
-                     f"{_ranks(leaders['rank'].to_list())} {ahead}")
-            behind_entries = coll.filter(pl.col("rank").is_in(list(ranks)) & (pl.col("pg_name") == pg_name)) if not coll.is_empty() else coll
-            last_of_behind = behind_entries.group_by("rank").agg(pl.all().sort_by("collective_seq_id").last()).sort("rank") if not behind_entries.is_empty() else behind_entries
+            lasts = ", ".join(
+                f"rank {r}: #{e}" + (" (from its log; no dump)" if s == "log" else "")
+                for r, e, s in behind.sort("rank").select("rank", "last_enqueued", "source").iter_rows()
+            )
+            ahead = (
+                "enqueued it and wait for it"
+                if front == first_missing
+                else f"enqueued it and went on to #{front}"
+            )
+            title = (
+                f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{first_missing}"
+                + (f" ({op})" if op else "")
+                + f" of process group {pg} (last enqueued: {lasts}), while "
+                f"{_ranks(leaders['rank'].to_list())} {ahead}"
+            )
+            behind_entries = (
+                coll.filter(pl.col("rank").is_in(list(ranks)) & (pl.col("pg_name") == pg_name))
+                if not coll.is_empty()
+                else coll
+            )
+            last_of_behind = (
+                behind_entries.group_by("rank").agg(pl.all().sort_by("collective_seq_id").last()).sort("rank")
+                if not behind_entries.is_empty()
+                else behind_entries
+            )
             logged = behind.filter(pl.col("source") == "log").select("source_id", "line_no")
-            evidence = entry_evidence(job, last_of_behind) + job.evidence(logged, 2) + entry_evidence(job, stuck, 2)
+            evidence = (
+                entry_evidence(job, last_of_behind) + job.evidence(logged, 2) + entry_evidence(job, stuck, 2)
+            )
             seen[ranks] = Finding(
-                code=self.code, name=self.name, kind=self.kind, severity=self.severity, title=title, ranks=ranks,
-                hosts=job.hosts_of(ranks), pg=pg, seq=first_missing, op=op, evidence=evidence,
-                advice="While the job still hangs, dump the Python stacks of the ranks behind (py-spy dump --pid) and "
-                       "find what they do instead of calling the collective; the dump entries name the call site.",
+                code=self.code,
+                name=self.name,
+                kind=self.kind,
+                severity=self.severity,
+                title=title,
+                ranks=ranks,
+                hosts=job.hosts_of(ranks),
+                pg=pg,
+                seq=first_missing,
+                op=op,
+                evidence=evidence,
+                advice="While the job still hangs, dump the Python stacks of the ranks behind (py-spy "
+                    "dump --pid) and "
+                "find what they do instead of calling the collective; the dump entries name the call site.",
                 first_seen=job.first_seen(logged) if not logged.is_empty() else None,
             )
         yield from seen.values()
 
-    def _silent(self, job: Job, silent: set[int], leaders: pl.DataFrame, pg_name: str, coll: pl.DataFrame) -> Finding | None:
+    def _silent(
+        self, job: Job, silent: set[int], leaders: pl.DataFrame, pg_name: str, coll: pl.DataFrame
+    ) -> Finding | None:
         """Every rank that left a trace waits in the same collective, and some members left none: those are
         the suspects (fr_trace reports them as missing ranks), named with less certainty (error)."""
         if not silent:
             return None
         waiting = int(leaders["last_completed"].max()) + 1
-        stuck = coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == waiting)) if not coll.is_empty() else coll
+        stuck = (
+            coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == waiting))
+            if not coll.is_empty()
+            else coll
+        )
         op = stuck["op"][0] if not stuck.is_empty() else None
         desc = leaders["pg_desc"].drop_nulls()
         pg = f"{pg_name} ({desc[0]})" if desc.len() else pg_name
         ranks = tuple(sorted(silent))
         return Finding(
-            code=self.code, name=self.name, kind=self.kind, severity=Severity.ERROR,
-            title=f"Flight Recorder: {_ranks(ranks)} of process group {pg} left no dump and no progress in the logs, while "
-                  f"every rank that dumped waits in collective #{waiting}" + (f" ({op})" if op else ""),
-            ranks=ranks, hosts=job.hosts_of(ranks), pg=pg, seq=waiting, op=op, evidence=entry_evidence(job, stuck, 3),
-            advice="Look at the ranks without a dump first: a rank that died or hung outside PyTorch's watchdog writes "
-                   "none. Their logs (last lines, exit status) and a py-spy dump while the job hangs say which.",
+            code=self.code,
+            name=self.name,
+            kind=self.kind,
+            severity=Severity.ERROR,
+            title=f"Flight Recorder: {_ranks(ranks)} of process group {pg} left no dump and no progress "
+                f"in the logs, while "
+            f"every rank that dumped waits in collective #{waiting}" + (f" ({op})" if op else ""),
+            ranks=ranks,
+            hosts=job.hosts_of(ranks),
+            pg=pg,
+            seq=waiting,
+            op=op,
+            evidence=entry_evidence(job, stuck, 3),
+            advice="Look at the ranks without a dump first: a rank that died or hung outside PyTorch's "
+                "watchdog writes "
+            "none. Their logs (last lines, exit status) and a py-spy dump while the job hangs say which.",
         )
 
 
@@ -320,15 +437,19 @@ FR_CODES = (FlightRecorderMismatch.code, FlightRecorderRankBehind.code)
 
 
 def fuse(findings: list[Finding]) -> list[Finding]:
-    """Fold each Flight Recorder finding into a log finding of the same kind that names the same ranks: the log
+    """Fold each Flight Recorder finding into a log finding of the same kind naming the same ranks: the log
     finding keeps its title and position, and quotes the dump entries beside its lines. A Flight Recorder
     finding no log finding matches stands on its own."""
     logs = [f for f in findings if f.code not in FR_CODES]
     kept: list[Finding] = []
     for fr in (f for f in findings if f.code in FR_CODES):
-        target = next((i for i, f in enumerate(logs) if f.kind == fr.kind and set(f.ranks) == set(fr.ranks)), None)
+        target = next(
+            (i for i, f in enumerate(logs) if f.kind == fr.kind and set(f.ranks) == set(fr.ranks)), None
+        )
         if target is None:
-            target = next((i for i, f in enumerate(logs) if f.kind == fr.kind and set(f.ranks) & set(fr.ranks)), None)
+            target = next(
+                (i for i, f in enumerate(logs) if f.kind == fr.kind and set(f.ranks) & set(fr.ranks)), None
+            )
         if target is None:
             kept.append(fr)
             continue

@@ -1,4 +1,4 @@
-"""Where a job's Flight Recorder dumps are: among the inputs, named by its log lines, or at the default prefix.
+"""Where a job's Flight Recorder dumps are: among the inputs, named by its log lines, or at the default path.
 
 Dumps are told from logs by their content (:func:`~nccl_logsift.flight.dump.sniff_path`), not their name:
 fr_trace's name-based guess fails on names such as ``nccl_trace_rank_container-node02_5`` (pytorch#140879).
@@ -16,7 +16,8 @@ from pathlib import Path
 import polars as pl
 
 from nccl_logsift.flight import dump as fr_dump
-from nccl_logsift.flight.table import NAMED_SCHEMA, tables as flight_tables
+from nccl_logsift.flight.table import NAMED_SCHEMA
+from nccl_logsift.flight.table import tables as flight_tables
 from nccl_logsift.io.sources import Source
 
 # torch-table events that name the file a rank dumped to (its ``detail``).
@@ -48,7 +49,7 @@ def partition(sources: list[Source]) -> tuple[list[Source], list[str]]:
 class DumpCollector:
     """Gathers the dumps of one job while its logs are parsed, then loads them into tables.
 
-    ``given`` are the dump paths among the inputs; :meth:`observe` takes each batch's ``torch`` table and keeps
+    ``given`` are the dump paths among the inputs; :meth:`observe` takes each batch's ``torch`` table, keeps
     the rows naming a dump file (a vectorised filter, a few rows per rank).
     """
 
@@ -65,12 +66,15 @@ class DumpCollector:
         if rows.is_empty():
             return
         rank = [pl.col(c).cast(pl.Int64) for c in ("torch_rank", "pg_rank") if c in rows.columns]
-        self._named.append(rows.select(
-            rank=pl.coalesce(*rank) if rank else pl.lit(None, pl.Int64),
-            path=pl.col("detail").str.strip_chars().str.strip_chars_end("."),
-            source_id=pl.col("source_id").cast(pl.UInt16), line_no=pl.col("line_no").cast(pl.UInt32),
-            event=pl.col("event"),
-        ))
+        self._named.append(
+            rows.select(
+                rank=pl.coalesce(*rank) if rank else pl.lit(None, pl.Int64),
+                path=pl.col("detail").str.strip_chars().str.strip_chars_end("."),
+                source_id=pl.col("source_id").cast(pl.UInt16),
+                line_no=pl.col("line_no").cast(pl.UInt32),
+                event=pl.col("event"),
+            )
+        )
 
     def named(self) -> pl.DataFrame:
         """Log lines that name a dump path: rank, path, source_id, line_no, event (one row per line)."""

@@ -120,24 +120,32 @@ def load(path: str | Path, rank: int | None = None) -> FlightDump:
         except _Refused as exc:
             raise DumpError(f"{path}: not loaded: {exc}") from exc
         except Exception as exc:  # a truncated or corrupt pickle raises EOFError, ValueError, ...
-            raise DumpError(f"{path}: not a readable Flight Recorder pickle ({type(exc).__name__}: {exc})") from exc
+            raise DumpError(
+                f"{path}: not a readable Flight Recorder pickle ({type(exc).__name__}: {exc})"
+            ) from exc
     elif kind == "json":
         try:
             raw = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DumpError(f"{path}: not a readable Flight Recorder JSON dump ({exc})") from exc
     else:
-        raise DumpError(f"{path}: not a Flight Recorder dump (neither a pickle nor a JSON object with pg_config)")
+        raise DumpError(
+            f"{path}: not a Flight Recorder dump (neither a pickle nor a JSON object with pg_config)"
+        )
     return _checked(path, kind, raw, rank)
 
 
 def _checked(path: str, kind: str, raw: Any, rank: int | None) -> FlightDump:
     if not isinstance(raw, dict) or any(k not in raw for k in REQUIRED_KEYS):
-        raise DumpError(f"{path}: a {kind} without the keys of a Flight Recorder dump ({', '.join(REQUIRED_KEYS)})")
+        raise DumpError(
+            f"{path}: a {kind} without the keys of a Flight Recorder dump ({', '.join(REQUIRED_KEYS)})"
+        )
     version = str(raw["version"])
     major, _, minor = version.partition(".")
     if major != "2" or not minor.isdigit():
-        raise DumpError(f"{path}: Flight Recorder format {version} is not one this reader knows (2.0 to 2.10)")
+        raise DumpError(
+            f"{path}: Flight Recorder format {version} is not one this reader knows (2.0 to 2.10)"
+        )
     note = None if version in KNOWN_VERSIONS else f"format {version} is newer than 2.10; read as 2.10"
     entries = raw.get("entries") or []
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -147,12 +155,16 @@ def _checked(path: str, kind: str, raw: Any, rank: int | None) -> FlightDump:
     if rank is None:
         rank = rank_from_name(path)
     return FlightDump(
-        path=path, format=kind, rank=rank, version=version,
+        path=path,
+        format=kind,
+        rank=rank,
+        version=version,
         # ``nccl_version`` was renamed ``comm_lib_version`` when other backends began to write dumps (2.10).
         comm_lib_version=_text(raw.get("comm_lib_version", raw.get("nccl_version"))),
         pg_config=raw["pg_config"] if isinstance(raw["pg_config"], dict) else {},
         pg_status=raw.get("pg_status") if isinstance(raw.get("pg_status"), dict) else {},
-        entries=tuple(entries), note=note,
+        entries=tuple(entries),
+        note=note,
     )
 
 

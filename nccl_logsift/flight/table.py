@@ -72,11 +72,13 @@ COLUMN_DOCS = {
         "dump_id": "row of flight_dumps this entry came from",
         "entry": "0-based index of the entry in the dump's entries (what evidence cites)",
         "rank": "global rank of the process that wrote the dump",
-        "record_id": "the entry's id in the rank's ring buffer (grows by one per op; the oldest are overwritten)",
+        "record_id": "the entry's id in the rank's ring buffer (grows by one per op; the oldest are "
+            "overwritten)",
         "pg_id": "the process group's local id on this rank (ProcessGroupNCCL uid)",
         "pg_name": "the process group's GUID (its name in pg_config): the same on every member",
         "pg_desc": "the process group's description (default_pg, or what new_group was given)",
-        "collective_seq_id": "PyTorch's SeqNum of the collective on the process group (seq_id before format 2.1)",
+        "collective_seq_id": "PyTorch's SeqNum of the collective on the process group (seq_id before "
+            "format 2.1)",
         "p2p_seq_id": "sequence number of point-to-point ops on the process group",
         "op_id": "sequence number counting the ops inside coalesced groups too",
         "profiling_name": "the op as recorded, with its backend (nccl:all_reduce)",
@@ -103,7 +105,8 @@ COLUMN_DOCS = {
         "comm_lib_version": "NCCL (or other library) version the dump records (nccl_version before 2.10)",
         "entries": "entries in the dump",
         "first_record_id": "record_id of the oldest entry: above 0 when the ring buffer wrapped",
-        "problem": "why the file could not be read as a dump (its other columns are then null), or a note on one read anyway",
+        "problem": "why the file could not be read as a dump (its other columns are then null), or a "
+            "note on one read anyway",
     },
     "flight_pg_status": {
         "dump_id": "row of flight_dumps",
@@ -121,19 +124,30 @@ COLUMN_DOCS = {
         "path": "the file PyTorch said it wrote the rank's dump to",
         "source_id": "the input holding the line",
         "line_no": "the line (1-based)",
-        "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG debug info to')",
+        "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG "
+            "debug info to')",
     },
 }
-NAMED_SCHEMA: dict[str, pl.DataType] = {"rank": pl.Int64(), "path": pl.String(), "source_id": pl.UInt16(),
-                                        "line_no": pl.UInt32(), "event": pl.String()}
+NAMED_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64(),
+    "path": pl.String(),
+    "source_id": pl.UInt16(),
+    "line_no": pl.UInt32(),
+    "event": pl.String(),
+}
 TABLES = {
     "flight_recorder": "one row per Flight Recorder entry: an op a rank enqueued, as its dump recorded it",
     "flight_dumps": "one row per Flight Recorder dump read (or that could not be read, with its problem)",
-    "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed collective",
+    "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed "
+        "collective",
     "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to",
 }
-SCHEMAS = {"flight_recorder": ENTRY_SCHEMA, "flight_dumps": DUMP_SCHEMA, "flight_pg_status": PG_STATUS_SCHEMA,
-           "flight_named": NAMED_SCHEMA}
+SCHEMAS = {
+    "flight_recorder": ENTRY_SCHEMA,
+    "flight_dumps": DUMP_SCHEMA,
+    "flight_pg_status": PG_STATUS_SCHEMA,
+    "flight_named": NAMED_SCHEMA,
+}
 
 
 def table_docs() -> list[str]:
@@ -142,8 +156,11 @@ def table_docs() -> list[str]:
     for name, what in TABLES.items():
         extra = {"host": pl.String(), "pid": pl.Int64()} if name == "flight_dumps" else {}
         out += [f"## `{name}`", "", what, "", "| column | type | meaning |", "|---|---|---|"]
-        docs = {**COLUMN_DOCS[name], "host": "host of the rank's process, from its logs",
-                "pid": "pid of the rank's process, from its logs"}
+        docs = {
+            **COLUMN_DOCS[name],
+            "host": "host of the rank's process, from its logs",
+            "pid": "pid of the rank's process, from its logs",
+        }
         out += [f"| `{c}` | {t} | {docs.get(c, '')} |" for c, t in {**SCHEMAS[name], **extra}.items()]
         out.append("")
     return out
@@ -157,14 +174,35 @@ def tables(dumps: list[FlightDump], problems: list[tuple[str, int | None, str]])
     for dump_id, dump in enumerate(dumps):
         names = _pg_names(dump)
         first = dump.entries[0].get("record_id") if dump.entries else None
-        files.append({"dump_id": dump_id, "path": dump.path, "rank": dump.rank, "format": dump.format,
-                      "version": dump.version, "comm_lib_version": dump.comm_lib_version,
-                      "entries": len(dump.entries), "first_record_id": _int(first), "problem": dump.note})
+        files.append(
+            {
+                "dump_id": dump_id,
+                "path": dump.path,
+                "rank": dump.rank,
+                "format": dump.format,
+                "version": dump.version,
+                "comm_lib_version": dump.comm_lib_version,
+                "entries": len(dump.entries),
+                "first_record_id": _int(first),
+                "problem": dump.note,
+            }
+        )
         entries.extend(_entry_row(dump_id, index, dump.rank, e) for index, e in enumerate(dump.entries))
         status.extend(_status_rows(dump_id, dump, names))
     for path, rank, why in problems:
-        files.append({"dump_id": len(files), "path": path, "rank": rank, "format": None, "version": None,
-                      "comm_lib_version": None, "entries": None, "first_record_id": None, "problem": why})
+        files.append(
+            {
+                "dump_id": len(files),
+                "path": path,
+                "rank": rank,
+                "format": None,
+                "version": None,
+                "comm_lib_version": None,
+                "entries": None,
+                "first_record_id": None,
+                "problem": why,
+            }
+        )
     return {
         "flight_recorder": pl.DataFrame(entries, schema=ENTRY_SCHEMA, strict=False),
         "flight_dumps": pl.DataFrame(files, schema=DUMP_SCHEMA, strict=False),
@@ -176,18 +214,30 @@ def _entry_row(dump_id: int, index: int, rank: int | None, e: dict) -> dict[str,
     group = e.get("process_group") or (None, None)
     seq = e.get("collective_seq_id", e.get("seq_id"))
     return {
-        "dump_id": dump_id, "entry": index, "rank": rank, "record_id": _int(e.get("record_id")),
+        "dump_id": dump_id,
+        "entry": index,
+        "rank": rank,
+        "record_id": _int(e.get("record_id")),
         "pg_id": _int(e.get("pg_id")),
-        "pg_name": _str(group[0] if len(group) > 0 else None), "pg_desc": _str(group[1] if len(group) > 1 else None),
-        "collective_seq_id": _int(seq), "p2p_seq_id": _int(e.get("p2p_seq_id")), "op_id": _int(e.get("op_id")),
-        "profiling_name": _str(e.get("profiling_name")), "op": normalise_op(_str(e.get("profiling_name"))),
-        "is_p2p": e.get("is_p2p"), "state": _str(e.get("state")), "retired": e.get("retired"),
-        "input_sizes": _shapes(e.get("input_sizes")), "output_sizes": _shapes(e.get("output_sizes")),
-        "input_dtypes": _strs(e.get("input_dtypes")), "output_dtypes": _strs(e.get("output_dtypes")),
+        "pg_name": _str(group[0] if len(group) > 0 else None),
+        "pg_desc": _str(group[1] if len(group) > 1 else None),
+        "collective_seq_id": _int(seq),
+        "p2p_seq_id": _int(e.get("p2p_seq_id")),
+        "op_id": _int(e.get("op_id")),
+        "profiling_name": _str(e.get("profiling_name")),
+        "op": normalise_op(_str(e.get("profiling_name"))),
+        "is_p2p": e.get("is_p2p"),
+        "state": _str(e.get("state")),
+        "retired": e.get("retired"),
+        "input_sizes": _shapes(e.get("input_sizes")),
+        "output_sizes": _shapes(e.get("output_sizes")),
+        "input_dtypes": _strs(e.get("input_dtypes")),
+        "output_dtypes": _strs(e.get("output_dtypes")),
         "time_created_ns": _int(e.get("time_created_ns")),
         "time_discovered_started_ns": _int(e.get("time_discovered_started_ns")),
         "time_discovered_completed_ns": _int(e.get("time_discovered_completed_ns")),
-        "timeout_ms": _int(e.get("timeout_ms")), "call_site": _call_site(e.get("frames")),
+        "timeout_ms": _int(e.get("timeout_ms")),
+        "call_site": _call_site(e.get("frames")),
     }
 
 
@@ -210,13 +260,19 @@ def _status_rows(dump_id: int, dump: FlightDump, names: dict) -> list[dict[str, 
         if name is None and str(key) == "0":  # the default group is the first on every rank
             name = "0"
         config = dump.pg_config.get(name, {}) if name is not None else {}
-        rows.append({
-            "dump_id": dump_id, "rank": dump.rank, "pg_id": int(key) if str(key).isdigit() else None, "pg_name": name,
-            "pg_desc": desc or _str(config.get("desc")), "pg_ranks": _ranks(config.get("ranks")),
-            "last_enqueued_collective": _int(values.get("last_enqueued_collective")),
-            "last_started_collective": _int(values.get("last_started_collective")),
-            "last_completed_collective": _int(values.get("last_completed_collective")),
-        })
+        rows.append(
+            {
+                "dump_id": dump_id,
+                "rank": dump.rank,
+                "pg_id": int(key) if str(key).isdigit() else None,
+                "pg_name": name,
+                "pg_desc": desc or _str(config.get("desc")),
+                "pg_ranks": _ranks(config.get("ranks")),
+                "last_enqueued_collective": _int(values.get("last_enqueued_collective")),
+                "last_started_collective": _int(values.get("last_started_collective")),
+                "last_completed_collective": _int(values.get("last_completed_collective")),
+            }
+        )
     return rows
 
 

@@ -40,9 +40,13 @@ def _dumps(audit: DumpAudit | None) -> dict[str, Any] | None:
         "dumped": list(audit.dumped),
         "expected": list(audit.expected),
         "missing": list(audit.missing),
-        "files": [{"rank": f.rank, "path": f.path, "entries": f.entries, "version": f.version, "problem": f.problem}
-                  for f in audit.files],
-        "named_in_logs": [{"rank": n.rank, "path": n.path, "read": n.read, "line": _evidence(n.line)} for n in audit.named],
+        "files": [
+            {"rank": f.rank, "path": f.path, "entries": f.entries, "version": f.version, "problem": f.problem}
+            for f in audit.files
+        ],
+        "named_in_logs": [
+            {"rank": n.rank, "path": n.path, "read": n.read, "line": _evidence(n.line)} for n in audit.named
+        ],
     }
 
 

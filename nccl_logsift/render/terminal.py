@@ -59,12 +59,14 @@ def _flight(report: Report, console: Console) -> None:
         console.print(Text("Flight Recorder dumps: ", style="bold") + Text(report.dumps.summary))
         for f in report.dumps.files:
             state = f"{f.entries} entries, format {f.version}" if f.problem is None else f.problem
-            console.print(Text(f"  rank {f.rank if f.rank is not None else '?'}: {f.path} ({state})", style="dim"))
+            rank = f.rank if f.rank is not None else "?"
+            console.print(Text(f"  rank {rank}: {f.path} ({state})", style="dim"))
         for n in report.dumps.named:
             console.print(Text(f"  rank {n.rank}: log says {n.path}" + ("" if n.read else " (not read)")
                                + f"  --> {n.line.path}:{n.line.line}", style="dim"))
     if report.next_run:
-        table = Table("missing", "setting", "why", title="Next run: capture what this one lacked", title_justify="left")
+        table = Table("missing", "setting", "why", title="Next run: capture what this one lacked",
+                      title_justify="left")
         for a in report.next_run:
             table.add_row(a.missing, a.setting, a.why)
         console.print(table)

@@ -1,4 +1,4 @@
-"""The Flight Recorder dumps a simulated job leaves: one per rank that was alive when the dump signal went out.
+"""The Flight Recorder dumps a simulated job leaves: one per rank alive when the dump signal went out.
 
 With ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` the first rank whose watchdog times out dumps its ring buffer and
 signals every rank through the TCPStore; each rank whose process is still running dumps too
@@ -29,12 +29,20 @@ PREFIX = "nccl_trace_rank_"
 DEFAULT_BUFFER = 2000  # TORCH_FR_BUFFER_SIZE the tutorial recommends
 DTYPES = {FLOAT32: "Float", BF16: "BFloat16", INT64: "Long"}
 # PyTorch's profiling names for the OpTypes the programs issue (ProcessGroupNCCL's ``profilingTitle``).
-PROFILING = {"ALLREDUCE": "all_reduce", "_ALLGATHER_BASE": "_all_gather_base", "_REDUCE_SCATTER_BASE": "_reduce_scatter_base",
-             "BROADCAST": "broadcast", "SEND": "send", "RECV": "recv"}
+PROFILING = {
+    "ALLREDUCE": "all_reduce",
+    "_ALLGATHER_BASE": "_all_gather_base",
+    "_REDUCE_SCATTER_BASE": "_reduce_scatter_base",
+    "BROADCAST": "broadcast",
+    "SEND": "send",
+    "RECV": "recv",
+}
 DUMP_DELAY = 0.5  # seconds from the first timeout to the dumps
 
 
-def dumps(job: "Job", timeline: "Timeline", buffer: int = DEFAULT_BUFFER) -> tuple[dict[int, dict], dict[int, str]]:
+def dumps(
+    job: Job, timeline: Timeline, buffer: int = DEFAULT_BUFFER
+) -> tuple[dict[int, dict], dict[int, str]]:
     """(rank → dump, rank → why it wrote none) for every rank of the job."""
     fired = [w.t for run in timeline.runs for w in run.watchdogs]
     if not fired:
@@ -50,7 +58,7 @@ def dumps(job: "Job", timeline: "Timeline", buffer: int = DEFAULT_BUFFER) -> tup
     return written, skipped
 
 
-def _dump(job: "Job", run, at: float, buffer: int) -> dict:
+def _dump(job: Job, run, at: float, buffer: int) -> dict:
     cluster = job.cluster
     mine = [pg for pg in cluster.pgs if run.rank in pg.ranks]
     local = {pg.index: i for i, pg in enumerate(mine)}
@@ -68,21 +76,46 @@ def _dump(job: "Job", run, at: float, buffer: int) -> dict:
             last_seq[pg.index] = issue.seq
         done = issue.done is not None and issue.done <= at
         dtype = DTYPES.get(op.dtype, "Float")
-        entries.append({
-            "record_id": len(entries), "pg_id": local[pg.index], "process_group": (str(pg.guid), pg.desc),
-            "collective_seq_id": seq, "p2p_seq_id": 0 if not p2p else issue.seq, "op_id": len(entries) + 1,
-            "profiling_name": f"nccl:{PROFILING.get(op.torch_op, op.torch_op.lower())}", "time_created_ns": _ns(job, issue.t),
-            "input_sizes": [[op.numel_in or op.count]], "input_dtypes": [dtype],
-            "output_sizes": [[op.numel_out or op.count]], "output_dtypes": [dtype],
-            "state": "completed" if done else "scheduled", "time_discovered_started_ns": None,
-            "time_discovered_completed_ns": _ns(job, issue.done) if done else None, "retired": done,
-            "timeout_ms": job.torch.timeout_ms, "is_p2p": p2p, "thread_id": str(140000000000000 + run.rank),
-            "thread_name": "python3",
-            "frames": [{"name": op.torch_op.lower(), "filename": "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", "line": 3068},
-                       {"name": "train_step", "filename": "/workspace/train.py", "line": 100 + sum(map(ord, op.label or op.name)) % 200}],
-        })
-        group = status.setdefault(local[pg.index], {"last_enqueued_collective": -1, "last_started_collective": -1,
-                                                    "last_completed_collective": -1})
+        entries.append(
+            {
+                "record_id": len(entries),
+                "pg_id": local[pg.index],
+                "process_group": (str(pg.guid), pg.desc),
+                "collective_seq_id": seq,
+                "p2p_seq_id": 0 if not p2p else issue.seq,
+                "op_id": len(entries) + 1,
+                "profiling_name": f"nccl:{PROFILING.get(op.torch_op, op.torch_op.lower())}",
+                "time_created_ns": _ns(job, issue.t),
+                "input_sizes": [[op.numel_in or op.count]],
+                "input_dtypes": [dtype],
+                "output_sizes": [[op.numel_out or op.count]],
+                "output_dtypes": [dtype],
+                "state": "completed" if done else "scheduled",
+                "time_discovered_started_ns": None,
+                "time_discovered_completed_ns": _ns(job, issue.done) if done else None,
+                "retired": done,
+                "timeout_ms": job.torch.timeout_ms,
+                "is_p2p": p2p,
+                "thread_id": str(140000000000000 + run.rank),
+                "thread_name": "python3",
+                "frames": [
+                    {
+                        "name": op.torch_op.lower(),
+                        "filename": "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py",
+                        "line": 3068,
+                    },
+                    {
+                        "name": "train_step",
+                        "filename": "/workspace/train.py",
+                        "line": 100 + sum(map(ord, op.label or op.name)) % 200,
+                    },
+                ],
+            }
+        )
+        group = status.setdefault(
+            local[pg.index],
+            {"last_enqueued_collective": -1, "last_started_collective": -1, "last_completed_collective": -1},
+        )
         if not p2p:
             group["last_enqueued_collective"] = max(group["last_enqueued_collective"], seq)
             if done:
@@ -90,13 +123,15 @@ def _dump(job: "Job", run, at: float, buffer: int) -> dict:
     return {
         "version": FORMAT_VERSION,
         "comm_lib_version": job.nccl.version,
-        "pg_config": {str(pg.guid): {"name": str(pg.guid), "desc": pg.desc, "ranks": str(list(pg.ranks))} for pg in mine},
+        "pg_config": {
+            str(pg.guid): {"name": str(pg.guid), "desc": pg.desc, "ranks": str(list(pg.ranks))} for pg in mine
+        },
         "pg_status": {str(k): v for k, v in sorted(status.items())},
         "entries": entries[-buffer:],  # a ring buffer keeps the newest
     }
 
 
-def _ns(job: "Job", t: float) -> int:
+def _ns(job: Job, t: float) -> int:
     return int(job.time(t).timestamp() * 1e9)
 
 
@@ -117,7 +152,9 @@ def write(directory: Path, written: dict[int, dict], form: str = "pickle") -> li
 def truth(directory: Path, written: dict[int, dict], skipped: dict[int, str], form: str) -> dict:
     """The ground truth's ``flight_recorder`` section: which ranks dumped where, which did not and why."""
     return {
-        "dir": str(directory), "format": form, "version": FORMAT_VERSION,
+        "dir": str(directory),
+        "format": form,
+        "version": FORMAT_VERSION,
         "dumped": sorted(written),
         "not_dumped": [{"rank": r, "why": why} for r, why in sorted(skipped.items())],
     }

@@ -16,8 +16,11 @@ def _init_only(tmp_path: Path) -> Path:
     """A job logged with NCCL_DEBUG_SUBSYS=INIT: the same job with its COLL lines left out."""
     full = tmp_path / "full.log"
     write(Options(scenario="rank-stall", ranks=4, seed=2, noise=False, nccl_version="2.27"), str(full))
-    kept = [line for line in full.read_text().splitlines(keepends=True)
-            if not (" NCCL INFO " in line and " opCount " in line)]
+    kept = [
+        line
+        for line in full.read_text().splitlines(keepends=True)
+        if not (" NCCL INFO " in line and " opCount " in line)
+    ]
     init_only = tmp_path / "init" / "job.log"
     init_only.parent.mkdir()
     init_only.write_text("".join(kept))
@@ -32,7 +35,9 @@ def test_advisor_differs_between_init_only_and_coll_with_timestamps(tmp_path):
     coll_timed = analyze([str(timed)])
     assert "NCCL_DEBUG_SUBSYS=INIT,COLL" in _settings(init_only)
     assert "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO" in _settings(init_only)
-    assert not {"NCCL_DEBUG_SUBSYS=INIT,COLL", "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO"} & _settings(coll_timed)
+    assert not {"NCCL_DEBUG_SUBSYS=INIT,COLL", "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO"} & _settings(
+        coll_timed
+    )
     assert [a.missing for a in init_only.next_run] != [a.missing for a in coll_timed.next_run]
 
 
@@ -54,8 +59,12 @@ def test_advisor_asks_for_dump_on_timeout_only_when_a_timeout_left_no_dump(tmp_p
     log = tmp_path / "new" / "job.log"
     log.parent.mkdir()
     write(Options(scenario="rank-stall", ranks=4, seed=1), str(log), flight_dir=str(tmp_path / "new" / "fr"))
-    on_timeout = lambda report: [a for a in report.next_run if a.setting.startswith("TORCH_NCCL_DUMP_ON_TIMEOUT=1")]  # noqa: E731
-    shared_prefix = lambda report: [a for a in report.next_run if a.setting.startswith("TORCH_FR_DUMP_TEMP_FILE=")]  # noqa: E731
+    on_timeout = lambda report: [
+        a for a in report.next_run if a.setting.startswith("TORCH_NCCL_DUMP_ON_TIMEOUT=1")
+    ]
+    shared_prefix = lambda report: [
+        a for a in report.next_run if a.setting.startswith("TORCH_FR_DUMP_TEMP_FILE=")
+    ]
     no_signal = analyze([str(old)])
     signalled_lost = analyze([str(log)])  # its logs say ranks were asked to dump; the dumps are not here
     with_dumps = analyze([str(log.parent)])
@@ -66,12 +75,19 @@ def test_advisor_asks_for_dump_on_timeout_only_when_a_timeout_left_no_dump(tmp_p
 
 def test_advisor_buffer_size_from_ops_per_step_when_the_ring_wrapped(tmp_path):
     log = tmp_path / "job.log"
-    write(Options(scenario="rank-stall", ranks=4, seed=1), str(log), flight_dir=str(tmp_path / "fr"), flight_buffer=5)
+    write(
+        Options(scenario="rank-stall", ranks=4, seed=1),
+        str(log),
+        flight_dir=str(tmp_path / "fr"),
+        flight_buffer=5,
+    )
     small = [a for a in analyze([str(tmp_path)]).next_run if a.setting.startswith("TORCH_FR_BUFFER_SIZE=")]
     assert len(small) == 1 and "holds the last 5 ops but a step issues about 4" in small[0].why
     roomy = tmp_path / "roomy"
     roomy.mkdir()
-    write(Options(scenario="rank-stall", ranks=4, seed=1), str(roomy / "job.log"), flight_dir=str(roomy / "fr"))
+    write(
+        Options(scenario="rank-stall", ranks=4, seed=1), str(roomy / "job.log"), flight_dir=str(roomy / "fr")
+    )
     assert not [a for a in analyze([str(roomy)]).next_run if a.setting.startswith("TORCH_FR_BUFFER_SIZE=")]
 
 

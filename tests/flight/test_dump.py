@@ -13,20 +13,47 @@ from nccl_logsift.flight.table import tables
 
 
 def _entry(seq: int, name: str = "nccl:all_reduce", **more) -> dict:
-    return {"record_id": seq - 1, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": seq,
-            "p2p_seq_id": 0, "op_id": seq, "profiling_name": name, "time_created_ns": 1_000 * seq,
-            "input_sizes": [[4096]], "input_dtypes": ["Float"], "output_sizes": [[4096]], "output_dtypes": ["Float"],
-            "state": "completed", "time_discovered_started_ns": None, "time_discovered_completed_ns": 2_000 * seq,
-            "retired": True, "timeout_ms": 600000, "is_p2p": False,
-            "frames": [{"name": "all_reduce", "filename": "/x/torch/distributed/distributed_c10d.py", "line": 1},
-                       {"name": "main", "filename": "/workspace/train.py", "line": 64}], **more}
+    return {
+        "record_id": seq - 1,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": name,
+        "time_created_ns": 1_000 * seq,
+        "input_sizes": [[4096]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[4096]],
+        "output_dtypes": ["Float"],
+        "state": "completed",
+        "time_discovered_started_ns": None,
+        "time_discovered_completed_ns": 2_000 * seq,
+        "retired": True,
+        "timeout_ms": 600000,
+        "is_p2p": False,
+        "frames": [
+            {"name": "all_reduce", "filename": "/x/torch/distributed/distributed_c10d.py", "line": 1},
+            {"name": "main", "filename": "/workspace/train.py", "line": 64},
+        ],
+        **more,
+    }
 
 
 def _dump(version: str = "2.10", entries=None, **top) -> dict:
-    base = {"version": version, "comm_lib_version": "2.28.9",
-            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
-            "pg_status": {"0": {"last_enqueued_collective": 2, "last_started_collective": -1, "last_completed_collective": 2}},
-            "entries": entries if entries is not None else [_entry(1), _entry(2)]}
+    base = {
+        "version": version,
+        "comm_lib_version": "2.28.9",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+        "pg_status": {
+            "0": {
+                "last_enqueued_collective": 2,
+                "last_started_collective": -1,
+                "last_completed_collective": 2,
+            }
+        },
+        "entries": entries if entries is not None else [_entry(1), _entry(2)],
+    }
     base.update(top)
     return base
 
@@ -99,7 +126,13 @@ def test_dump_json_form_reads_like_the_pickle(tmp_path):
 @pytest.mark.parametrize("version", ["2.0", "2.1", "2.4", "2.7", "2.9", "2.10"])
 def test_dump_versions_2_0_to_2_10_are_read(tmp_path, version):
     old = version == "2.0"
-    entries = [{k: v for k, v in _entry(7).items() if not (old and k in ("collective_seq_id", "input_dtypes", "is_p2p"))}]
+    entries = [
+        {
+            k: v
+            for k, v in _entry(7).items()
+            if not (old and k in ("collective_seq_id", "input_dtypes", "is_p2p"))
+        }
+    ]
     if old:
         entries[0]["seq_id"] = 7  # the SeqNum's name before collective_seq_id
     top = {"nccl_version": "2.18.1"} if old else {}
@@ -132,10 +165,17 @@ def test_dump_truncated_pickle_is_a_dump_error(tmp_path):
         fr_dump.load(path)
 
 
-@pytest.mark.parametrize("name, op", [
-    ("nccl:all_reduce", "all_reduce"), ("ncclx:all_reduce", "all_reduce"), ("nccl2:_all_gather_base", "_all_gather_base"),
-    ("gloo:broadcast", "broadcast"), ("nccl:coalesced", "coalesced"), ("send", "send"),
-])
+@pytest.mark.parametrize(
+    "name, op",
+    [
+        ("nccl:all_reduce", "all_reduce"),
+        ("ncclx:all_reduce", "all_reduce"),
+        ("nccl2:_all_gather_base", "_all_gather_base"),
+        ("gloo:broadcast", "broadcast"),
+        ("nccl:coalesced", "coalesced"),
+        ("send", "send"),
+    ],
+)
 def test_dump_profiling_names_lose_their_backend_prefix(name, op):
     assert fr_dump.normalise_op(name) == op
 
@@ -149,10 +189,25 @@ def test_dump_rank_comes_from_the_name_unless_given():
 def test_dump_pg_status_is_keyed_to_the_group_guid_through_the_entries(tmp_path):
     # Rank 2's second group has GUID "2" but local id 1 (real 2.11 dump layout).
     entries = [_entry(1), _entry(1, pg_id=1, process_group=("2", "undefined"))]
-    raw = _dump(entries=entries, pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
-                                            "2": {"name": "2", "desc": "undefined", "ranks": "[2, 3]"}},
-                pg_status={"0": {"last_enqueued_collective": 1, "last_started_collective": -1, "last_completed_collective": 1},
-                           "1": {"last_enqueued_collective": 1, "last_started_collective": -1, "last_completed_collective": 0}})
+    raw = _dump(
+        entries=entries,
+        pg_config={
+            "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+            "2": {"name": "2", "desc": "undefined", "ranks": "[2, 3]"},
+        },
+        pg_status={
+            "0": {
+                "last_enqueued_collective": 1,
+                "last_started_collective": -1,
+                "last_completed_collective": 1,
+            },
+            "1": {
+                "last_enqueued_collective": 1,
+                "last_started_collective": -1,
+                "last_completed_collective": 0,
+            },
+        },
+    )
     path = tmp_path / "nccl_trace_rank_2"
     path.write_bytes(pickle.dumps(raw, protocol=4))
     status = tables([fr_dump.load(path)], [])["flight_pg_status"].sort("pg_id")

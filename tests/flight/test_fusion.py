@@ -1,4 +1,4 @@
-"""Dumps and logs of one simulated job, analysed together: the culprit is named with dump entries as evidence."""
+"""Dumps and logs of one simulated job analysed together: the culprit named with dump entries as evidence."""
 
 from __future__ import annotations
 
@@ -11,10 +11,23 @@ from nccl_logsift.pipeline import analyze
 from nccl_logsift.simulate import Options, write
 
 
-def _job(tmp_path: Path, scenario: str, form: str = "pickle", ranks: int = 8, seed: int = 0, buffer: int | None = None):
+def _job(
+    tmp_path: Path,
+    scenario: str,
+    form: str = "pickle",
+    ranks: int = 8,
+    seed: int = 0,
+    buffer: int | None = None,
+):
     log = tmp_path / "job.log"
-    sim = write(Options(scenario=scenario, ranks=ranks, seed=seed), str(log), str(tmp_path / "truth.json"),
-                str(tmp_path / "fr"), form, buffer)
+    sim = write(
+        Options(scenario=scenario, ranks=ranks, seed=seed),
+        str(log),
+        str(tmp_path / "truth.json"),
+        str(tmp_path / "fr"),
+        form,
+        buffer,
+    )
     return log, sim.truth
 
 
@@ -37,7 +50,9 @@ def test_fusion_names_the_truth_culprit_with_dump_entries(tmp_path, scenario, fo
     assert quoted and all(e.text.startswith("Flight Recorder entry") for e in quoted)
     assert {e.path for e in quoted} <= {str(p) for p in (tmp_path / "fr").iterdir()}
     # One finding per problem: the dump's own finding was folded into the log's.
-    assert not [f for f in report.findings if f.code in ("LS701", "LS702") and set(f.ranks) == set(lead.ranks)]
+    assert not [
+        f for f in report.findings if f.code in ("LS701", "LS702") and set(f.ranks) == set(lead.ranks)
+    ]
     assert report.dumps.dumped == tuple(truth["flight_recorder"]["dumped"])
 
 
@@ -70,7 +85,9 @@ def test_fusion_ranks_that_died_write_no_dump_and_the_audit_says_so(tmp_path):
     _, truth = _job(tmp_path, "segfault")
     not_dumped = [r["rank"] for r in truth["flight_recorder"]["not_dumped"]]
     assert not_dumped and all("ended" in r["why"] for r in truth["flight_recorder"]["not_dumped"])
-    assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == [f"nccl_trace_rank_{r}" for r in truth["flight_recorder"]["dumped"]]
+    assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == [
+        f"nccl_trace_rank_{r}" for r in truth["flight_recorder"]["dumped"]
+    ]
     report = analyze([str(tmp_path)])
     assert report.dumps.missing == tuple(not_dumped)
     assert f"missing: rank(s) {', '.join(map(str, not_dumped))}" in report.dumps.summary
@@ -78,7 +95,11 @@ def test_fusion_ranks_that_died_write_no_dump_and_the_audit_says_so(tmp_path):
 
 def test_fusion_healthy_job_writes_no_dump_and_finds_nothing_in_none(tmp_path):
     _, truth = _job(tmp_path, "healthy", ranks=4)
-    assert truth["flight_recorder"]["dumped"] == [] and not (tmp_path / "fr").exists() or not list((tmp_path / "fr").iterdir())
+    assert (
+        truth["flight_recorder"]["dumped"] == []
+        and not (tmp_path / "fr").exists()
+        or not list((tmp_path / "fr").iterdir())
+    )
     report = analyze([str(tmp_path)])
     assert not [f for f in report.findings if f.code.startswith("LS7")]
     assert report.dumps.dumped == () and report.dumps.missing == ()
@@ -92,8 +113,16 @@ def test_fusion_dumps_taken_while_healthy_are_not_a_rank_behind(tmp_path):
 
     write(Options(scenario="healthy", ranks=2, seed=0), str(tmp_path / "job.log"))
     ahead = _dump(entries=[_entry(1), _entry(2)])
-    behind = _dump(entries=[_entry(1)], pg_status={"0": {"last_enqueued_collective": 1, "last_started_collective": -1,
-                                                         "last_completed_collective": 1}})
+    behind = _dump(
+        entries=[_entry(1)],
+        pg_status={
+            "0": {
+                "last_enqueued_collective": 1,
+                "last_started_collective": -1,
+                "last_completed_collective": 1,
+            }
+        },
+    )
     (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(ahead, protocol=4))
     (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps(behind, protocol=4))
     report = analyze([str(tmp_path)])
@@ -106,7 +135,9 @@ def test_fusion_json_contract_has_the_audit_and_advice(tmp_path, run_cli):
     result = run_cli("analyze", str(tmp_path), "--format", "json")
     data = json.loads(result.output)
     assert data["dumps"]["dumped"] == [0, 1, 2, 3] and data["dumps"]["missing"] == []
-    assert {f["path"].rsplit("/", 1)[1] for f in data["dumps"]["files"]} == {f"nccl_trace_rank_{r}" for r in range(4)}
+    assert {f["path"].rsplit("/", 1)[1] for f in data["dumps"]["files"]} == {
+        f"nccl_trace_rank_{r}" for r in range(4)
+    }
     assert all(set(a) == {"missing", "setting", "why"} for a in data["next_run"])
     (lead,) = [f for f in data["findings"] if f["primary"]]
     assert any("nccl_trace_rank_" in e["path"] for e in lead["evidence"])
@@ -144,16 +175,24 @@ def test_fusion_only_dumps_is_an_input_error(tmp_path, run_cli):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "fr")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "fr")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and "only Flight Recorder dumps given" in proc.stderr
 
 
 def test_fusion_dumps_named_by_log_lines_are_found(tmp_path):
     """A log line 'dumping nccl trace to <path>' leads to a dump that was not given."""
-    log, truth = _job(tmp_path, "rank-stall", ranks=4)
+    log, _ = _job(tmp_path, "rank-stall", ranks=4)
     elsewhere = tmp_path / "fr"
-    lines = [f"[rank{r}]:[I1126 06:20:50.1 ProcessGroupNCCL.cpp:1700] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
-             f"ProcessGroupNCCL dumping nccl trace to {elsewhere}/nccl_trace_rank_{r}\n" for r in range(4)]
+    lines = [
+        f"[rank{r}]:[I1126 06:20:50.1 ProcessGroupNCCL.cpp:1700] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+        f"ProcessGroupNCCL dumping nccl trace to {elsewhere}/nccl_trace_rank_{r}\n"
+        for r in range(4)
+    ]
     with open(log, "a") as handle:
         handle.writelines(lines)
     report = analyze([str(log)])

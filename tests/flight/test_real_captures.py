@@ -1,4 +1,4 @@
-"""The real H200 captures (NCCL 2.28.9, PyTorch 2.11): logs and Flight Recorder dumps name the injected culprit.
+"""The real H200 captures (NCCL 2.28.9, PyTorch 2.11): logs and dumps name the injected culprit.
 
 They live in ../shared/corpus/gpu-h200 beside the repository (``LOGSIFT_SHARED`` points elsewhere, for a
 worktree); the tests skip when they are absent.
@@ -27,8 +27,11 @@ def _capture(name: str) -> tuple[Path, dict]:
 
 
 def _logs(folder: Path) -> list[str]:
-    return [str(p) for p in sorted(folder.rglob("*")) if p.is_file() and p.parent.name != "flight-recorder"
-            and p.name != "injected.json"]
+    return [
+        str(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.parent.name != "flight-recorder" and p.name != "injected.json"
+    ]
 
 
 @pytest.mark.parametrize("name", ["stall", "mismatch"])
@@ -43,7 +46,7 @@ def test_real_capture_culprit_is_named_with_dump_entries(name):
 
 
 def test_real_capture_mismatch_names_both_calls():
-    folder, injected = _capture("mismatch")
+    folder, _ = _capture("mismatch")
     report = analyze([str(folder)])
     (lead,) = [f for f in report.findings if f.primary]
     texts = " ".join(e.text for e in lead.evidence if "Flight Recorder" in e.text)
@@ -54,7 +57,9 @@ def test_real_capture_mismatch_names_both_calls():
 def test_real_capture_stall_without_the_culprit_dump_names_it_from_the_logs():
     folder, injected = _capture("stall")
     culprit = injected["culprit_rank"]
-    others = [str(p) for p in sorted((folder / "flight-recorder").iterdir()) if not p.name.endswith(f"_{culprit}")]
+    others = [
+        str(p) for p in sorted((folder / "flight-recorder").iterdir()) if not p.name.endswith(f"_{culprit}")
+    ]
     report = analyze(_logs(folder) + others)
     (lead,) = [f for f in report.findings if f.primary]
     assert lead.ranks == (culprit,)
@@ -69,4 +74,6 @@ def test_real_capture_dumps_table_has_the_collective_each_rank_waits_in():
     fr = load_job([str(folder)]).table("flight_recorder")
     waiting = fr.filter((fr["pg_desc"] == "default_pg") & (fr["state"] == "scheduled"))
     assert sorted(waiting["rank"].to_list()) == [r for r in range(4) if r != injected["culprit_rank"]]
-    assert set(waiting["collective_seq_id"].to_list()) == {13} and set(waiting["op"].to_list()) == {"all_reduce"}
+    assert set(waiting["collective_seq_id"].to_list()) == {13} and set(waiting["op"].to_list()) == {
+        "all_reduce"
+    }
