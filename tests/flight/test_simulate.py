@@ -11,9 +11,21 @@ from nccl_logsift.flight import dump as fr_dump
 
 @pytest.mark.parametrize("form", ["pickle", "json"])
 def test_simulate_flight_recorder_writes_plain_dumps_and_their_truth(tmp_path, run_cli, form):
-    result = run_cli("simulate", "-s", "rank-stall", "--ranks", "4", "-o", str(tmp_path / "job.log"),
-                     "--truth", str(tmp_path / "truth.json"), "--flight-recorder", str(tmp_path / "fr"),
-                     "--flight-recorder-format", form)
+    result = run_cli(
+        "simulate",
+        "-s",
+        "rank-stall",
+        "--ranks",
+        "4",
+        "-o",
+        str(tmp_path / "job.log"),
+        "--truth",
+        str(tmp_path / "truth.json"),
+        "--flight-recorder",
+        str(tmp_path / "fr"),
+        "--flight-recorder-format",
+        form,
+    )
     assert result.exit_code == 0, result.output
     truth = json.loads((tmp_path / "truth.json").read_text())["flight_recorder"]
     assert truth["format"] == form and truth["dumped"] == [0, 1, 2, 3] and truth["not_dumped"] == []
@@ -28,8 +40,19 @@ def test_simulate_flight_recorder_writes_plain_dumps_and_their_truth(tmp_path, r
 
 
 def test_simulate_flight_recorder_culprit_stops_one_collective_short(tmp_path, run_cli):
-    run_cli("simulate", "-s", "rank-stall", "--ranks", "4", "-o", str(tmp_path / "job.log"),
-            "--truth", str(tmp_path / "truth.json"), "--flight-recorder", str(tmp_path / "fr"))
+    run_cli(
+        "simulate",
+        "-s",
+        "rank-stall",
+        "--ranks",
+        "4",
+        "-o",
+        str(tmp_path / "job.log"),
+        "--truth",
+        str(tmp_path / "truth.json"),
+        "--flight-recorder",
+        str(tmp_path / "fr"),
+    )
     truth = json.loads((tmp_path / "truth.json").read_text())
     (culprit,) = next(f for f in truth["faults"] if f["primary"])["ranks"]
     status = {r: fr_dump.load(tmp_path / "fr" / f"nccl_trace_rank_{r}").pg_status["0"] for r in range(4)}
@@ -39,16 +62,28 @@ def test_simulate_flight_recorder_culprit_stops_one_collective_short(tmp_path, r
 
 
 def test_simulate_flight_recorder_buffer_keeps_the_newest_entries(tmp_path, run_cli):
-    run_cli("simulate", "-s", "rank-stall", "--ranks", "4", "-o", str(tmp_path / "job.log"),
-            "--flight-recorder", str(tmp_path / "fr"), "--flight-recorder-buffer", "3")
+    run_cli(
+        "simulate",
+        "-s",
+        "rank-stall",
+        "--ranks",
+        "4",
+        "-o",
+        str(tmp_path / "job.log"),
+        "--flight-recorder",
+        str(tmp_path / "fr"),
+        "--flight-recorder-buffer",
+        "3",
+    )
     entries = fr_dump.load(tmp_path / "fr" / "nccl_trace_rank_0").entries
     assert len(entries) == 3 and entries[0]["record_id"] > 0
-    assert [e["record_id"] for e in entries] == list(range(entries[0]["record_id"], entries[0]["record_id"] + 3))
+    assert [e["record_id"] for e in entries] == list(
+        range(entries[0]["record_id"], entries[0]["record_id"] + 3)
+    )
 
 
 def test_simulate_default_prefix_dumps_are_found_when_the_logs_say_ranks_dumped(tmp_path, monkeypatch):
     from nccl_logsift.pipeline import analyze
-
     from nccl_logsift.simulate import Options, write
 
     cache = tmp_path / "cache"
