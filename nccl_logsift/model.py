@@ -286,6 +286,7 @@ class DumpAudit:
     dumped: tuple[int, ...]    # ranks whose dump was read
     expected: tuple[int, ...]  # ranks that should have dumped: asked to by a timeout or a peer's signal
     missing: tuple[int, ...]   # expected, and no dump read
+    written: tuple[int, ...]   # ranks whose logs say their dump was written ("trace successfully dumped")
     files: tuple[DumpFile, ...]
     named: tuple[NamedDump, ...]
     summary: str

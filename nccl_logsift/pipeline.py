@@ -249,7 +249,7 @@ class TableStream:
 
     def _batch(self, tables: dict[str, pl.DataFrame], calls: Calls, source: Source) -> Batch:
         self.numbering.observe(tables["comms"])
-        self.dumps.observe(tables.get("torch"))
+        self.dumps.observe(tables.get("torch"), tables.get("lines"))
         self.numbering.number(calls)
         if self.options.every_line:
             tables["collectives"] = conform(calls.frame(), {**calls.schema, **ADDED})

@@ -49,24 +49,32 @@ def audit(job: Job) -> DumpAudit:
         set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
     )
     known |= set(job.torch_ranks["rank"].to_list())
-    expected = set(asked) | set(dumped)
+    written = _written(job)
+    expected = set(asked) | set(dumped) | written
     if broadcast or dumped:
         expected |= known
     missing = sorted(expected - set(dumped))
     read_paths = {os.path.abspath(f.path) for f in listed if f.problem is None}
     named = _named(job, read_paths)
+    summary = _summary(dumped, sorted(expected), missing, listed, named, asked)
+    lost = sorted(written - set(dumped))
+    if lost:
+        summary += f" The logs say rank(s) {_list(lost)} finished writing a dump that is not among these inputs."
     return DumpAudit(
-        tuple(dumped),
-        tuple(sorted(expected)),
-        tuple(missing),
-        listed,
-        named,
-        _summary(dumped, sorted(expected), missing, listed, named, asked),
+        tuple(dumped), tuple(sorted(expected)), tuple(missing), tuple(sorted(written)), listed, named, summary
     )
+
+
+def _written(job: Job) -> set[int]:
+    named = job.table("flight_named")
+    if named.is_empty():
+        return set()
+    return set(named.filter(pl.col("event") == "dump_succeeded")["rank"].drop_nulls().to_list())
 
 
 def _named(job: Job, read_paths: set[str]) -> tuple[NamedDump, ...]:
     named = job.table("flight_named")
+    named = named.filter(pl.col("path").is_not_null()) if not named.is_empty() else named
     if named.is_empty():
         return ()
     lines = {

@@ -24,6 +24,7 @@ from nccl_logsift.io.sources import Source
 WRITING_EVENTS = ("dump_writing", "dump_written")
 # Events that say a rank was asked to dump (a timeout on this rank, or a peer's signal through the store).
 SIGNAL_EVENTS = ("dump_signal", "dump_prepare", "dump_observed", "dump_first_pg", *WRITING_EVENTS)
+SUCCESS_TEXT = "Flight Recorder trace successfully dumped"
 
 
 def default_prefix() -> str:
@@ -58,7 +59,24 @@ class DumpCollector:
     _named: list[pl.DataFrame] = field(default_factory=list)
     signalled: bool = False  # some log line says a rank was asked to dump
 
-    def observe(self, torch: pl.DataFrame | None) -> None:
+    def observe(self, torch: pl.DataFrame | None, lines: pl.DataFrame | None = None) -> None:
+        """Keep the rows of a batch that name a dump file (``torch``) or confirm one was written (``lines``)."""
+        if lines is not None and not lines.is_empty() and "text" in lines.columns:
+            # "Flight Recorder trace successfully dumped." names no path and no family parses it (PyTorch 2.5+,
+            # ProcessGroupNCCL.cpp ``dumpDebuggingInfo``): found in the text, a literal search per batch.
+            done = lines.filter(pl.col("text").str.contains(SUCCESS_TEXT, literal=True))
+            if not done.is_empty():
+                self.signalled = True
+                rank = pl.col("torch_rank").cast(pl.Int64) if "torch_rank" in done.columns else pl.lit(None, pl.Int64)
+                self._named.append(
+                    done.select(
+                        rank=rank,
+                        path=pl.lit(None, pl.String),
+                        source_id=pl.col("source_id").cast(pl.UInt16),
+                        line_no=pl.col("line_no").cast(pl.UInt32),
+                        event=pl.lit("dump_succeeded"),
+                    )
+                )
         if torch is None or torch.is_empty() or "event" not in torch.columns or "detail" not in torch.columns:
             return
         self.signalled = self.signalled or bool(torch["event"].is_in(SIGNAL_EVENTS).any())
@@ -88,7 +106,8 @@ class DumpCollector:
         named = self.named()
         wanted: dict[str, int | None] = {os.path.abspath(p): None for p in self.given}
         order = list(self.given)
-        for rank, path in named.select("rank", "path").unique(maintain_order=True).iter_rows():
+        paths = named.filter(pl.col("path").is_not_null()).select("rank", "path").unique(maintain_order=True)
+        for rank, path in paths.iter_rows():
             key = os.path.abspath(path)
             if key not in wanted and os.path.isfile(path):
                 wanted[key] = rank

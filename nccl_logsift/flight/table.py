@@ -121,7 +121,7 @@ COLUMN_DOCS = {
     },
     "flight_named": {
         "rank": "global rank of the process whose log line names the file",
-        "path": "the file PyTorch said it wrote the rank's dump to",
+        "path": "the file PyTorch said it wrote the rank's dump to (null on a dump_succeeded line)",
         "source_id": "the input holding the line",
         "line_no": "the line (1-based)",
         "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG "
@@ -140,7 +140,8 @@ TABLES = {
     "flight_dumps": "one row per Flight Recorder dump read (or that could not be read, with its problem)",
     "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed "
         "collective",
-    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to",
+    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to, or says the "
+    "dump was written",
 }
 SCHEMAS = {
     "flight_recorder": ENTRY_SCHEMA,

@@ -40,6 +40,7 @@ def _dumps(audit: DumpAudit | None) -> dict[str, Any] | None:
         "dumped": list(audit.dumped),
         "expected": list(audit.expected),
         "missing": list(audit.missing),
+        "written_per_logs": list(audit.written),
         "files": [
             {"rank": f.rank, "path": f.path, "entries": f.entries, "version": f.version, "problem": f.problem}
             for f in audit.files

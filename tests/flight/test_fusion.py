@@ -199,3 +199,19 @@ def test_fusion_dumps_named_by_log_lines_are_found(tmp_path):
     assert report.dumps.dumped == (0, 1, 2, 3)
     assert [n.rank for n in report.dumps.named] == [0, 1, 2, 3] and all(n.read for n in report.dumps.named)
     assert "dumping nccl trace to" in report.dumps.named[0].line.text
+
+
+def test_fusion_success_lines_say_which_dumps_were_written(tmp_path):
+    """'Flight Recorder trace successfully dumped.' makes a rank expected, and its absent dump a lost one."""
+    log, _ = _job(tmp_path, "rank-stall", ranks=4)
+    done = [
+        f"[rank{r}]:[I1126 06:20:51.1 ProcessGroupNCCL.cpp:1716] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+        "Flight Recorder trace successfully dumped.\n"
+        for r in (0, 3)
+    ]
+    with open(log, "a") as handle:
+        handle.writelines(done)
+    report = analyze([str(log), str(tmp_path / "fr" / "nccl_trace_rank_0")])
+    assert report.dumps.written == (0, 3)
+    assert 3 in report.dumps.missing and 0 not in report.dumps.missing
+    assert "rank(s) 3 finished writing a dump that is not among these inputs" in report.dumps.summary
