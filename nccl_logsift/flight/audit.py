@@ -59,7 +59,7 @@ def audit(job: Job) -> DumpAudit:
     summary = _summary(dumped, sorted(expected), missing, listed, named, asked)
     lost = sorted(written - set(dumped))
     if lost:
-        summary += f" The logs say rank(s) {_list(lost)} finished writing a dump that is not among these inputs."
+        summary += f" The logs say rank(s) {_list(lost)} finished writing a dump not among these inputs."
     return DumpAudit(
         tuple(dumped), tuple(sorted(expected)), tuple(missing), tuple(sorted(written)), listed, named, summary
     )

@@ -60,14 +60,15 @@ class DumpCollector:
     signalled: bool = False  # some log line says a rank was asked to dump
 
     def observe(self, torch: pl.DataFrame | None, lines: pl.DataFrame | None = None) -> None:
-        """Keep the rows of a batch that name a dump file (``torch``) or confirm one was written (``lines``)."""
+        """Keep the rows of a batch naming a dump file (``torch``) or confirming one was written (``lines``)."""
         if lines is not None and not lines.is_empty() and "text" in lines.columns:
-            # "Flight Recorder trace successfully dumped." names no path and no family parses it (PyTorch 2.5+,
-            # ProcessGroupNCCL.cpp ``dumpDebuggingInfo``): found in the text, a literal search per batch.
+            # "Flight Recorder trace successfully dumped." names no path and no family parses it
+            # (ProcessGroupNCCL.cpp ``dumpDebuggingInfo``): found in the text, a literal search per batch.
             done = lines.filter(pl.col("text").str.contains(SUCCESS_TEXT, literal=True))
             if not done.is_empty():
                 self.signalled = True
-                rank = pl.col("torch_rank").cast(pl.Int64) if "torch_rank" in done.columns else pl.lit(None, pl.Int64)
+                has_rank = "torch_rank" in done.columns
+                rank = pl.col("torch_rank").cast(pl.Int64) if has_rank else pl.lit(None, pl.Int64)
                 self._named.append(
                     done.select(
                         rank=rank,

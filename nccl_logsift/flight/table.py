@@ -140,8 +140,8 @@ TABLES = {
     "flight_dumps": "one row per Flight Recorder dump read (or that could not be read, with its problem)",
     "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed "
         "collective",
-    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to, or says the "
-    "dump was written",
+    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to, or says "
+    "the dump was written",
 }
 SCHEMAS = {
     "flight_recorder": ENTRY_SCHEMA,

@@ -214,4 +214,4 @@ def test_fusion_success_lines_say_which_dumps_were_written(tmp_path):
     report = analyze([str(log), str(tmp_path / "fr" / "nccl_trace_rank_0")])
     assert report.dumps.written == (0, 3)
     assert 3 in report.dumps.missing and 0 not in report.dumps.missing
-    assert "rank(s) 3 finished writing a dump that is not among these inputs" in report.dumps.summary
+    assert "rank(s) 3 finished writing a dump not among these inputs" in report.dumps.summary
