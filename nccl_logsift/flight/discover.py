@@ -60,7 +60,7 @@ class DumpCollector:
     signalled: bool = False  # some log line says a rank was asked to dump
 
     def observe(self, torch: pl.DataFrame | None, lines: pl.DataFrame | None = None) -> None:
-        """Keep the rows of a batch naming a dump file (``torch``) or confirming one was written (``lines``)."""
+        """Keep the rows of a batch naming a dump file (``torch``) or saying one was written (``lines``)."""
         if lines is not None and not lines.is_empty() and "text" in lines.columns:
             # "Flight Recorder trace successfully dumped." names no path and no family parses it
             # (ProcessGroupNCCL.cpp ``dumpDebuggingInfo``): found in the text, a literal search per batch.
