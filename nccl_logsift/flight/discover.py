@@ -64,7 +64,7 @@ class DumpCollector:
         if lines is not None and not lines.is_empty() and "text" in lines.columns:
             # "Flight Recorder trace successfully dumped." names no path and no family parses it
             # (ProcessGroupNCCL.cpp ``dumpDebuggingInfo``): found in the text, a literal search per batch.
-            # PyTorch's C++ lines only: a COLL-heavy log's other text is most of its bytes (parse keeps it all).
+            # PyTorch's C++ lines only: a COLL-heavy log's other text is most of its bytes (parse keeps it).
             if "producer" in lines.columns:
                 lines = lines.filter(pl.col("producer") == "torch_cpp")
             done = lines.filter(pl.col("text").str.contains(SUCCESS_TEXT, literal=True))

@@ -20,11 +20,12 @@ from typing import Any
 from nccl_logsift.errors import InputError
 
 SNIFF_BYTES = 4096
-# Versions of the dump format this reader knows (FlightRecorder.hpp ``version_val``): fields were only
-# added from 2.0 to 2.10, so a newer 2.x is read the same way, with a note.
+# Versions of the dump format this reader knows (FlightRecorder.hpp ``version_val``: "minor when adding
+# fields, major when changing existing fields"): 2.0 to 2.10 only added fields, so a newer 2.x is read the
+# same way, with a note. 1.x (TraceUtils.h 1.1 to 1.4: ``seq_id``, no p2p ids) is read with a note too.
 KNOWN_VERSIONS = tuple(f"2.{minor}" for minor in range(11))
-# The keys every version writes; ``entries`` may be missing when only pg_status was asked for.
-REQUIRED_KEYS = ("version", "pg_config")
+# The key every version writes; a dump also has ``entries`` or ``pg_config`` (1.1 had no pg_config).
+REQUIRED_KEYS = ("version",)
 # ``profiling_name`` is "<backend>:<op>" ("nccl:all_reduce", "gloo:broadcast", "ncclx:..." on Meta's
 # fork); the op alone is what ranks of different backends compare on.
 BACKEND_PREFIX = re.compile(r"^(?:nccl2|ncclx|nccl|gloo|xccl|ucc|mpi|custom)\s*:\s*")
@@ -136,17 +137,18 @@ def load(path: str | Path, rank: int | None = None) -> FlightDump:
 
 
 def _checked(path: str, kind: str, raw: Any, rank: int | None) -> FlightDump:
-    if not isinstance(raw, dict) or any(k not in raw for k in REQUIRED_KEYS):
-        raise DumpError(
-            f"{path}: a {kind} without the keys of a Flight Recorder dump ({', '.join(REQUIRED_KEYS)})"
-        )
+    if not isinstance(raw, dict) or "version" not in raw or not ("entries" in raw or "pg_config" in raw):
+        raise DumpError(f"{path}: a {kind} without the keys of a Flight Recorder dump (version, entries)")
     version = str(raw["version"])
     major, _, minor = version.partition(".")
-    if major != "2" or not minor.isdigit():
+    if major not in ("1", "2") or not minor.isdigit():
         raise DumpError(
-            f"{path}: Flight Recorder format {version} is not one this reader knows (2.0 to 2.10)"
+            f"{path}: Flight Recorder format {version} is not one this reader knows (2.0 to 2.10, or 1.x)"
         )
-    note = None if version in KNOWN_VERSIONS else f"format {version} is newer than 2.10; read as 2.10"
+    if major == "1":
+        note = f"format {version} predates 2.0: one seq_id for collectives and p2p ops"
+    else:
+        note = None if version in KNOWN_VERSIONS else f"format {version} is newer than 2.10; read as 2.10"
     entries = raw.get("entries") or []
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise DumpError(f"{path}: its entries are not a list of records")
@@ -161,7 +163,7 @@ def _checked(path: str, kind: str, raw: Any, rank: int | None) -> FlightDump:
         version=version,
         # ``nccl_version`` was renamed ``comm_lib_version`` when other backends began to write dumps (2.10).
         comm_lib_version=_text(raw.get("comm_lib_version", raw.get("nccl_version"))),
-        pg_config=raw["pg_config"] if isinstance(raw["pg_config"], dict) else {},
+        pg_config=raw.get("pg_config") if isinstance(raw.get("pg_config"), dict) else {},
         pg_status=raw.get("pg_status") if isinstance(raw.get("pg_status"), dict) else {},
         entries=tuple(entries),
         note=note,

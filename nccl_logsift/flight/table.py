@@ -5,9 +5,12 @@
 ``flight_pg_status`` one row per process group of a dump (its last enqueued / started / completed
 collective, which survive the ring buffer wrapping).
 
-Fields came in over versions of the format (``FlightRecorder.hpp``): ``input_dtypes``/``output_dtypes``,
-``p2p_seq_id``, ``is_p2p``, ``timeout_ms``, ``thread_id``/``thread_name``; 2.0 called ``collective_seq_id``
-``seq_id``. A field a dump's version lacks is null.
+Fields came in over versions of the format, and a field a dump's version lacks is null here. Format 1.x
+(``TraceUtils.h``, 1.1 to 1.4) had one ``seq_id`` where 2.x has ``collective_seq_id`` and ``p2p_seq_id``;
+2.7 records the collectives of coalesced groups (fr_trace's ``utils.py``,
+``match_coalesced_groups_with_non_p2p``); 2.10 renamed ``nccl_version`` ``comm_lib_version`` and added
+``thread_id``/``thread_name`` (research/landscape-2026.md, PyTorch 2.9-2.11). The reader requires none of
+the entry fields, so the fields in between (dtypes, ``is_p2p``, ``timeout_ms``) are read when present.
 """
 
 from __future__ import annotations
@@ -77,8 +80,7 @@ COLUMN_DOCS = {
         "pg_id": "the process group's local id on this rank (ProcessGroupNCCL uid)",
         "pg_name": "the process group's GUID (its name in pg_config): the same on every member",
         "pg_desc": "the process group's description (default_pg, or what new_group was given)",
-        "collective_seq_id": "PyTorch's SeqNum of the collective on the process group (seq_id before "
-            "format 2.1)",
+        "collective_seq_id": "PyTorch's SeqNum of the collective on the process group (seq_id in format 1.x)",
         "p2p_seq_id": "sequence number of point-to-point ops on the process group",
         "op_id": "sequence number counting the ops inside coalesced groups too",
         "profiling_name": "the op as recorded, with its backend (nccl:all_reduce)",
@@ -101,7 +103,7 @@ COLUMN_DOCS = {
         "path": "the dump file",
         "rank": "global rank (file name's trailing number, the dump's rank key, or the log line naming it)",
         "format": "pickle or json",
-        "version": "Flight Recorder format version (2.0 to 2.10)",
+        "version": "Flight Recorder format version (2.0 to 2.10; 1.x and newer 2.x read with a note)",
         "comm_lib_version": "NCCL (or other library) version the dump records (nccl_version before 2.10)",
         "entries": "entries in the dump",
         "first_record_id": "record_id of the oldest entry: above 0 when the ring buffer wrapped",

@@ -125,28 +125,30 @@ def test_dump_json_form_reads_like_the_pickle(tmp_path):
 
 @pytest.mark.parametrize("version", ["2.0", "2.1", "2.4", "2.7", "2.9", "2.10"])
 def test_dump_versions_2_0_to_2_10_are_read(tmp_path, version):
-    old = version == "2.0"
-    entries = [
-        {
-            k: v
-            for k, v in _entry(7).items()
-            if not (old and k in ("collective_seq_id", "input_dtypes", "is_p2p"))
-        }
-    ]
-    if old:
-        entries[0]["seq_id"] = 7  # the SeqNum's name before collective_seq_id
-    top = {"nccl_version": "2.18.1"} if old else {}
-    raw = _dump(version, entries, **top)
-    if old:
-        del raw["comm_lib_version"]
+    before_2_10 = version != "2.10"
+    entry = {k: v for k, v in _entry(7).items() if not (before_2_10 and k in ("input_dtypes", "is_p2p"))}
+    raw = _dump(version, [entry])
+    if before_2_10:  # the library's version was nccl_version until 2.10
+        raw["nccl_version"] = raw.pop("comm_lib_version")
     path = tmp_path / "nccl_trace_rank_0"
     path.write_bytes(pickle.dumps(raw, protocol=2))
     loaded = fr_dump.load(path)
     assert loaded.version == version and loaded.note is None
-    assert loaded.comm_lib_version == ("2.18.1" if old else "2.28.9")
+    assert loaded.comm_lib_version == "2.28.9"
     row = tables([loaded], [])["flight_recorder"].row(0, named=True)
-    assert row["collective_seq_id"] == 7
-    assert row["input_dtypes"] == (None if old else ["Float"])
+    assert row["collective_seq_id"] == 7 and row["op"] == "all_reduce"
+    assert row["input_dtypes"] == (None if before_2_10 else ["Float"])
+
+
+def test_dump_format_1_x_reads_its_seq_id_with_a_note(tmp_path):
+    entry = {k: v for k, v in _entry(3).items() if k not in ("collective_seq_id", "p2p_seq_id")}
+    entry["seq_id"] = 3
+    raw = {"version": "1.4", "pg_config": {}, "entries": [entry]}
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(raw, protocol=2))
+    loaded = fr_dump.load(path)
+    assert "predates 2.0" in loaded.note
+    assert tables([loaded], [])["flight_recorder"]["collective_seq_id"].to_list() == [3]
 
 
 def test_dump_newer_minor_is_read_with_a_note_and_other_majors_refused(tmp_path):
