@@ -46,11 +46,11 @@ def describe_entry(row: dict) -> str:
         ", ".join(f"{list(s)} {d}" for s, d in zip(sizes or [], dtypes or [None] * len(sizes or []))) or "-"
     )
     where = f" at {row['call_site']}" if row.get("call_site") else ""
+    into = shapes(row["input_sizes"], row["input_dtypes"])
+    out = shapes(row["output_sizes"], row["output_dtypes"])
     return (
-        f"Flight Recorder entry {row['entry']} of rank {row['rank']}: process group {_pg(row)} "
-        f"collective #{row['collective_seq_id']} {row['profiling_name']} in "
-        f"{shapes(row['input_sizes'], row['input_dtypes'])} "
-        f"out {shapes(row['output_sizes'], row['output_dtypes'])}, {row['state']}{where}"
+        f"Flight Recorder entry {row['entry']} of rank {row['rank']}: process group {_pg(row)} collective "
+        f"#{row['collective_seq_id']} {row['profiling_name']} in {into} out {out}, {row['state']}{where}"
     )
 
 
@@ -193,11 +193,9 @@ class FlightRecorderMismatch(Rule):
                 seq=m["seq"],
                 op=first_minor["op"],
                 evidence=evidence,
-                advice=f"Find why the call site of rank(s) "
-                    f"{', '.join(str(r['rank']) for r in minor)}{site} issues "
-                f"{first_minor['op']} where the others issue {first_major['op']} with other shapes; "
-                f"make every "
-                "rank issue the same collectives in the same order.",
+                advice=f"Find why the call site of rank(s) {', '.join(str(r['rank']) for r in minor)}{site} "
+                    f"issues {first_minor['op']} where the others issue {first_major['op']} with other "
+                    "shapes; make every rank issue the same collectives in the same order.",
             )
 
 
@@ -303,125 +301,101 @@ class FlightRecorderRankBehind(Rule):
         if prog.is_empty() or job.table("flight_dumps").is_empty():
             return
         mismatched = {m["pg_name"] for m in mismatches(job)}
-        coll = collectives(job)
         seen: dict[tuple[int, ...], Finding] = {}
         for (pg_name,), group in prog.group_by("pg_name", maintain_order=True):
             if pg_name in mismatched or group.height < 2:
                 continue
             front = group["last_enqueued"].max()
             leaders = group.filter(pl.col("last_enqueued") == front)
-            behind = group.filter(pl.col("last_enqueued") < front)
             # The front is stuck when its ranks have not completed what they enqueued; otherwise the dump was
             # taken while a healthy job ran and the difference is only timing.
             if not (leaders["last_completed"] < front).all():
                 continue
+            behind = group.filter(pl.col("last_enqueued") < front)
             if behind.is_empty():
-                silent = self._silent(
-                    job, job_members(job, pg_name) - set(group["rank"].to_list()), leaders, pg_name, coll
-                )
-                if silent is not None and silent.ranks not in seen:
-                    seen[silent.ranks] = silent
-                continue
-            ranks = tuple(sorted(behind["rank"].to_list()))
-            if ranks in seen:
-                continue
-            # The first SeqNum some rank never enqueued: where the leaders' collective waits for it.
-            first_missing = behind["last_enqueued"].min() + 1
-            stuck = (
-                coll.filter(
-                    (pl.col("pg_name") == pg_name)
-                    & (pl.col("collective_seq_id") == first_missing)
-                    & pl.col("rank").is_in(leaders["rank"].implode())
-                )
-                if not coll.is_empty()
-                else coll
-            )
-            op = stuck["op"][0] if not stuck.is_empty() else None
-            desc = group["pg_desc"].drop_nulls()
-            pg = f"{pg_name} ({desc[0]})" if desc.len() else pg_name
-            lasts = ", ".join(
-                f"rank {r}: #{e}" + (" (from its log; no dump)" if s == "log" else "")
-                for r, e, s in behind.sort("rank").select("rank", "last_enqueued", "source").iter_rows()
-            )
-            ahead = (
-                "enqueued it and wait for it"
-                if front == first_missing
-                else f"enqueued it and went on to #{front}"
-            )
-            title = (
-                f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{first_missing}"
-                + (f" ({op})" if op else "")
-                + f" of process group {pg} (last enqueued: {lasts}), while "
-                f"{_ranks(leaders['rank'].to_list())} {ahead}"
-            )
-            behind_entries = (
-                coll.filter(pl.col("rank").is_in(list(ranks)) & (pl.col("pg_name") == pg_name))
-                if not coll.is_empty()
-                else coll
-            )
-            last_of_behind = (
-                behind_entries.group_by("rank").agg(pl.all().sort_by("collective_seq_id").last()).sort("rank")
-                if not behind_entries.is_empty()
-                else behind_entries
-            )
-            logged = behind.filter(pl.col("source") == "log").select("source_id", "line_no")
-            evidence = (
-                entry_evidence(job, last_of_behind) + job.evidence(logged, 2) + entry_evidence(job, stuck, 2)
-            )
-            seen[ranks] = Finding(
-                code=self.code,
-                name=self.name,
-                kind=self.kind,
-                severity=self.severity,
-                title=title,
-                ranks=ranks,
-                hosts=job.hosts_of(ranks),
-                pg=pg,
-                seq=first_missing,
-                op=op,
-                evidence=evidence,
-                advice="While the job still hangs, dump the Python stacks of the ranks behind (py-spy "
-                    "dump --pid) and "
-                "find what they do instead of calling the collective; the dump entries name the call site.",
-                first_seen=job.first_seen(logged) if not logged.is_empty() else None,
-            )
+                silent = job_members(job, pg_name) - set(group["rank"].to_list())
+                found = self._silent(job, pg_name, silent, leaders) if silent else None
+            else:
+                found = self._behind(job, pg_name, behind, leaders, front)
+            if found is not None and found.ranks not in seen:
+                seen[found.ranks] = found
         yield from seen.values()
 
-    def _silent(
-        self, job: Job, silent: set[int], leaders: pl.DataFrame, pg_name: str, coll: pl.DataFrame
-    ) -> Finding | None:
+    def _behind(
+        self, job: Job, pg_name: str, behind: pl.DataFrame, leaders: pl.DataFrame, front: int
+    ) -> Finding:
+        """Ranks whose last enqueued SeqNum is below the stuck leaders': the group waits for them."""
+        ranks = tuple(sorted(behind["rank"].to_list()))
+        first_missing = behind["last_enqueued"].min() + 1  # where the leaders' collective waits for them
+        stuck = _entries(job, pg_name, first_missing, leaders["rank"].to_list())
+        op = stuck["op"][0] if not stuck.is_empty() else None
+        lasts = ", ".join(
+            f"rank {r}: #{e}" + (" (from its log; no dump)" if s == "log" else "")
+            for r, e, s in behind.sort("rank").select("rank", "last_enqueued", "source").iter_rows()
+        )
+        ahead = "wait for it" if front == first_missing else f"went on to #{front}"
+        title = (
+            f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{first_missing}"
+            + (f" ({op})" if op else "")
+            + f" of process group {_pg_label(pg_name, behind, leaders)} (last enqueued: {lasts}), while "
+            + f"{_ranks(leaders['rank'].to_list())} enqueued it and {ahead}"
+        )
+        logged = behind.filter(pl.col("source") == "log").select("source_id", "line_no")
+        evidence = entry_evidence(job, _last_entries(job, pg_name, ranks)) + job.evidence(logged, 2)
+        return Finding(
+            code=self.code, name=self.name, kind=self.kind, severity=self.severity, title=title, ranks=ranks,
+            hosts=job.hosts_of(ranks), pg=_pg_label(pg_name, behind, leaders), seq=first_missing, op=op,
+            evidence=evidence + entry_evidence(job, stuck, 2),
+            advice="While the job still hangs, dump the Python stacks of the ranks behind (py-spy dump "
+                   "--pid) and find what they do instead of calling the collective; the dump entries name "
+                   "the call site.",
+            first_seen=job.first_seen(logged) if not logged.is_empty() else None,
+        )
+
+    def _silent(self, job: Job, pg_name: str, silent: set[int], leaders: pl.DataFrame) -> Finding:
         """Every rank that left a trace waits in the same collective, and some members left none: those are
         the suspects (fr_trace reports them as missing ranks), named with less certainty (error)."""
-        if not silent:
-            return None
         waiting = int(leaders["last_completed"].max()) + 1
-        stuck = (
-            coll.filter((pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == waiting))
-            if not coll.is_empty()
-            else coll
-        )
+        stuck = _entries(job, pg_name, waiting, leaders["rank"].to_list())
         op = stuck["op"][0] if not stuck.is_empty() else None
-        desc = leaders["pg_desc"].drop_nulls()
-        pg = f"{pg_name} ({desc[0]})" if desc.len() else pg_name
         ranks = tuple(sorted(silent))
+        pg = _pg_label(pg_name, leaders)
         return Finding(
-            code=self.code,
-            name=self.name,
-            kind=self.kind,
-            severity=Severity.ERROR,
+            code=self.code, name=self.name, kind=self.kind, severity=Severity.ERROR,
             title=f"Flight Recorder: {_ranks(ranks)} of process group {pg} left no dump and no progress "
-                f"in the logs, while "
-            f"every rank that dumped waits in collective #{waiting}" + (f" ({op})" if op else ""),
-            ranks=ranks,
-            hosts=job.hosts_of(ranks),
-            pg=pg,
-            seq=waiting,
-            op=op,
+                  f"in the logs, while every rank that dumped waits in collective #{waiting}"
+                  + (f" ({op})" if op else ""),
+            ranks=ranks, hosts=job.hosts_of(ranks), pg=pg, seq=waiting, op=op,
             evidence=entry_evidence(job, stuck, 3),
             advice="Look at the ranks without a dump first: a rank that died or hung outside PyTorch's "
-                "watchdog writes "
-            "none. Their logs (last lines, exit status) and a py-spy dump while the job hangs say which.",
+                   "watchdog writes none. Their logs (last lines, exit status) and a py-spy dump while it "
+                   "hangs say which.",
         )
+
+
+def _entries(job: Job, pg_name: str, seq: int, ranks: list[int]) -> pl.DataFrame:
+    """The collective entries of these ranks at one SeqNum of a process group."""
+    coll = collectives(job)
+    if coll.is_empty():
+        return coll
+    at = (pl.col("pg_name") == pg_name) & (pl.col("collective_seq_id") == seq)
+    return coll.filter(at & pl.col("rank").is_in(ranks))
+
+
+def _last_entries(job: Job, pg_name: str, ranks: tuple[int, ...]) -> pl.DataFrame:
+    """The last collective entry of each of these ranks on a process group (a rank without a dump: none)."""
+    coll = collectives(job)
+    if coll.is_empty():
+        return coll
+    mine = coll.filter(pl.col("rank").is_in(list(ranks)) & (pl.col("pg_name") == pg_name))
+    if mine.is_empty():
+        return mine
+    return mine.sort("collective_seq_id").group_by("rank").agg(pl.all().last()).sort("rank")
+
+
+def _pg_label(pg_name: str, *frames: pl.DataFrame) -> str:
+    desc = pl.concat([f.select("pg_desc") for f in frames])["pg_desc"].drop_nulls()
+    return f"{pg_name} ({desc[0]})" if desc.len() else pg_name
 
 
 def job_members(job: Job, pg_name: str) -> set[int]:

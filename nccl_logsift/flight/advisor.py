@@ -36,8 +36,8 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
         add(
             "NCCL debug output",
             "NCCL_DEBUG=INFO",
-            "no NCCL line is in these logs: communicator init, topology, transports and NCCL's own "
-            "errors are invisible",
+            "no NCCL line is in these logs: communicator init, topology, transports and NCCL's own errors "
+            "are invisible",
         )
     else:
         if not (nccl["level"] == "INFO").any():
@@ -52,8 +52,7 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
                 "COLL lines (one per collective call)",
                 "NCCL_DEBUG_SUBSYS=INIT,COLL",
                 "without them the position each rank reached on each communicator is unknown, so a rank "
-                "behind or a "
-                "mismatched collective can only be seen through PyTorch's watchdog, if at all",
+                "behind or a mismatched collective can only be seen through PyTorch's watchdog, if at all",
             )
         info = nccl.filter(pl.col("level") == "INFO")
         if (
@@ -64,9 +63,8 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
             add(
                 "timestamps on NCCL INFO lines",
                 "NCCL_DEBUG_TIMESTAMP_LEVELS=WARN,INFO",
-                "NCCL stamps only WARN lines by default (2.26+): without times, which rank stopped "
-                "first and how long "
-                "each waited cannot be told",
+                "NCCL stamps only WARN lines by default (2.26+): without times, which rank stopped first "
+                "and how long each waited cannot be told",
             )
         version = _newest_nccl(job)
         if version and version >= DESTROY_SUBSYS_FROM and not _teardown_logged(job):
@@ -74,16 +72,14 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
                 "communicator teardown lines (Destroy/Abort COMPLETE)",
                 "NCCL_DEBUG_SUBSYS=INIT,COLL,DESTROY",
                 f"NCCL {'.'.join(map(str, version))} moved teardown into the DESTROY subsystem, outside "
-                f"the default mask: "
-                "whether a rank destroyed or aborted its communicators is not logged",
+                "the default mask: whether a rank destroyed or aborted its communicators is not logged",
             )
         if _processes_per_source(nccl) > 1:
             add(
                 "one NCCL log per process",
                 "NCCL_DEBUG_FILE=/shared/logs/nccl.%h.%p",
-                "the NCCL output of several processes shares one stream, where lines interleave and "
-                "tear; a file per "
-                "host and pid keeps each process's lines whole and in order",
+                "the NCCL output of several processes shares one stream, where lines interleave and tear; "
+                "a file per host and pid keeps each process's lines whole and in order",
             )
     advice += _flight_recorder(job, dumps, torch_lines)
     if not lines.is_empty() and _several_processes_unlabelled(lines):
@@ -91,8 +87,7 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
             "launcher labels on every line",
             "srun -l (Slurm), kubectl logs --prefix, torchrun --tee 3",
             "plain output (Python prints, tracebacks) of several processes shares a stream with no rank "
-            "or task label, "
-            "so it cannot be tied to a rank",
+            "or task label, so it cannot be tied to a rank",
         )
     if (
         not lines.is_empty()
@@ -125,8 +120,8 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
             NextRunAdvice(
                 "Flight Recorder entries",
                 f"TORCH_FR_BUFFER_SIZE={FR_DEFAULT_BUFFER}",
-                "PyTorch says the Flight Recorder was disabled: no record of which collective each "
-                "rank enqueued, with shapes and call sites, survives the failure",
+                "PyTorch says the Flight Recorder was disabled: no record of which collective each rank "
+                "enqueued, with shapes and call sites, survives the failure",
             )
         )
     if timed_out and not dumps.expected and not dumps.dumped:
@@ -134,8 +129,8 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
             NextRunAdvice(
                 "Flight Recorder dumps on timeout",
                 "TORCH_NCCL_DUMP_ON_TIMEOUT=1 (TORCH_FR_DUMP_ON_TIMEOUT)",
-                "the watchdog timed out but no rank dumped its Flight Recorder: the dumps would say "
-                "which collective each rank had enqueued",
+                "the watchdog timed out but no rank dumped its Flight Recorder: the dumps would say which "
+                "collective each rank had enqueued",
             )
         )
     if dumps.missing or (dumps.expected and not dumps.dumped):
@@ -162,8 +157,8 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
             NextRunAdvice(
                 "where each rank wrote its dump",
                 "TORCH_CPP_LOG_LEVEL=INFO",
-                f"PyTorch logs 'dumping nccl trace to <path>' at INFO, and these logs have no such "
-                f"line: {lost}",
+                "PyTorch logs 'dumping nccl trace to <path>' at INFO, and these logs have no such line: "
+                f"{lost}",
             )
         )
     small = _buffer_too_small(job)
@@ -180,8 +175,8 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
             NextRunAdvice(
                 "Flight Recorder entries older than the last few steps",
                 f"TORCH_FR_BUFFER_SIZE={size}",
-                f"a dump holds the last {held} ops but a step issues {step}: the buffer wrapped "
-                "and the steps before the failure are lost",
+                f"a dump holds the last {held} ops but a step issues {step}: the buffer wrapped and the "
+                "steps before the failure are lost",
             )
         )
     return out

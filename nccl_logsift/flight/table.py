@@ -107,8 +107,8 @@ COLUMN_DOCS = {
         "comm_lib_version": "NCCL (or other library) version the dump records (nccl_version before 2.10)",
         "entries": "entries in the dump",
         "first_record_id": "record_id of the oldest entry: above 0 when the ring buffer wrapped",
-        "problem": "why the file could not be read as a dump (its other columns are then null), or a "
-            "note on one read anyway",
+        "problem": "why the file could not be read as a dump (its other columns are then null), or a note "
+            "on one read anyway",
     },
     "flight_pg_status": {
         "dump_id": "row of flight_dumps",
@@ -126,8 +126,8 @@ COLUMN_DOCS = {
         "path": "the file PyTorch said it wrote the rank's dump to (null on a dump_succeeded line)",
         "source_id": "the input holding the line",
         "line_no": "the line (1-based)",
-        "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG "
-            "debug info to')",
+        "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG debug "
+            "info to')",
     },
 }
 NAMED_SCHEMA: dict[str, pl.DataType] = {
@@ -142,8 +142,8 @@ TABLES = {
     "flight_dumps": "one row per Flight Recorder dump read (or that could not be read, with its problem)",
     "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed "
         "collective",
-    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to, or says "
-    "the dump was written",
+    "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to, or "
+    "says the dump was written",
 }
 SCHEMAS = {
     "flight_recorder": ENTRY_SCHEMA,
