@@ -77,3 +77,16 @@ def test_real_capture_dumps_table_has_the_collective_each_rank_waits_in():
     assert set(waiting["collective_seq_id"].to_list()) == {13} and set(waiting["op"].to_list()) == {
         "all_reduce"
     }
+
+
+def test_real_capture_rank_without_a_dump_is_filled_from_its_log():
+    from nccl_logsift.findings.context import load_job
+    from nccl_logsift.findings.flight import FlightRecorderRankBehind
+
+    folder, injected = _capture("stall")
+    culprit = injected["culprit_rank"]
+    others = [str(p) for p in sorted((folder / "flight-recorder").iterdir()) if not p.name.endswith(f"_{culprit}")]
+    (found,) = FlightRecorderRankBehind().check(load_job(_logs(folder) + others))
+    assert found.ranks == (culprit,) and found.seq == 13
+    assert f"rank {culprit}: #12 (from its log; no dump)" in found.title
+    assert any("Last enqueued NCCL work: 12" in e.text for e in found.evidence)
