@@ -279,7 +279,9 @@ class FlightRecorderRankBehind(Rule):
         Per process group, each rank's last enqueued SeqNum is read from the dump's ``pg_status`` (which
         survives the ring buffer wrapping); ranks without a dump are filled from their log lines that print
         ``Last enqueued NCCL work``. If the ranks furthest ahead have not completed their last collective, the
-        ranks with a lower last enqueued SeqNum are named. Process groups with a mismatch (LS701) are left to
+        ranks with a lower last enqueued SeqNum are named. When every rank that left a trace waits in the same
+        collective, the members of the group that left neither a dump nor a logged SeqNum are named instead,
+        at error severity (fr_trace's "missing ranks"). Process groups with a mismatch (LS701) are left to
         that finding.
 
     Example:

@@ -56,7 +56,7 @@ def render_terminal(report: Report, console: Console) -> None:
 def _flight(report: Report, console: Console) -> None:
     """The dump audit, then what to capture next time (settings for what this input lacked)."""
     if report.dumps is not None:
-        console.print(Text("Flight Recorder dumps: ", style="bold") + Text(report.dumps.summary))
+        console.print(Text("Flight Recorder: ", style="bold") + Text(report.dumps.summary))
         for f in report.dumps.files:
             state = f"{f.entries} entries, format {f.version}" if f.problem is None else f.problem
             rank = f.rank if f.rank is not None else "?"

@@ -146,7 +146,7 @@ def test_fusion_json_contract_has_the_audit_and_advice(tmp_path, run_cli):
 def test_fusion_text_and_html_show_the_audit_and_advice(tmp_path, run_cli):
     _job(tmp_path, "rank-stall", ranks=4)
     text = run_cli("analyze", str(tmp_path)).output
-    assert "Flight Recorder dumps: Flight Recorder dumps read for 4 of 4" in text and "Next run" in text
+    assert "Flight Recorder: Flight Recorder dumps read for 4 of 4" in text and "Next run" in text
     page = tmp_path / "report.html"
     run_cli("analyze", str(tmp_path), "--format", "html", "-o", str(page))
     html = page.read_text()
