@@ -169,6 +169,8 @@ class Report:
     schema_version: str = FINDINGS_SCHEMA_VERSION
     notes: tuple[str, ...] = field(default=())
     views: "ReportViews | None" = None  # for the HTML report; not part of the JSON contract
+    dumps: "DumpAudit | None" = None  # Flight Recorder dumps read, expected and missing
+    next_run: "tuple[NextRunAdvice, ...]" = ()  # what to capture next time, from what this input lacks
 
     @property
     def worst_severity(self) -> Severity | None:
@@ -314,3 +316,47 @@ class ReportViews:
     notes: tuple[str, ...] = ()  # what could not be drawn, and why
     culprit_ranks: tuple[int, ...] = ()  # named by the root-cause findings, each once
     culprit_hosts: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------- flight recorder
+# What the report says about PyTorch Flight Recorder dumps and about what the next run should capture; both
+# are part of the findings contract (``dumps`` and ``next_run``), in every output.
+
+
+@dataclass(frozen=True, slots=True)
+class DumpFile:
+    rank: int | None
+    path: str
+    entries: int | None
+    version: str | None
+    problem: str | None  # why it could not be read (then entries and version are None)
+
+
+@dataclass(frozen=True, slots=True)
+class NamedDump:
+    """A dump path a log line names: where a rank said it wrote its dump, and whether it was read."""
+
+    rank: int | None
+    path: str
+    read: bool
+    line: Evidence
+
+
+@dataclass(frozen=True, slots=True)
+class DumpAudit:
+    dumped: tuple[int, ...]    # ranks whose dump was read
+    expected: tuple[int, ...]  # ranks that should have dumped: asked to by a timeout or a peer's signal
+    missing: tuple[int, ...]   # expected, and no dump read
+    written: tuple[int, ...]   # ranks whose logs say their dump was written ("trace successfully dumped")
+    files: tuple[DumpFile, ...]
+    named: tuple[NamedDump, ...]
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class NextRunAdvice:
+    """A setting for the next run, for something this job's input lacks."""
+
+    missing: str  # what the input lacks, in words
+    setting: str  # the environment variable or launcher option that captures it
+    why: str      # what it would have told about this job

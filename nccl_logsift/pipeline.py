@@ -20,6 +20,7 @@ from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, RawChunk, ReadStats, split_lines
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
+from nccl_logsift.flight.discover import DumpCollector, partition
 from nccl_logsift.model import InputProblem, ProblemKind
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import LineParser
@@ -142,7 +143,13 @@ class TableStream:
 
     def __init__(self, paths: Sequence[str], options: ParseOptions = ParseOptions(), grammars: GrammarSet | None = None):
         self.options = options
-        self.sources, self.skipped = require_sources(paths)
+        sources, self.skipped = require_sources(paths)
+        # Flight Recorder dumps among the inputs (found by content) are read beside the logs, not as logs.
+        self.sources, dumps = partition(sources)
+        if not self.sources:
+            given = ", ".join(dumps[:3])
+            raise InputError(f"only Flight Recorder dumps given ({given}): give the job's logs too")
+        self.dumps = DumpCollector(dumps)
         self.grammars = grammars or load_grammars()
         self.parser = LineParser(self.grammars, keep_text=options.keep_text)
         self.ops = Names()
@@ -255,6 +262,7 @@ class TableStream:
 
     def _batch(self, tables: dict[str, pl.DataFrame], calls: Calls, source: Source) -> Batch:
         self.numbering.observe(tables["comms"])
+        self.dumps.observe(tables.get("torch"), tables.get("lines"))
         self.numbering.number(calls)
         if self.options.every_line:
             tables["collectives"] = conform(calls.frame(), {**calls.schema, **ADDED})
@@ -270,7 +278,10 @@ class TableStream:
         instances = self.numbering.instances
         maps = RankMaps(processes=process_ranks(instances), instances=instances,
                         devices=device_ranks(instances))
-        rows = sink.finish(maps, {"communicators": instances, "processes": _processes(maps)})
+        processes = _processes(maps)
+        ranks_seen = set() if processes.is_empty() else set(processes["global_rank"].drop_nulls().to_list())
+        flight = _with_processes(self.dumps.tables(ranks_seen), processes)
+        rows = sink.finish(maps, {"communicators": instances, "processes": processes, **flight})
         state = self.parser.state
         return ParseSummary(
             inputs=inputs,
@@ -319,6 +330,19 @@ def _processes(maps: RankMaps) -> pl.DataFrame:
         )
         .sort("global_rank", "host", "pid", nulls_last=True)
     )
+
+
+def _with_processes(flight: dict[str, pl.DataFrame], processes: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The host and pid of each dump's rank, from the processes its logs resolved (null when not logged)."""
+    dumps = flight["flight_dumps"]
+    if processes.is_empty() or dumps.is_empty():
+        flight["flight_dumps"] = dumps.with_columns(host=pl.lit(None, pl.String), pid=pl.lit(None, pl.Int64))
+        return flight
+    who = processes.select(
+        rank=pl.col("global_rank").cast(pl.Int64), host=pl.col("host"), pid=pl.col("pid").cast(pl.Int64)
+    ).unique("rank", keep="first")
+    flight["flight_dumps"] = dumps.join(who, on="rank", how="left", maintain_order="left")
+    return flight
 
 
 class Analysis:
@@ -379,12 +403,13 @@ class Analysis:
         """Run every rule and triage: the same Report whether the batches came from a file or a pipe.
         ``views=False`` leaves out what only the HTML page draws (``Report.views`` is None)."""
         from nccl_logsift.findings import run_rules
+        from nccl_logsift.findings.flight import fuse
         from nccl_logsift.findings.triage import triage
         from nccl_logsift.memory import release_freed
         from nccl_logsift.report import build_report
 
         summary, job = self.job()
-        findings = triage(run_rules(job))
+        findings = triage(fuse(run_rules(job)))
         release_freed()
         return build_report(summary, job, findings, views)
 

@@ -8,6 +8,8 @@ from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
 from nccl_logsift.findings.transport import logged_hosts
 from nccl_logsift.findings.triage import verdict
+from nccl_logsift.flight.advisor import advise
+from nccl_logsift.flight.audit import audit as audit_dumps
 from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report, ReportViews
 from nccl_logsift.pipeline import InputSummary, ParseSummary
 
@@ -23,9 +25,10 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     ranks = rank_states(job)
     notes = tuple(f"{i.path}: {p.describe()}" for i in inputs for p in i.problems)
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
+    dumps = audit_dumps(job)
     return Report(
         inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,
-        views=_views(job, findings) if views else None,
+        views=_views(job, findings) if views else None, dumps=dumps, next_run=advise(job, dumps),
     )
 
 

@@ -329,4 +329,6 @@ def table_docs(grammars: GrammarSet) -> str:
     for name, columns in parsed.tables.items():
         if set(PROCESS) <= set(columns):
             added[name] = {**(ADDED if name == "collectives" else {}), "global_rank": pl.Int64()}
-    return schema.table_docs(grammars, added, RESOLVED_TABLES)
+    from nccl_logsift.flight.table import table_docs as flight_docs  # the dumps' tables, beside the logs'
+
+    return "\n".join([schema.table_docs(grammars, added, RESOLVED_TABLES), *flight_docs()])

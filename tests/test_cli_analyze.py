@@ -11,7 +11,7 @@ from conftest import FIXTURES
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
 HEALTHY = FIXTURES / "healthy_8ranks.log"
-TOP_KEYS = ["schema", "schema_version", "inputs", "job", "verdict", "findings", "ranks"]
+TOP_KEYS = ["schema", "schema_version", "inputs", "job", "verdict", "findings", "dumps", "next_run", "ranks"]
 FINDING_KEYS = ["code", "kind", "severity", "primary", "title", "ranks", "hosts", "comm", "pg", "seq", "op", "evidence", "advice"]
 
 

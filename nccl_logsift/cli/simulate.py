@@ -64,8 +64,19 @@ def _scenario_names() -> list[str]:
               help="Where to write: a file, '-' for standard output, or a directory for --layout per-rank.")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also write the ground truth (what happened, to which ranks) as JSON to FILE.")
+@click.option("--flight-recorder", "flight_dir", type=click.Path(file_okay=False), default=None,
+              metavar="DIR",
+              help="Also write the PyTorch Flight Recorder dumps (nccl_trace_rank_<rank>) of every rank "
+                   "alive when the first watchdog timeout fired into DIR; ranks that died before write none "
+                   "(the truth lists them).")
+@click.option("--flight-recorder-format", "flight_format", type=click.Choice(["pickle", "json"]),
+              default="pickle", show_default=True,
+              help="Write the dumps as PyTorch's pickle or as JSON (_dump_nccl_trace_json).")
+@click.option("--flight-recorder-buffer", "flight_buffer", type=click.IntRange(1), default=2000,
+              show_default=True, metavar="N",
+              help="TORCH_FR_BUFFER_SIZE: the dumps keep each rank's newest N entries.")
 def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_version, layout, seed, size, noise, torn_rate,
-             output, truth_path):
+             output, truth_path, flight_dir, flight_format, flight_buffer):
     """Simulate the logs of a distributed training job, with a fault injected where you choose.
 
     Writes what NCCL, PyTorch and the launcher print for every rank, in the exact line formats of the
@@ -79,6 +90,7 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
       logsift simulate -s ib-error --nccl-version 2.27 --layout srun -o ib.log
       logsift simulate -s healthy --layout per-rank -o logs/
       logsift simulate -s healthy --size 1GB --no-noise -o big.log
+      logsift simulate -s rank-stall -o job/stall.log --flight-recorder job/fr --truth job/truth.json
     """
     from nccl_logsift.simulate import OptionError, Options, write
     from nccl_logsift.simulate.scenarios import SCENARIOS
@@ -112,7 +124,7 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
                       nccl_version=nccl_version or default_nccl_version(SCENARIOS[name]), torch_version=torch_version,
                       layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate)
     try:
-        sim = write(options, output, truth_path)
+        sim = write(options, output, truth_path, flight_dir, flight_format, flight_buffer)
     except OptionError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:

@@ -8,6 +8,7 @@
 | LS4xx | placement | CUDA errors and OOM, duplicate GPUs, host identity collisions |
 | LS5xx | process | processes that died |
 | LS6xx | performance | latency outliers |
+| LS7xx | flight | what PyTorch Flight Recorder dumps show: mismatched collectives, ranks behind |
 | LS9xx | nccl | NCCL errors not explained by a more specific rule |
 
 Codes are never reused; a retired rule keeps its code.
@@ -17,14 +18,14 @@ from __future__ import annotations
 
 import logging
 
-from nccl_logsift.findings import nccl, performance, placement, process, progress, startup, transport
+from nccl_logsift.findings import flight, nccl, performance, placement, process, progress, startup, transport
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job
 from nccl_logsift.model import Finding
 
 log = logging.getLogger(__name__)
 
-MODULES = (progress, startup, transport, placement, process, performance, nccl)
+MODULES = (progress, startup, transport, placement, process, performance, flight, nccl)
 ALL_RULES: tuple[type[Rule], ...] = tuple(sorted((r for m in MODULES for r in m.RULES), key=lambda r: r.code))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nccl_logsift.model import Evidence, Finding, InputInfo, InputProblem, RankState, Report
+from nccl_logsift.model import DumpAudit, Evidence, Finding, InputInfo, InputProblem, RankState, Report
 
 
 def to_dict(report: Report) -> dict[str, Any]:
@@ -24,6 +24,8 @@ def to_dict(report: Report) -> dict[str, Any]:
         },
         "verdict": report.verdict,
         "findings": [finding_dict(f) for f in report.findings],
+        "dumps": _dumps(report.dumps),
+        "next_run": [{"missing": a.missing, "setting": a.setting, "why": a.why} for a in report.next_run],
         "ranks": [_rank(r) for r in report.ranks],
     }
 
@@ -39,6 +41,26 @@ def _problem(p: InputProblem) -> dict[str, Any]:
     """``kind`` and the fields that kind uses (offset, bytes, lines, reason)."""
     fields = {"offset": p.offset, "bytes": p.bytes, "lines": p.lines, "reason": p.reason}
     return {"kind": p.kind.value, **{name: value for name, value in fields.items() if value is not None}}
+
+
+def _dumps(audit: DumpAudit | None) -> dict[str, Any] | None:
+    """The Flight Recorder dump audit: ranks dumped, expected and missing; the files; the paths logs name."""
+    if audit is None:
+        return None
+    return {
+        "summary": audit.summary,
+        "dumped": list(audit.dumped),
+        "expected": list(audit.expected),
+        "missing": list(audit.missing),
+        "written_per_logs": list(audit.written),
+        "files": [
+            {"rank": f.rank, "path": f.path, "entries": f.entries, "version": f.version, "problem": f.problem}
+            for f in audit.files
+        ],
+        "named_in_logs": [
+            {"rank": n.rank, "path": n.path, "read": n.read, "line": _evidence(n.line)} for n in audit.named
+        ],
+    }
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:

@@ -44,12 +44,32 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print()
     if report.ranks:
         console.print(_rank_table(report))
+    _flight(report, console)
     for note in report.notes:
         console.print(f"[yellow]note[/] {escape(note)}")
     console.print(Text(
         f"{report.lines:,} lines read from {len(report.inputs)} input(s); "
         f"{report.unparsed_lines:,} NCCL/PyTorch lines not understood.", style="dim",
     ))
+
+
+def _flight(report: Report, console: Console) -> None:
+    """The dump audit, then what to capture next time (settings for what this input lacked)."""
+    if report.dumps is not None:
+        console.print(Text("Flight Recorder: ", style="bold") + Text(report.dumps.summary))
+        for f in report.dumps.files:
+            state = f"{f.entries} entries, format {f.version}" if f.problem is None else f.problem
+            rank = f.rank if f.rank is not None else "?"
+            console.print(Text(f"  rank {rank}: {f.path} ({state})", style="dim"))
+        for n in report.dumps.named:
+            console.print(Text(f"  rank {n.rank}: log says {n.path}" + ("" if n.read else " (not read)")
+                               + f"  --> {n.line.path}:{n.line.line}", style="dim"))
+    if report.next_run:
+        table = Table("missing", "setting", "why", title="Next run: capture what this one lacked",
+                      title_justify="left")
+        for a in report.next_run:
+            table.add_row(a.missing, a.setting, a.why)
+        console.print(table)
 
 
 def _rank_table(report: Report) -> Table:

@@ -57,8 +57,10 @@ def simulate(options: Options, bulk_steps: int = 0) -> Simulation:
     return Simulation(job, timeline, records, truth_document(job, timeline))
 
 
-def write(options: Options, output: str, truth_path: str | None = None) -> Simulation:
-    """Simulate and write the log(s) to ``output`` (a file, a directory for per-rank, or '-')."""
+def write(options: Options, output: str, truth_path: str | None = None, flight_dir: str | None = None,
+          flight_format: str = "pickle", flight_buffer: int | None = None) -> Simulation:
+    """Simulate and write the log(s) to ``output`` (a file, a directory for per-rank, or '-'), and with
+    ``flight_dir`` the Flight Recorder dumps of the ranks alive when the first timeout fired."""
     from nccl_logsift.simulate import bulk, layout
 
     steps = 0
@@ -77,6 +79,12 @@ def write(options: Options, output: str, truth_path: str | None = None) -> Simul
         else:
             with open(output, "wb") as fh:
                 layout.write_stream(fh, pieces)
+    if flight_dir is not None:
+        from nccl_logsift.simulate import flight
+
+        written, skipped = flight.dumps(sim.job, sim.timeline, flight_buffer or flight.DEFAULT_BUFFER)
+        flight.write(Path(flight_dir), written, flight_format)
+        sim.truth["flight_recorder"] = flight.truth(Path(flight_dir), written, skipped, flight_format)
     if truth_path:
         Path(truth_path).write_text(dumps(sim.truth))
     return sim

@@ -8,7 +8,8 @@ from nccl_logsift.findings import ALL_RULES, MODULES
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.model import Kind, Severity
 
-FAMILY_DIGIT = {"progress": "1", "startup": "2", "transport": "3", "placement": "4", "process": "5", "performance": "6", "nccl": "9"}
+FAMILY_DIGIT = {"progress": "1", "startup": "2", "transport": "3", "placement": "4", "process": "5",
+                "performance": "6", "flight": "7", "nccl": "9"}
 
 
 def test_catalogue_codes_are_unique_and_in_their_family_range():
