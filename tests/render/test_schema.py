@@ -56,3 +56,16 @@ def test_schema_rejects_what_breaks_the_contract(run_cli):
     graded = copy.deepcopy(contract)
     graded["findings"][0]["severity"] = "fatal"
     assert not validator.is_valid(renamed) and not validator.is_valid(graded)
+
+
+def test_contract_with_input_problems_and_flight_recorder_dumps_validates(run_cli, tmp_path):
+    import gzip
+
+    log, dumps = tmp_path / "job.log", tmp_path / "fr"
+    assert run_cli("simulate", "-s", "rank-stall", "--ranks", "4", "-o", str(log), "--flight-recorder", str(dumps)).exit_code == 0
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gzip.compress(log.read_bytes())[:-200])
+    contract = json.loads(run_cli("analyze", str(cut), str(dumps), "--format", "json").stdout)
+    assert contract["inputs"][0]["problems"] and contract["dumps"]["files"]
+    errors = [e.message for e in jsonschema.Draft202012Validator(closed(shipped_schema())).iter_errors(contract)]
+    assert errors == []
