@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from nccl_logsift.cli.options import input_paths
+from nccl_logsift.cli.options import check_stdin, input_paths
+from nccl_logsift.cli.output import check_file, writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
@@ -43,6 +44,9 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
       logsift analyze job.log --format html -o report.html
       kubectl logs -l job=train --prefix | logsift analyze --fail-on error
     """
+    if output:
+        check_file(output)
+    check_stdin(paths)
     with read_progress(paths) as progress:
         report = run_analysis(paths, progress=progress, views=fmt == "html")  # only the page draws them
     # The HTML page (jinja2) and the terminal report (rich) are imported only when chosen: together they
@@ -79,6 +83,9 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
     """
     from nccl_logsift.render.html import render_html
 
+    if str(output) != "-":
+        check_file(output)
+    check_stdin(paths)
     with read_progress(paths) as progress:
         result = run_analysis(paths, progress=progress)
     page = render_html(result)
@@ -96,7 +103,7 @@ def _print_text(report: Report, output: Path | None) -> None:
     from nccl_logsift.render.terminal import render_terminal
 
     if output:
-        with output.open("w") as handle:
+        with writing(output), output.open("w") as handle:
             render_terminal(report, Console(file=handle, width=120, highlight=False))
     else:
         render_terminal(report, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
@@ -104,7 +111,8 @@ def _print_text(report: Report, output: Path | None) -> None:
 
 def _write(text: str, output: Path | None) -> None:
     if output:
-        output.write_text(text, encoding="utf-8")
+        with writing(output):
+            output.write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
 
