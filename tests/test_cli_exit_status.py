@@ -131,3 +131,12 @@ def test_the_help_and_the_readme_document_every_exit_status(run_cli):
     for code in ExitCode:
         assert f"\n    {code.value} " in shown, code
         assert f"`{code.value}`" in section, code
+
+
+def test_a_batch_dataset_that_cannot_be_made_fails_with_status_2(tmp_path):
+    (tmp_path / "archive" / "job").mkdir(parents=True)
+    (tmp_path / "archive" / "job" / "job.log").write_bytes(STALL.read_bytes())
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run(f"{LOGSIFT} batch {tmp_path / 'archive'} -o {blocker}/fleet")
+    assert_one_error_line(proc, 2, "cannot write into directory")

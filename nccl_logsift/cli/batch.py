@@ -25,6 +25,7 @@ from rich.text import Text
 from nccl_logsift.batch.engines import engine_for
 from nccl_logsift.batch.run import BatchOptions, BatchResult, plan, run_batch
 from nccl_logsift.batch.task import JobOutcome
+from nccl_logsift.cli.output import check_directory
 
 
 @click.command()
@@ -73,6 +74,7 @@ def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | N
         address=address, retry_failed=retry_failed,
     )
     runner = engine_for(engine, workers, address)
+    check_directory(output)  # a dataset that cannot be written fails now, not as one failed row per job
     work = plan(options)
     with batch_progress(len(work.todo)) as progress:
         result = run_batch(options, runner, work, progress)
