@@ -6,6 +6,7 @@ import atexit
 import gc
 import logging
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -100,9 +101,17 @@ def main() -> None:
 
 def _imports_done() -> None:
     """Called when click has imported the command to run: what the imports made is moved out of the
-    collector's sight for good (``gc.freeze``) and collection resumes for what the command makes."""
+    collector's sight for good (``gc.freeze``) and collection resumes for what the command makes.
+
+    Python's own Ctrl-C handler is put back too. Importing polars replaces it with one that sets polars'
+    flag and raises KeyboardInterrupt only when Python next runs bytecode: a main thread waiting on a
+    queue or lock (for a reader thread, for a worker) was never woken, and Ctrl-C did nothing. A SIGINT
+    ignored since the start (nohup, a background job) stays ignored.
+    """
     gc.freeze()
     gc.enable()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _run() -> int:

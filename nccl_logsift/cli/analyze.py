@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nccl_logsift.cli.options import check_stdin, input_paths
+from nccl_logsift.cli.options import input_paths, reading_stdin
 from nccl_logsift.cli.output import check_file, writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
@@ -46,8 +46,7 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
     """
     if output:
         check_file(output)
-    check_stdin(paths)
-    with read_progress(paths) as progress:
+    with reading_stdin(paths), read_progress(paths) as progress:
         report = run_analysis(paths, progress=progress, views=fmt == "html")  # only the page draws them
     # The HTML page (jinja2) and the terminal report (rich) are imported only when chosen: together they
     # are ~40 ms of every run, and scripts and hooks ask for JSON.
@@ -85,8 +84,7 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
 
     if str(output) != "-":
         check_file(output)
-    check_stdin(paths)
-    with read_progress(paths) as progress:
+    with reading_stdin(paths), read_progress(paths) as progress:
         result = run_analysis(paths, progress=progress)
     page = render_html(result)
     if str(output) == "-":

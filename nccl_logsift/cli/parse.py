@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nccl_logsift import __version__
-from nccl_logsift.cli.options import check_stdin, input_paths
+from nccl_logsift.cli.options import input_paths, reading_stdin
 from nccl_logsift.cli.output import writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.errors import OutputError
@@ -48,9 +48,8 @@ def parse(paths: tuple[str, ...], output: Path, no_text: bool) -> None:
       python -c "import polars as pl; print(pl.read_parquet('tables/collectives.parquet'))"
     """
     with staged(output) as staging:  # before reading: an output that cannot be made fails at once
-        check_stdin(paths)
         sink = ParquetSink(staging)
-        with read_progress(paths) as progress:
+        with reading_stdin(paths), read_progress(paths) as progress:
             summary = parse_paths(paths, sink, ParseOptions(keep_text=not no_text), progress=progress)
         with writing(output):
             (staging / MANIFEST).write_text(json.dumps(_manifest(summary, sink), indent=2) + "\n")
