@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import FIXTURES, ROOT
 
 STALL = FIXTURES / "rank_stall_8ranks.log"

@@ -168,3 +168,17 @@ def test_parse_into_a_place_that_cannot_be_a_directory_fails_before_reading(tmp_
         finally:
             proc.kill()
     assert proc.returncode == 2 and stderr.startswith("Error: cannot create output directory")
+
+
+def test_parse_summary_shows_log_text_and_paths_as_text(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "job.log"
+    log.write_text("gpu-node-1:123:456 [0] NCCL INFO something unheard of \x1b]0;title\x07 [bold]x[/bold]\n")
+    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "parse", str(log), str(tmp_path / "gone\x1b[2J[red]"),
+                           "-o", str(tmp_path / "t")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr
+    assert "something unheard of ^[]<n>;title^G [bold]x[/bold]" in proc.stdout  # not taken for markup either
+    assert "skipped" in proc.stderr and "gone^[[2J[red]" in proc.stderr

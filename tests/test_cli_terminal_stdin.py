@@ -6,34 +6,34 @@ is the byte 0x03 typed into it, which the terminal turns into SIGINT for the com
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pty
 import select
 import subprocess
 import sys
-import termios
 import time
 
 import pytest
-
 from conftest import FIXTURES, ROOT
+
 from nccl_logsift.cli.options import STDIN_HINT
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
 
 
-def _take_terminal() -> None:
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+# Run in the child: the terminal on its stdin becomes its session's controlling terminal, then logsift runs.
+TAKE_TERMINAL_AND_RUN = (
+    "import fcntl, runpy, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "sys.argv = ['logsift', *sys.argv[1:]]; runpy.run_module('nccl_logsift', run_name='__main__')"
+)
 
 
 def on_a_terminal(*args: str) -> tuple[subprocess.Popen, int]:
     """``logsift ARGS`` with a pseudo-terminal on stdin; the terminal's other end is returned with it."""
     ours, theirs = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "nccl_logsift", *args], cwd=ROOT, stdin=theirs,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=_take_terminal)
+    proc = subprocess.Popen([sys.executable, "-c", TAKE_TERMINAL_AND_RUN, *args], cwd=ROOT, stdin=theirs,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     os.close(theirs)
     return proc, ours
 

@@ -131,7 +131,7 @@ def _run() -> int:
             silence_stdout()
         click.echo(f"Error: {visible(str(exc))}", err=True)
         return exc.exit_code
-    except Exception as exc:  # a bug: one line, not a traceback, and a status that --fail-on never uses
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, not a traceback, and a status --fail-on never uses
         # The variable too: the error may come before click has parsed --debug.
         if _debug or os.environ.get(DEBUG_VARIABLE, "").lower() in ("1", "true", "yes", "on"):
             traceback.print_exc()

@@ -13,6 +13,7 @@ from nccl_logsift.cli.output import check_file, writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
+from nccl_logsift.render.controls import visible
 from nccl_logsift.render.json import render_json
 
 SEVERITIES = [s.label for s in Severity]
@@ -91,7 +92,7 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
         _write(page, None)
     else:
         _write(page, output)
-        click.echo(f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {result.verdict[:160]}", err=True)
+        click.echo(f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {visible(result.verdict[:160])}", err=True)
     _exit_status(ctx, result, fail_on)
 
 

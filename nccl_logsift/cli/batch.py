@@ -10,6 +10,7 @@ from typing import TextIO
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,6 +27,7 @@ from nccl_logsift.batch.engines import engine_for
 from nccl_logsift.batch.run import BatchOptions, BatchResult, plan, run_batch
 from nccl_logsift.batch.task import JobOutcome
 from nccl_logsift.cli.output import check_directory
+from nccl_logsift.render.controls import visible
 
 
 @click.command()
@@ -127,5 +129,5 @@ def _print_result(result: BatchResult, output: Path) -> None:
     if summary.hosts:
         hosts = Table("host", "jobs", "root causes", title="Hosts implicated most often", title_justify="left")
         for c in summary.hosts[:10]:
-            hosts.add_row(c.name, f"{c.jobs:,}", ", ".join(c.kinds))
+            hosts.add_row(escape(visible(c.name)), f"{c.jobs:,}", ", ".join(c.kinds))
         console.print(hosts)

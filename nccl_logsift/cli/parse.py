@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nccl_logsift import __version__
@@ -22,6 +23,7 @@ from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.errors import OutputError
 from nccl_logsift.parse.schema import SCHEMA_VERSION
 from nccl_logsift.pipeline import ParseOptions, ParseSummary, parse_paths
+from nccl_logsift.render.controls import visible
 from nccl_logsift.tables import ParquetSink
 
 MANIFEST = "manifest.json"
@@ -132,26 +134,32 @@ def _print_summary(summary: ParseSummary, output: Path) -> None:
     console = Console(highlight=False)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     for skipped in summary.skipped:
-        err.print(f"[yellow]skipped[/] {skipped.path}: {skipped.reason}")
+        err.print(f"[yellow]skipped[/] {_shown(skipped.path)}: {_shown(skipped.reason)}")
     for item in summary.inputs:
         if item.problem:
-            err.print(f"[yellow]warning[/] {item.path}: {item.problem}")
+            err.print(f"[yellow]warning[/] {_shown(item.path)}: {_shown(item.problem)}")
     rate = summary.unparsed_envelope_lines / summary.envelope_lines if summary.envelope_lines else 0.0
     console.print(
         f"Read {len(summary.inputs)} input(s), {summary.lines:,} lines; "
         f"{summary.envelope_lines:,} NCCL/PyTorch lines, {summary.unparsed_envelope_lines:,} unparsed ({rate:.2%})."
     )
-    console.print(f"Tables written to {output}/")
+    console.print(f"Tables written to {_shown(str(output))}/")
     tables = Table("table", "rows")
     for name, rows in sorted(summary.table_rows.items()):
         tables.add_row(name, f"{rows:,}")
     console.print(tables)
     families = Table("family", "lines", title="Lines per family", title_justify="left")
     for family, count in sorted(summary.family_counts.items(), key=lambda kv: -kv[1]):
-        families.add_row(family or "[red](unparsed)[/]", f"{count:,}")
+        families.add_row(_shown(family) if family else "[red](unparsed)[/]", f"{count:,}")
     console.print(families)
     if summary.unparsed_shapes:
         shapes = Table("lines", "message shape (values masked)", title="Most frequent unparsed messages", title_justify="left")
         for shape, count in summary.unparsed_shapes[:10]:
-            shapes.add_row(f"{count:,}", shape)
+            shapes.add_row(f"{count:,}", _shown(shape))
         console.print(shapes)
+
+
+def _shown(text: str) -> str:
+    """Text from the logs or the file system as rich markup that shows it: its control characters made
+    visible (render/controls.py) and its square brackets not taken for markup."""
+    return escape(visible(text))

@@ -9,9 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, ROOT
 from rich.console import Console
 
-from conftest import FIXTURES, ROOT
 from nccl_logsift.live import EventKind, LiveEvent
 from nccl_logsift.render.controls import visible
 from nccl_logsift.render.live import live_view
