@@ -116,13 +116,14 @@ def _imports_done() -> None:
 
 def _run() -> int:
     """Run the command and return its exit status (the contract is in nccl_logsift/errors.py)."""
+    status = ExitCode.OK
     try:
         status = _invoke()
         sys.stdout.flush()  # output still buffered fails here, where the handlers below see it
         return status
     except ReaderGone:  # `logsift analyze job.log | head -1`: what was wanted has been read
         silence_stdout()
-        return ExitCode.OK
+        return status  # --fail-on's, when the command got that far
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("Aborted.", err=True)
         return ExitCode.INTERRUPTED
