@@ -80,10 +80,15 @@ def run_batch(options: BatchOptions, engine, work: Plan | None = None,
     """Analyse the jobs of ``work`` (planned here when not given) on ``engine``, then summarise the dataset."""
     work = work or plan(options)
     failed = 0
-    for outcome in engine.run(work.todo, str(options.out), options.tables):
-        failed += outcome.status == Status.FAILED
-        if on_outcome is not None:
-            on_outcome(outcome)
+    try:
+        for outcome in engine.run(work.todo, str(options.out), options.tables):
+            failed += outcome.status == Status.FAILED
+            if on_outcome is not None:
+                on_outcome(outcome)
+    except BaseException:
+        # Interrupted: the engine has stopped its workers on the way out; what they were writing goes.
+        dataset.remove_unfinished(options.out)
+        raise
     summary = fleet.summarize(options.out)
     try:
         (options.out / "fleet.json").write_text(fleet.summary_json(summary))

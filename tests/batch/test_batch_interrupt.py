@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pytest
 from conftest import ROOT
 
 from nccl_logsift.simulate import Options, write
@@ -45,15 +46,22 @@ def jobs_written(out: Path) -> int:
     return len(list(out.glob("jobs/*/*.parquet")))
 
 
-def test_ctrl_c_stops_the_batch_and_its_workers_and_a_rerun_completes(tmp_path):
+def busy(out: Path, tables: bool) -> bool:
+    """A job is done, and (with --tables) a worker is writing a job's tables."""
+    return jobs_written(out) > 0 and (not tables or any(out.glob(".staging-*")))
+
+
+@pytest.mark.parametrize("tables", [False, True], ids=["jobs", "with-tables"])
+def test_ctrl_c_stops_the_batch_and_its_workers_and_a_rerun_completes(tmp_path, tables):
     source, out = archive(tmp_path / "archive"), tmp_path / "fleet"
-    command = [sys.executable, "-m", "nccl_logsift", "batch", str(source), "-o", str(out), "--jobs", "2"]
+    command = [sys.executable, "-m", "nccl_logsift", "batch", str(source), "-o", str(out), "--jobs", "2",
+               *(["--tables"] if tables else [])]
     # A session of its own: Ctrl-C in a terminal signals the whole foreground process group, workers included.
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while jobs_written(out) == 0 and proc.poll() is None and time.monotonic() < deadline:
+        while not busy(out, tables) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if proc.poll() is not None:
             raise AssertionError(f"the batch ended before it was interrupted: {proc.communicate()}")
@@ -69,6 +77,8 @@ def test_ctrl_c_stops_the_batch_and_its_workers_and_a_rerun_completes(tmp_path):
     assert "Aborted." in stderr and "Traceback" not in stderr
     time.sleep(1)  # the forkserver and the resource tracker see the driver's end of their pipes close
     assert group_members(proc.pid) == []
+    # Nothing half-written is left: no staging directory of a stopped worker, no part not yet renamed.
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".staging")]
 
     done = jobs_written(out)
     rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -79,4 +89,6 @@ def test_ctrl_c_stops_the_batch_and_its_workers_and_a_rerun_completes(tmp_path):
     assert jobs["job_key"].n_unique() == jobs.height == JOBS and set(jobs["status"]) == {"ok"}
     per_job = findings.group_by("job_key").len()["len"]
     assert per_job.n_unique() == 1 and findings["job_key"].n_unique() == JOBS  # the same findings, once each
-    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".staging")]
+    if tables:
+        lines = pl.read_parquet(out / "tables" / "lines" / "*" / "*.parquet")
+        assert lines["job_key"].n_unique() == JOBS and lines.group_by("job_key").len()["len"].n_unique() == 1
