@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Collection, Iterator, Mapping, Protocol
 
 import polars as pl
 
+from nccl_logsift.errors import OutputError
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.parse import schema
 from nccl_logsift.parse.calls import ADDED
@@ -234,7 +236,12 @@ def _parquet_writer(path: Path, schema: "pa.Schema", options: dict) -> "pq.Parqu
 
 
 class ParquetSink:
-    """Streams each table's chunks into a Parquet part file, then writes ``<dir>/<table>.parquet``."""
+    """Streams each table's chunks into a Parquet part file, then writes ``<dir>/<table>.parquet``.
+
+    A file that cannot be written (a full disk) raises OutputError. ``<dir>`` holds a run's files as they
+    are made, whole or not: ``logsift parse`` points it at a directory of its own and moves the files into
+    place when all are written.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -243,6 +250,10 @@ class ParquetSink:
         self.files: dict[str, Path] = {}
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
+        with _writing(self.directory):
+            self._write(name, frame)
+
+    def _write(self, name: str, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
         writer = self._writers.get(name)
         if writer is None:
@@ -252,6 +263,10 @@ class ParquetSink:
         writer.write_table(table.cast(writer.schema))
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
+        with _writing(self.directory):
+            return self._finish(maps, extra)
+
+    def _finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
         for writer in self._writers.values():
             writer.close()
         rows = {}
@@ -292,6 +307,14 @@ class ParquetSink:
             rows += group.num_rows
         writer.close()
         return rows
+
+
+@contextmanager
+def _writing(directory: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:  # pyarrow's and polars' write errors are OSErrors, the disk's errno in the text
+        raise OutputError(f"cannot write the tables into {directory}: {exc.strerror or exc}") from exc
 
 
 def _read_ahead(read: Callable[[int], "pa.Table"], count: int) -> Iterator["pa.Table"]:

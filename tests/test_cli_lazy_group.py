@@ -74,7 +74,8 @@ def test_each_command_maps_to_the_command_of_that_name(name):
 def test_help_lists_every_command_with_its_own_short_help():
     result = CliRunner().invoke(cli, ["--help"], terminal_width=100)
     assert result.exit_code == 0
-    listed = dict(line.split(maxsplit=1) for line in result.output.split("Commands:\n")[1].splitlines())
+    commands = result.output.split("Commands:\n")[1].split("\n\n")[0]  # the exit status table follows
+    listed = dict(line.split(maxsplit=1) for line in commands.splitlines())
     assert sorted(listed) == sorted(COMMANDS)
     for name, text in listed.items():
         short = cli.get_command(click.Context(cli), name).get_short_help_str(limit=1000)

@@ -13,7 +13,9 @@
 Every table is partitioned by ``run_date``, the day (UTC) the job last wrote a log, because fleet
 questions are asked over a period ("this month"); ``job_key`` joins every table. Each job writes its own
 files, the ``jobs`` row last, so a job whose ``jobs`` row exists is complete, and an interrupted batch
-loses at most the jobs in flight. Files are written under a temporary name and renamed into place.
+loses at most the jobs in flight. Files are written under a temporary name and renamed into place; what a
+stopped worker left half-written (``*.tmp`` files, ``.staging-*`` directories) is removed when the batch is
+interrupted (:func:`remove_unfinished`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import pyarrow.parquet as pq
 from nccl_logsift.errors import InputError
 
 PARTITION = "run_date"
+STAGING_PREFIX = ".staging-"  # a job's parser tables are written in OUT/.staging-*/ and moved into place
+UNFINISHED_SUFFIX = ".tmp"
 MARKER = "_logsift_batch.json"
 DATASET_FORMAT = "nccl-logsift/batch/v1"
 
@@ -151,7 +155,7 @@ def write_report(out: Path, run_date: str | None, job_key: str, page: str) -> No
 def write_part(path: Path, table: pa.Table) -> None:
     """Write ``table`` to ``path`` atomically: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(path.name + ".tmp")
+    staging = path.with_name(path.name + UNFINISHED_SUFFIX)
     pq.write_table(table, staging, compression="zstd")
     os.replace(staging, path)
 
@@ -168,6 +172,15 @@ def remove_job(out: Path, run_date: str | None, job_key: str) -> None:
     (out / report_path(run_date, job_key)).unlink(missing_ok=True)
     for table in ["findings", "ranks", "gpus", *names, "jobs"]:
         part_path(out, table, run_date, job_key).unlink(missing_ok=True)
+
+
+def remove_unfinished(out: Path) -> None:
+    """Remove what workers stopped mid-job left behind: staging directories and parts not yet renamed.
+    Only for when no worker of this batch runs any more; a job without its ``jobs`` row is analysed again."""
+    for staging in out.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(staging, ignore_errors=True)
+    for part in out.glob(f"**/*.parquet{UNFINISHED_SUFFIX}"):
+        part.unlink(missing_ok=True)
 
 
 def table_glob(out: Path, table: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -39,8 +40,13 @@ def available_cpus() -> int:
 
 
 def _init_worker(polars_threads: int) -> None:
-    """Give each worker a share of the cores: N workers each running polars on every core would thrash."""
+    """Give each worker a share of the cores: N workers each running polars on every core would thrash.
+
+    Ctrl-C reaches the whole process group; a worker ignores it and the driver ends the workers itself
+    (:func:`_stop_workers`), so that the pool is never left waiting on a worker that a KeyboardInterrupt
+    left half-way."""
     os.environ["POLARS_MAX_THREADS"] = str(polars_threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -97,9 +103,26 @@ class LocalEngine:
                             yield failed_outcome(job, out, f"{type(exc).__name__}: {exc}")
                 suspects.extend(in_flight.values())  # lost with a broken pool
                 in_flight.clear()
+            except BaseException:
+                # Ctrl-C, or the caller stopped early: end the jobs in flight now. A job's files are renamed
+                # into place whole and its jobs row is written last, so a rerun analyses exactly the jobs
+                # that were cut off.
+                _stop_workers(pool)
+                raise
             finally:
-                # Normally nothing is in flight here; when the caller stops early, do not wait for running jobs.
-                pool.shutdown(wait=not in_flight, cancel_futures=True)
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's workers and wait for them. Without this, shutting the pool down waits for the
+    jobs they run, and so does the interpreter's exit (concurrent.futures joins its pools at exit)."""
+    processes = list((pool._processes or {}).values())  # no public way to end a pool's workers before 3.14
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
 
 
 class RayEngine:

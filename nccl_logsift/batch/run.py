@@ -12,6 +12,7 @@ from nccl_logsift import __version__
 from nccl_logsift.batch import dataset, fleet
 from nccl_logsift.batch.archive import JobInput, find_jobs
 from nccl_logsift.batch.task import JobOutcome, Status
+from nccl_logsift.errors import OutputError
 from nccl_logsift.render.html import render_fleet
 
 
@@ -79,11 +80,19 @@ def run_batch(options: BatchOptions, engine, work: Plan | None = None,
     """Analyse the jobs of ``work`` (planned here when not given) on ``engine``, then summarise the dataset."""
     work = work or plan(options)
     failed = 0
-    for outcome in engine.run(work.todo, str(options.out), options.tables):
-        failed += outcome.status == Status.FAILED
-        if on_outcome is not None:
-            on_outcome(outcome)
+    try:
+        for outcome in engine.run(work.todo, str(options.out), options.tables):
+            failed += outcome.status == Status.FAILED
+            if on_outcome is not None:
+                on_outcome(outcome)
+    except BaseException:
+        # Interrupted: the engine has stopped its workers on the way out; what they were writing goes.
+        dataset.remove_unfinished(options.out)
+        raise
     summary = fleet.summarize(options.out)
-    (options.out / "fleet.json").write_text(fleet.summary_json(summary))
-    (options.out / "fleet.html").write_text(render_fleet(summary))
+    try:
+        (options.out / "fleet.json").write_text(fleet.summary_json(summary))
+        (options.out / "fleet.html").write_text(render_fleet(summary))
+    except OSError as exc:
+        raise OutputError(f"cannot write the fleet summary into {options.out}: {exc.strerror or exc}") from None
     return BatchResult(len(work.todo) + work.skipped, work.skipped, len(work.todo), failed, summary)

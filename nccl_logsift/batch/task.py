@@ -156,7 +156,7 @@ class _JobSink(ParquetSink):
 
 def _write_tables(root: Path, job: JobInput) -> None:
     """The tables ``logsift parse`` writes, one file per table in the job's partition (a second read)."""
-    with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as staging:
+    with tempfile.TemporaryDirectory(dir=root, prefix=dataset.STAGING_PREFIX) as staging:
         sink = _JobSink(Path(staging), job)
         parse_paths(job.paths, sink, ParseOptions(workers=1))
         for name, path in sink.files.items():

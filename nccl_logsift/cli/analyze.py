@@ -8,10 +8,12 @@ from pathlib import Path
 
 import click
 
-from nccl_logsift.cli.options import input_paths
+from nccl_logsift.cli.options import input_paths, reading_stdin
+from nccl_logsift.cli.output import check_file, writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
+from nccl_logsift.render.controls import visible
 from nccl_logsift.render.json import render_json, render_jsonl
 
 SEVERITIES = [s.label for s in Severity]
@@ -44,7 +46,9 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
       logsift analyze job.log --format html -o report.html
       kubectl logs -l job=train --prefix | logsift analyze --fail-on error
     """
-    with read_progress(paths) as progress:
+    if output:
+        check_file(output)
+    with reading_stdin(paths), read_progress(paths) as progress:
         report = run_analysis(paths, progress=progress, views=fmt == "html")  # only the page draws them
     if fmt != "text" or output is not None:  # the text report on stdout lists them itself
         _print_notes(report)
@@ -84,7 +88,9 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
     """
     from nccl_logsift.render.html import render_html
 
-    with read_progress(paths) as progress:
+    if str(output) != "-":
+        check_file(output)
+    with reading_stdin(paths), read_progress(paths) as progress:
         result = run_analysis(paths, progress=progress)
     _print_notes(result)
     page = render_html(result)
@@ -92,7 +98,7 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
         _write(page, None)
     else:
         _write(page, output)
-        click.echo(f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {result.verdict[:160]}", err=True)
+        click.echo(f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {visible(result.verdict[:160])}", err=True)
     _exit_status(ctx, result, fail_on)
 
 
@@ -102,7 +108,7 @@ def _print_text(report: Report, output: Path | None) -> None:
     from nccl_logsift.render.terminal import render_terminal
 
     if output:
-        with output.open("w") as handle:
+        with writing(output), output.open("w") as handle:
             render_terminal(report, Console(file=handle, width=120, highlight=False))
     else:
         render_terminal(report, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
@@ -112,12 +118,13 @@ def _print_notes(report: Report) -> None:
     """What went wrong reading the inputs, one line each on stderr: a damaged input must not pass unseen
     where stdout is a file or a pipe."""
     for note in report.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {visible(note)}", err=True)
 
 
 def _write(text: str, output: Path | None) -> None:
     if output:
-        output.write_text(text, encoding="utf-8")
+        with writing(output):
+            output.write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
 

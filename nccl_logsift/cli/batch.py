@@ -10,6 +10,7 @@ from typing import TextIO
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -25,6 +26,8 @@ from rich.text import Text
 from nccl_logsift.batch.engines import engine_for
 from nccl_logsift.batch.run import BatchOptions, BatchResult, plan, run_batch
 from nccl_logsift.batch.task import JobOutcome
+from nccl_logsift.cli.output import check_directory
+from nccl_logsift.render.controls import visible
 
 
 @click.command()
@@ -75,6 +78,7 @@ def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | N
         address=address, retry_failed=retry_failed,
     )
     runner = engine_for(engine, workers, address)
+    check_directory(output)  # a dataset that cannot be written fails now, not as one failed row per job
     work = plan(options)
     if not work.todo and not work.skipped:
         click.echo(f"Warning: no job found in {', '.join(archives)}"
@@ -131,5 +135,5 @@ def _print_result(result: BatchResult, output: Path) -> None:
     if summary.hosts:
         hosts = Table("host", "jobs", "root causes", title="Hosts implicated most often", title_justify="left")
         for c in summary.hosts[:10]:
-            hosts.add_row(c.name, f"{c.jobs:,}", ", ".join(c.kinds))
+            hosts.add_row(escape(visible(c.name)), f"{c.jobs:,}", ", ".join(c.kinds))
         console.print(hosts)

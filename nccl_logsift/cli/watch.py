@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from nccl_logsift.cli.options import input_paths
+from nccl_logsift.cli.options import check_stdin, input_paths
 from nccl_logsift.live import Feed, LiveEvent, LiveState
 from nccl_logsift.model import Report
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
@@ -50,6 +50,7 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
       tail -n +1 -f job.log | logsift watch --stall-after 60
       kubectl logs -f train-0 | logsift watch --format json > events.jsonl
     """
+    check_stdin(paths)  # Ctrl-C is handled below (InterruptOnce), and the feed copies a terminal itself
     # Parsed as analyze parses (no lines rows for COLL calls): twice as fast, and memory stays bounded.
     stream = TableStream(paths, ParseOptions(max_wait=min(BATCH_WAIT, interval), every_line=False))
     state = LiveState(stall_after)

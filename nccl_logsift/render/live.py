@@ -21,6 +21,7 @@ from rich.text import Text
 
 from nccl_logsift.live.state import EventKind, LiveEvent, LiveSnapshot, RankRow
 from nccl_logsift.model import Report
+from nccl_logsift.render.controls import visible
 from nccl_logsift.render.json import finding_dict, to_dict
 from nccl_logsift.render.terminal import STYLE
 
@@ -72,9 +73,10 @@ def _rank_table(s: LiveSnapshot, room: int) -> Table:
 
 
 def _cells(row: RankRow) -> tuple[str, ...]:
+    # Host, communicator and op come from the log: visible() keeps its control sequences off the terminal.
     rank = str(row.rank) if row.rank is not None else f"({row.comm_rank})"
     return (
-        row.comm, rank, row.host or "", str(row.pid or ""), row.op or "", str(row.call),
+        visible(row.comm), rank, visible(row.host or ""), str(row.pid or ""), visible(row.op or ""), str(row.call),
         str(row.behind) if row.behind else "", f"{row.idle:.0f} s",
     )
 
@@ -90,11 +92,11 @@ def _event_line(event: LiveEvent) -> Text:
     line = Text(f"{event.at:7.1f} s  ", style="dim", no_wrap=True, overflow="ellipsis")
     if event.kind is EventKind.RECOVERED:
         line.append("recovered", style="green")
-        line.append(f"  {event.note}")
+        line.append(f"  {visible(event.note)}")
         return line
     line.append(f"{finding.code} ", style="bold")
     line.append(finding.severity.label, style=STYLE[finding.severity])
-    line.append(f"  {finding.title}")
+    line.append(f"  {visible(finding.title)}")
     return line
 
 

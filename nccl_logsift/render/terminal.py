@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nccl_logsift.model import Report, Severity
+from nccl_logsift.render.controls import visible
 
 STYLE = {
     Severity.CRITICAL: "bold red",
@@ -27,26 +28,28 @@ def render_terminal(report: Report, console: Console) -> None:
         + f" on {len(job.hosts)} host(s), {job.communicators} communicator(s)"
         + (f", NCCL {', '.join(job.nccl_versions)}" if job.nccl_versions else "")
     )
-    console.print(Panel(Text(report.verdict), title="Verdict", subtitle=facts, title_align="left", border_style=_worst_style(report)))
+    # Every string below may quote the logs, which may carry terminal control sequences: each goes through
+    # visible() (render/controls.py) on its way out.
+    console.print(Panel(Text(visible(report.verdict)), title="Verdict", subtitle=visible(facts), title_align="left", border_style=_worst_style(report)))
     for finding in report.findings:
         head = Text()
         head.append(f"{finding.code} ", style="bold")
         head.append(f"{finding.severity.label}", style=STYLE[finding.severity])
         if finding.primary:
             head.append("  root cause", style="bold magenta")
-        head.append(f"  {finding.title}")
+        head.append(f"  {visible(finding.title)}")
         console.print(head)
         for e in finding.evidence:
-            console.print(Text(f"  --> {e.path}:{e.line}", style="dim"))
-            console.print(Text(f"   | {e.text}"), overflow="ellipsis", no_wrap=True)
+            console.print(Text(f"  --> {visible(e.path)}:{e.line}", style="dim"))
+            console.print(Text(f"   | {visible(e.text)}"), overflow="ellipsis", no_wrap=True)
         if finding.advice:
-            console.print(Text(f"   = help: {finding.advice}", style="green"))
+            console.print(Text(f"   = help: {visible(finding.advice)}", style="green"))
         console.print()
     if report.ranks:
         console.print(_rank_table(report))
     _flight(report, console)
     for note in report.notes:
-        console.print(f"[yellow]note[/] {escape(note)}")
+        console.print(f"[yellow]note[/] {escape(visible(note))}")
     console.print(Text(
         f"{report.lines:,} lines read from {len(report.inputs)} input(s); "
         f"{report.unparsed_lines:,} NCCL/PyTorch lines not understood.", style="dim",
@@ -76,8 +79,8 @@ def _rank_table(report: Report) -> Table:
     table = Table("comm", "rank", "host", "pid", "last op", "last #", "last completed", title="Where each rank stopped", title_justify="left")
     for state in report.ranks[:MAX_RANK_ROWS]:
         table.add_row(
-            str(state.comm or ""), str(state.rank if state.rank is not None else "?"), state.host or "",
-            str(state.pid or ""), state.last_op or "", str(state.last_seq if state.last_seq is not None else ""),
+            visible(str(state.comm or "")), str(state.rank if state.rank is not None else "?"), visible(state.host or ""),
+            str(state.pid or ""), visible(state.last_op or ""), str(state.last_seq if state.last_seq is not None else ""),
             str(state.last_completed_seq if state.last_completed_seq is not None else ""),
         )
     if len(report.ranks) > MAX_RANK_ROWS:

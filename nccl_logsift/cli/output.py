@@ -1,0 +1,129 @@
+"""Where a command's output goes, and what happens when it cannot go there.
+
+* Output paths are checked before the work starts (:func:`check_file`, :func:`check_directory`): a report
+  that cannot be written is said at once, not after minutes of analysis.
+* A file that fails while written (a full disk) raises :class:`~nccl_logsift.errors.OutputError` (:func:`writing`).
+* Standard output is a stream whose failures the CLI can tell apart (:func:`guard_standard_streams`): a reader
+  that went away (``| head``) raises :class:`ReaderGone`, which ends the run quietly; any other failure
+  (``>/dev/full``, a closed stdout) raises ``OutputError``. Without this, such an ``OSError`` would be
+  indistinguishable from one of logsift's own bugs, and rich turns a broken pipe into ``SystemExit(1)``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from nccl_logsift.errors import OutputError
+
+
+class ReaderGone(Exception):
+    """The reader of standard output closed its end. Not an OSError, so that no library on the way (rich
+    catches ``BrokenPipeError`` and exits 1) handles it before ``cli.main``, which ends the run quietly."""
+
+
+def check_file(path: Path) -> None:
+    """Raise OutputError now when ``path`` cannot be written: its directory is missing, it is a directory,
+    or the file cannot be opened for writing. Opened without truncating, and removed again when this made it."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a directory")
+    if not path.parent.is_dir():
+        missing = "is not a directory" if path.parent.exists() else "does not exist"
+        raise OutputError(f"cannot write {path}: {path.parent} {missing}")
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def check_directory(path: Path) -> None:
+    """Create ``path`` (and its parents) when missing, and raise OutputError now when a file cannot be
+    made in it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".logsift-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write into directory {path}: {exc.strerror}") from None
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn a failure to write ``path`` inside the block into OutputError (use it around writes only)."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def guard_standard_streams() -> None:
+    """Replace ``sys.stdout`` by the same stream whose write errors say what happened (see the module's
+    docstring), and stand in for standard streams that were closed when the process started.
+
+    A closed descriptor 0, 1 or 2 gets ``/dev/null`` on it first: the next file opened would take that
+    number, and anything writing to "standard output" would write into it. ``sys.stdin`` stays None (the
+    commands that read it say that it is closed); a closed stdout fails on the first write; a closed stderr
+    is ``/dev/null``.
+    """
+    closed = {name: getattr(sys, name) is None for name in ("stdin", "stdout", "stderr")}
+    for fd, name in enumerate(closed):
+        if closed[name]:
+            _occupy(fd)
+    if closed["stderr"]:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    old = sys.stdout
+    raw = _Stdout(None if closed["stdout"] else old.fileno())
+    encoding, errors = ("utf-8", "strict") if old is None else (old.encoding, old.errors)
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=raw.isatty(),
+    )
+
+
+def silence_stdout() -> None:
+    """After stdout failed: drop what is still buffered for it, so the exit flushes fail no more."""
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+
+
+def _occupy(fd: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+
+
+class _Stdout(io.RawIOBase):
+    """File descriptor 1, writable, with the failures of a write told apart; ``fd`` None: closed at start."""
+
+    def __init__(self, fd: int | None) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise io.UnsupportedOperation("standard output is closed")
+        return self._fd
+
+    def isatty(self) -> bool:
+        return self._fd is not None and os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        if self._fd is None:
+            raise OutputError("cannot write to standard output: it is closed")
+        try:
+            return os.write(self._fd, data)
+        except BrokenPipeError:
+            raise ReaderGone from None
+        except OSError as exc:
+            raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
