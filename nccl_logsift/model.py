@@ -13,6 +13,8 @@ FINDINGS_SCHEMA = "nccl-logsift/findings/v1"
 
 
 class Severity(IntEnum):
+    """How bad a finding is, by what it did to the job (the severity policy: ``logsift explain --policy``)."""
+
     INFO = 1
     WARNING = 2
     ERROR = 3
@@ -22,9 +24,21 @@ class Severity(IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+    @property
+    def meaning(self) -> str:
+        return _SEVERITY_MEANING[self]
+
     @classmethod
     def parse(cls, text: str) -> "Severity":
         return cls[text.upper()]
+
+
+_SEVERITY_MEANING = {
+    Severity.CRITICAL: "caused the failure or the hang (a root cause)",
+    Severity.ERROR: "a failure, or the direct consequence of one",
+    Severity.WARNING: "the job works, degraded (slower path, slow rank, a feature that could not be set up)",
+    Severity.INFO: "worth knowing (a choice the job made, a quirk of the logs)",
+}
 
 
 class Kind(StrEnum):

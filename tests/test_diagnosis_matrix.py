@@ -56,10 +56,51 @@ def test_scenario_is_diagnosed_per_its_truth(tmp_path, name, layout, version, ra
     out, truth = simulate(tmp_path, name, layout, version, ranks, seed)
     report = to_dict(analyze([str(out)]))
     primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
-    if not truth["faults"]:
-        assert not [f for f in report["findings"] if f["severity"] in ("error", "critical")]
+    assert_severity_policy(truth, report)
+    if not any(f["primary"] for f in truth["faults"]):
         return
     wanted = [(f["kind"], sorted(f["ranks"])) for f in truth["faults"] if f["primary"]]
     for kind, ranks_ in wanted:
         assert (kind, ranks_) in primaries, f"want {kind} {ranks_}, primaries {primaries}"
     assert {k for k, _ in primaries} <= {k for k, _ in wanted}
+
+
+SEVERITY = ["info", "warning", "error", "critical"]
+
+
+def assert_severity_policy(truth, report):
+    """A job that works (no primary fault in its truth) has nothing at error or worse, no root cause and a
+    verdict without one; a fault whose truth states a severity is reported at that severity at most."""
+    if not any(f["primary"] for f in truth["faults"]):
+        serious = [(f["code"], f["severity"], f["title"][:80]) for f in report["findings"] if f["severity"] in ("error", "critical")]
+        assert serious == []
+        assert not [f["code"] for f in report["findings"] if f["primary"]]
+        assert "Root cause" not in report["verdict"] and "looks healthy" in report["verdict"]
+    for fault in (f for f in truth["faults"] if f.get("severity")):
+        graded = [f["severity"] for f in report["findings"] if f["kind"] == fault["kind"]]
+        assert graded, f"{fault['kind']} not reported"
+        assert max(graded, key=SEVERITY.index) == fault["severity"], (fault["kind"], graded, fault["severity"])
+
+
+# The scenarios of a job that works (healthy, or degraded: slower transport, a slow rank), in every simulated
+# NCCL series, each in another launcher layout.
+WORKING = ["healthy", "socket-fallback", "gdr-disabled", "p2p-disabled", "slow-rank"]
+ALL_LAYOUTS = ["interleaved", "srun", "torchrun", "mpirun", "per-rank"]
+
+
+def working_cases():
+    from nccl_logsift.simulate.versions import NCCL_PROFILES
+
+    for i, name in enumerate(WORKING):
+        for j, version in enumerate(NCCL_PROFILES):
+            if name == "slow-rank" and version < "2.26":
+                continue  # its signal, timestamps, exists only from NCCL 2.26.2
+            layout = ALL_LAYOUTS[(i + j) % len(ALL_LAYOUTS)]
+            yield pytest.param(name, layout, version, 8, 100 + j, id=f"{name}-{layout}-{version}")
+
+
+@pytest.mark.parametrize("name,layout,version,ranks,seed", list(working_cases()))
+def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, version, ranks, seed):
+    out, truth = simulate(tmp_path, name, layout, version, ranks, seed)
+    assert not any(f["primary"] for f in truth["faults"])
+    assert_severity_policy(truth, to_dict(analyze([str(out)])))

@@ -45,7 +45,9 @@ def coll_on(tables, truth, comm_id, rank) -> pl.DataFrame:
 
 
 def primary(truth):
-    return next(f for f in truth["faults"] if f["primary"])
+    """The fault the scenario is about: its root cause, or in a job that works degraded (no root cause by the
+    severity policy) its only fault."""
+    return next((f for f in truth["faults"] if f["primary"]), truth["faults"][0])
 
 
 def comm_of(truth, comm_id):

@@ -61,4 +61,7 @@ def test_simulated_log_parses_and_shows_the_truths_communicators(tmp_path, scena
     if scenario == "healthy":
         assert faults == []
     else:
-        assert [f for f in faults if f["primary"]], "a fault scenario names its primary fault"
+        # A job that fails names its root cause; a job that works degraded has none, and its truth grades
+        # the fault by the severity policy instead.
+        assert [f for f in faults if f["primary"] or f.get("severity") in ("info", "warning")], \
+            "a fault scenario names its primary fault, or grades a degraded run's fault"
