@@ -20,6 +20,7 @@ KNOWN_GAPS = {
     ("veth-interface", "torchrun", "2.14"): "before NCCL 2.18.3 the bad interface's host is known but its ranks are not",
     ("segfault", "interleaved", "2.27"): "no exit line in this layout: the dead rank is only seen as behind",
     ("pp-deadlock", "torchrun", "2.14"): "grouped send/recv in 2.14 shift positions: the culprit pair is not isolated",
+    ("import-error", "interleaved", "2.27"): "an unlabelled stream: the ImportError's traceback names no rank",
 }
 
 
@@ -104,3 +105,26 @@ def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, vers
     out, truth = simulate(tmp_path, name, layout, version, ranks, seed)
     assert not any(f["primary"] for f in truth["faults"])
     assert_severity_policy(truth, to_dict(analyze([str(out)])))
+
+
+# Cascades: the first failure is the root cause and what followed from it is a consequence. Ranks that die of
+# an ImportError at startup leave the others waiting in init (store barrier with PyTorch <= 2.0, NCCL bootstrap
+# later) until a timeout or the launcher stops them.
+CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"), ("import-error", "mpirun", "2.21"),
+            ("import-error", "srun", "2.26"), ("import-error", "torchrun", "2.14")]
+
+
+@pytest.mark.parametrize("name,layout,version", CASCADES, ids=["-".join(c) for c in CASCADES])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_path, name, layout, version, seed):
+    out, truth = simulate(tmp_path, name, layout, version, 8, seed)
+    report = to_dict(analyze([str(out)]))
+    wanted = [(f["kind"], sorted(f["ranks"])) for f in truth["faults"] if f["primary"]]
+    primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
+    assert primaries == wanted
+    lead = next(f for f in report["findings"] if f["primary"])
+    assert "ModuleNotFoundError" in lead["title"] and report["verdict"].startswith("Root cause: ")
+    # The ranks that waited are reported, as consequences.
+    for fault in (f for f in truth["faults"] if not f["primary"]):
+        assert any(f["kind"] == fault["kind"] and not f["primary"] and set(f["ranks"]) & set(fault["ranks"])
+                   for f in report["findings"]), fault

@@ -54,7 +54,10 @@ def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
     out = frame.with_columns(job_rank=pl.coalesce(labels) if labels else pl.lit(None, pl.Int64))
     procs = job.processes
-    if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1:
+    # One host in the processes table is a single-host job only when it holds every rank: the ranks of a node
+    # that died before NCCL init print no Init line, and their local ranks are not this host's.
+    whole = job.world_size is None or procs.height >= job.world_size
+    if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1 and whole:
         by_dev = (
             procs.select(pl.col("cuda_dev").cast(pl.Int64).alias("local_rank"), pl.col("global_rank").alias("_by_dev"))
             .drop_nulls()
@@ -203,8 +206,12 @@ class ProcessExit(Rule):
         # The launcher's root cause (torchrun's "first observed failure") beats the order of the reports.
         roots = [d for d in deaths if d.root_cause]
         first = min((d.first for d in roots or deaths), default=None)
+        # Ranks that raised the same exception as the first failure (a package missing on a whole node)
+        # failed of the same cause at about the same time: none of them is the echo of another.
+        lead = next((d for d in deaths if d.first == first), None)
         for death in deaths:
-            self._classify(death, teardown, exceptions, oom_rows, first, bool(roots))
+            same = bool(lead and lead.because and death.because == lead.because)
+            self._classify(death, teardown, exceptions, oom_rows, first, bool(roots), same)
         yield from self._group(job, deaths, oom_rows)
         yield from self._scheduler(job, exits)
 
@@ -273,6 +280,20 @@ class ProcessExit(Rule):
             rank = _rank_of_local(job, local)
             add(rank, r.get("host"), None, local, signal, code, None, False, "spawn", r["source_id"], r["line_no"], r["part"])
         found = [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
+        if found:
+            # An exit code the launcher reports says that a process failed, its traceback says why: a rank that
+            # raised at the top level (an ImportError at startup) is named with its exception.
+            failed = [d for d in found if not d.signal and d.exit_code not in (None, 0)]
+            coded = {d.rank: d for d in failed if d.rank is not None}
+            # A traceback labelled by local rank only (torchrun's [defaultN]: on a multi-node stream) belongs to
+            # the one failed process of that local rank, when there is one.
+            local = {k: v[0] for k, v in _by_local_rank(failed).items() if len(v) == 1}
+            for r in _uncaught(job) if failed else ():
+                d = coded.get(r["job_rank"]) if r["job_rank"] is not None else local.get(r.get("local_rank"))
+                if d is not None and not d.because:
+                    d.because = r["what"]
+                    d.first = min(d.first, order_key(r["source_id"], r["line_no"]))
+                    d.rows.insert(0, (r["source_id"], r["line_no"], r["part"] or 0))
         if not found:
             for r in _uncaught(job):
                 add(r["job_rank"], r.get("host"), r.get("pid"), r.get("local_rank"), None, None, r["what"], False,
@@ -284,8 +305,8 @@ class ProcessExit(Rule):
 
     # -------------------------------------------------------------------------------------- classification
     def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
-                  oom_rows: pl.DataFrame, first: int | None, by_root: bool) -> None:
-        came_first = d.root_cause if by_root else d.first == first
+                  oom_rows: pl.DataFrame, first: int | None, by_root: bool, same_as_first: bool = False) -> None:
+        came_first = (d.root_cause if by_root else d.first == first) or same_as_first
         if d.category == "uncaught":
             related = re.search(NCCL_OR_CUDA, d.reason or "")
             d.severity = Severity.ERROR if related or not came_first else Severity.CRITICAL
@@ -391,6 +412,11 @@ class ProcessExit(Rule):
                     "script; no launcher exit report)",
                     "The exception is what ended the process: read its traceback; if it is an NCCL or CUDA "
                     "error, the finding for that error explains the cause.")
+        if category == "exit-first" and lead.because:
+            return (f"{who} {how}, the first process to fail: uncaught {lead.because} at the top level of the script",
+                    "The exception ended the process before or while the job started, and the other ranks "
+                    "waited for it: fix what its traceback names (a missing package or module on that node's "
+                    "image, a bad path or argument); the others' timeouts follow from it.")
         if category == "exit-first":
             return (f"{who} {how}, the first process to fail",
                     "Look at this rank's Python traceback (or its error file) for the exception that ended it.")
@@ -436,6 +462,14 @@ def _rank_of_local(job: Job, local: int | None) -> int | None:
         return None
     match = procs.filter(pl.col("cuda_dev") == local)
     return int(match["global_rank"][0]) if match.height == 1 and match["global_rank"][0] is not None else None
+
+
+def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:
+    out: dict[int, list[Death]] = {}
+    for d in deaths:
+        if d.local_rank is not None:
+            out.setdefault(int(d.local_rank), []).append(d)
+    return out
 
 
 def _uncaught(job: Job) -> list[dict]:

@@ -63,7 +63,7 @@ def triage(findings: list[Finding]) -> list[Finding]:
     # Rules grade their own findings: what certainly stops a job is critical, fallout is error or lower.
     # So the candidates are the findings of the worst severity; a warning never names a root cause, because
     # a job that only has warnings did not fail (the policy in this module's docstring).
-    candidates = [f for f in findings if f.severity == top and top >= Severity.ERROR]
+    candidates = _unexplained([f for f in findings if f.severity == top and top >= Severity.ERROR])
     primary_ids: set[int] = set()
     if candidates:
         best_tier = min(CAUSAL_TIER[f.kind] for f in candidates)
@@ -74,6 +74,15 @@ def triage(findings: list[Finding]) -> list[Finding]:
         }
     marked = [dataclasses.replace(f, primary=id(f) in primary_ids) for f in findings]
     return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind], _position(f), f.code))
+
+
+def _unexplained(candidates: list[Finding]) -> list[Finding]:
+    """The candidates less those another candidate explains: an init that never completed because the ranks it
+    waits for are dead (an ImportError or crash at startup, reported by their launcher) follows from those
+    deaths, though init sits higher in the causal tiers (its waiting ranks exit as its fallout)."""
+    died = {r for f in candidates if f.kind == Kind.PROCESS_EXIT for r in f.ranks}
+    left = [f for f in candidates if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)]
+    return left or candidates
 
 
 def _position(finding: Finding) -> int:

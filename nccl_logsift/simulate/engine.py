@@ -60,11 +60,11 @@ class RankRun:
     rank: int
     issues: list[Issue] = field(default_factory=list)
     steps: list[tuple[int, float]] = field(default_factory=list)  # (step, time the step's sync returned)
-    state: str = "running"  # exit | crash | stall | sync | init | init_fail | bulk
+    state: str = "running"  # exit | crash | raise | stall | sync | init | init_fail | bulk
     t: float = 0.0
     pc: int = 0
     end: float | None = None  # when the process ended (None: still hanging when the log stops)
-    end_kind: str = ""  # exit | crash | init_fail | nccl_error | async_error | watchdog | killed | cancelled
+    end_kind: str = ""  # exit | crash | exception | init_fail | nccl_error | async_error | watchdog | killed | cancelled
     exit_code: int = 0  # >= 0 exit status, < 0 killed by that signal
     watchdogs: list[Watchdog] = field(default_factory=list)
     failed_issue: Issue | None = None  # the init that failed, or the op whose transport failed
@@ -196,6 +196,11 @@ class Engine:
                 run.state = "crash"
                 run.pc += 1
                 return
+            elif it.kind == "raise":  # an uncaught Python exception ends the process (exit code 1)
+                run.t += it.gap
+                run.state = "raise"
+                run.pc += 1
+                return
             elif it.kind == "store_wait":  # waits in init_process_group's store barrier, then gives up
                 run.t += it.gap
                 run.state = "store_wait"
@@ -314,6 +319,9 @@ class Engine:
                 sig = self.programs[run.rank][run.pc - 1].signal or 11
                 run.end, run.end_kind, run.exit_code = run.t, "crash", -sig
                 candidates.append((run.t, run.rank, "crash"))
+            elif run.state == "raise":
+                run.end, run.end_kind, run.exit_code = run.t, "exception", 1
+                candidates.append((run.t, run.rank, "exception"))
             elif run.state == "store_wait":
                 t = run.t + self.timeout + self.rng.uniform(0.0, 0.2)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1

@@ -293,6 +293,9 @@ class Narrator:
             self.story.add(run.end - 0.1, rank, "err", "\n".join(self.torch.store_barrier_timeout(rank, job.ranks, joined)))
 
     def ending(self, run: RankRun) -> None:
+        if run.end_kind == "exception":
+            exc = self.job.programs[run.rank][run.pc - 1].text
+            self.story.add((run.end or 0.0) - 0.02, run.rank, "err", "\n".join(self.torch.uncaught_exception(exc)))
         if run.end_kind == "exit":
             msgs = []
             for comm in self.job.cluster.comms_of(run.rank):

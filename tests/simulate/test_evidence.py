@@ -99,6 +99,26 @@ def test_init_hang_with_a_store_barrier_logs_world_size_against_worker_count(tmp
     assert "Timed out initializing process group in store based barrier" in text
 
 
+@pytest.mark.parametrize("layout", ["srun", "torchrun"])
+def test_import_error_ranks_print_their_traceback_and_never_reach_nccl(tmp_path, layout):
+    out, truth, tables = _setup(tmp_path, "import-error", nccl_version="2.27", layout=layout, nodes=2)
+    f = primary(truth)
+    text = out.read_text()
+    assert "ModuleNotFoundError: No module named" in text and "in <module>" in text
+    for r in f["ranks"]:
+        assert nccl_text(tables, truth, r) == []
+    joined = [r for r in range(truth["world_size"]) if r not in f["ranks"]]
+    assert tables["comms"].filter(pl.col("phase") == "START").height == len(joined)
+    assert tables["comms"].filter(pl.col("phase") == "COMPLETE").is_empty()
+
+
+def test_import_error_with_a_store_barrier_leaves_the_others_timing_out_in_it(tmp_path):
+    out, truth, _ = _setup(tmp_path, "import-error", nccl_version="2.14", torch_version="2.0", layout="srun")
+    text = out.read_text()
+    assert "Timed out initializing process group in store based barrier" in text
+    assert [f["kind"] for f in truth["faults"]] == ["process_exit", "process_exit"]
+
+
 @pytest.mark.parametrize("scenario,needle", [
     ("bootstrap-failure", r"no socket interface found|exceeded retries|Connect to"),
     ("ib-error", r"Got completion from peer \S+ with (?:error|status=)12"),
@@ -187,5 +207,6 @@ def test_healthy_runs_end_in_destroy_without_warnings(tmp_path):
 def test_every_scenario_has_an_evidence_test():
     covered = {"rank-stall", "uneven-data", "segfault", "extra-collective", "collective-mismatch", "pp-deadlock",
                "init-hang", "bootstrap-failure", "ib-error", "cuda-oom", "duplicate-gpu", "veth-interface",
-               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank", "healthy"}
+               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank", "healthy",
+               "import-error"}
     assert covered == set(SCENARIOS)
