@@ -28,8 +28,8 @@ def cases():
     names = list(SCENARIOS)
     for i, name in enumerate(names):
         for layout, version in LAYOUTS[i % 3 : i % 3 + 3]:
-            if name == "slow-rank" and version < "2.26":
-                version = "2.26"  # timestamps exist only from NCCL 2.26.2
+            if name in ("slow-rank", "node-death") and version < "2.26":
+                version = "2.26"  # timestamps (slow-rank) and RAS (node-death) exist from NCCL 2.26.2 / 2.24.3
             marks = [pytest.mark.xfail(reason=KNOWN_GAPS[(name, layout, version)], strict=True)] if (name, layout, version) in KNOWN_GAPS else []
             yield pytest.param(name, layout, version, 8, i, marks=marks, id=f"{name}-{layout}-{version}")
     yield pytest.param("rank-stall", "srun", "2.21", 1024, 7, id="rank-stall-srun-2.21-1024ranks")
@@ -110,8 +110,13 @@ def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, vers
 # Cascades: the first failure is the root cause and what followed from it is a consequence. Ranks that die of
 # an ImportError at startup leave the others waiting in init (store barrier with PyTorch <= 2.0, NCCL bootstrap
 # later) until a timeout or the launcher stops them.
+# A node that dies mid-training reports nothing; NCCL's RAS on the other nodes declares its processes dead,
+# and the node RAS names is the culprit, not the ranks that report it (they only time out).
 CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"), ("import-error", "mpirun", "2.21"),
-            ("import-error", "srun", "2.26"), ("import-error", "torchrun", "2.14")]
+            ("import-error", "srun", "2.26"), ("import-error", "torchrun", "2.14"),
+            ("node-death", "srun", "2.26"), ("node-death", "torchrun", "2.27"), ("node-death", "per-rank", "2.27"),
+            ("node-death", "interleaved", "2.26")]
+LEAD_SAYS = {"import-error": "ModuleNotFoundError", "node-death": "RAS declared"}
 
 
 @pytest.mark.parametrize("name,layout,version", CASCADES, ids=["-".join(c) for c in CASCADES])
@@ -123,7 +128,7 @@ def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_
     primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
     assert primaries == wanted
     lead = next(f for f in report["findings"] if f["primary"])
-    assert "ModuleNotFoundError" in lead["title"] and report["verdict"].startswith("Root cause: ")
+    assert LEAD_SAYS[name] in lead["title"] and report["verdict"].startswith("Root cause: ")
     # The ranks that waited are reported, as consequences.
     for fault in (f for f in truth["faults"] if not f["primary"]):
         assert any(f["kind"] == fault["kind"] and not f["primary"] and set(f["ranks"]) & set(fault["ranks"])

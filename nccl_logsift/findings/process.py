@@ -158,7 +158,8 @@ class ProcessExit(Rule):
         The launcher (torchrun, srun, mpirun, PALS, bash, torch.multiprocessing.spawn) reported that a
         worker process ended abnormally: a crash signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE), SIGKILL (the
         kernel or cgroup out-of-memory killer, or a hard kill), SIGABRT, SIGTERM, or a non-zero exit code.
-        Slurm's node failures and time-limit cancellations are reported here too.
+        Slurm's node failures and time-limit cancellations are reported here too, and so are the processes
+        NCCL's RAS thread declares dead (2.24.3+): a node that went away without any exit report.
 
     Why it matters:
         When one rank dies its peers cannot finish their collectives: they see closed sockets, remote errors
@@ -177,7 +178,14 @@ class ProcessExit(Rule):
         root cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later
         unexplained failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so
         that they are never taken for the cause. With no launcher report at all, a Python traceback that
-        starts at the script's top level (``in <module>``) counts as the process ending with that exception.
+        starts at the script's top level (``in <module>``) counts as the process ending with that exception;
+        with one, such a traceback names why the launcher's exit code came (an ImportError at startup), and
+        the ranks that failed of the same exception as the first are all causes. RAS lines (``RAS declaring
+        peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``, NCCL_DEBUG_SUBSYS with RAS) name
+        the dead processes by address: mapped to their host through the bootstrap and socket addresses, they
+        are every process of that host when RAS declared as many dead (else those of it that logged nothing
+        in RAS), are critical, and the ranks that reported them are never named as culprits. A process that
+        logged its communicators' Destroy ended normally and is not taken as dead.
 
     Example:
         ``exitcode  : -11 (pid: 2346374)`` / ``traceback : Signal 11 (SIGSEGV) received by PID 2346374`` in
@@ -214,6 +222,51 @@ class ProcessExit(Rule):
             self._classify(death, teardown, exceptions, oom_rows, first, bool(roots), same)
         yield from self._group(job, deaths, oom_rows)
         yield from self._scheduler(job, exits)
+        yield from self._ras_dead(job)
+
+    # -------------------------------------------------------------------------------------- NCCL RAS
+    def _ras_dead(self, job: Job) -> Iterator[Finding]:
+        """The processes NCCL's RAS declared dead, per host: the culprit is the node RAS names, not the ranks
+        whose RAS threads reported it (they are alive: they log)."""
+        from nccl_logsift.findings.transport import address_hosts  # transport builds on this module's helpers
+
+        ras = job.table("ras")
+        if ras.is_empty() or not {"event", "peer"} <= set(ras.columns):
+            return
+        dead = ras.filter((pl.col("event") == "dead_peer") & pl.col("peer").is_not_null()).with_columns(
+            peer_addr=pl.col("peer").str.extract(r"^([^<\s]+)<"))
+        if dead.is_empty():
+            return
+        addresses = address_hosts(job)
+        hosts_of = {a: next(iter(h)) for a, h in addresses.items() if len(h) == 1}
+        dead = dead.with_columns(dead_host=pl.col("peer_addr").replace_strict(hosts_of, default=None))
+        reporters = with_job_rank(job, dead)
+        alive = set(reporters["job_rank"].drop_nulls().to_list()) | set(_ras_loggers(job))
+        procs = job.processes
+        ended = _destroyed_ranks(job)
+        for (host,), rows in dead.filter(pl.col("dead_host").is_not_null()).group_by("dead_host", maintain_order=True):
+            on_host = sorted(int(r) for r in procs.filter(pl.col("host") == host)["global_rank"].drop_nulls()) if not procs.is_empty() else []
+            peers = rows["peer"].n_unique()
+            ranks = on_host if peers >= len(on_host) else [r for r in on_host if r not in alive]
+            if len(ranks) != min(peers, len(on_host)):
+                ranks = []  # RAS names addresses, not ranks: without a one-to-one match, name the host only
+            if set(ranks or on_host) <= ended and (ranks or on_host):
+                continue  # they tore their communicators down: a normal end that RAS saw as a lost peer
+            who = rows.join(reporters.select("source_id", "line_no", "job_rank"), on=["source_id", "line_no"], how="left")
+            told = sorted({int(r) for r in who["job_rank"].drop_nulls()})
+            whole = f"every process on {host}" if ranks == on_host and ranks else f"{peers} process(es) on {host}"
+            title = (f"NCCL's RAS declared {whole} dead ({ranks_text(ranks) if ranks else 'ranks not known'}): the node "
+                     f"or its network went away without an exit report; {len(told)} rank(s) on other hosts reported it "
+                     "and waited for it")
+            yield self.finding(
+                # The declarations first: the deadPeer lines only pass the news on.
+                job, title, evidence_rows=locations(rows.sort(pl.col("pattern") != "dead-peer", "source_id", "line_no")).head(4),
+                ranks=ranks,
+                hosts=[host], severity=Severity.CRITICAL,
+                advice=(f"Find out what happened to {host}: the scheduler's node state (sinfo / scontrol show node), "
+                        "its kernel log and BMC (power, kernel panic, Xid or ECC errors), and its network links. "
+                        "The other ranks' timeouts and aborts follow from its loss; exclude the node and restart."),
+            )
 
     # -------------------------------------------------------------------------------------- assembly
     def _deaths(self, job: Job, exits: pl.DataFrame) -> list[Death]:
@@ -462,6 +515,23 @@ def _rank_of_local(job: Job, local: int | None) -> int | None:
         return None
     match = procs.filter(pl.col("cuda_dev") == local)
     return int(match["global_rank"][0]) if match.height == 1 and match["global_rank"][0] is not None else None
+
+
+def _ras_loggers(job: Job) -> list[int]:
+    """Ranks whose processes logged any RAS line: their RAS thread was alive."""
+    ras = job.table("ras")
+    if ras.is_empty():
+        return []
+    return [int(r) for r in with_job_rank(job, ras)["job_rank"].drop_nulls().unique()]
+
+
+def _destroyed_ranks(job: Job) -> set[int]:
+    """Ranks whose process logged a communicator Destroy: they reached the normal end of the job."""
+    comms = job.table("comms")
+    if comms.is_empty() or "what" not in comms.columns or job.processes.is_empty():
+        return set()
+    done = comms.filter(pl.col("what") == "Destroy").select("host", "pid").unique()
+    return {int(r) for r in job.processes.join(done, on=["host", "pid"], how="semi")["global_rank"].drop_nulls()}
 
 
 def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:

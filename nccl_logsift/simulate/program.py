@@ -51,7 +51,7 @@ class Op:
 
 @dataclass(slots=True)
 class Item:
-    kind: str  # init | op | sync | stall | exit | crash | raise | bulk | print | store_wait
+    kind: str  # init | op | sync | stall | exit | crash | raise | vanish | bulk | print | store_wait
     op: Op | None = None
     comm: int = -1  # init: the communicator
     gap: float = 0.0  # host seconds spent before this item (compute, data loading)

@@ -112,6 +112,19 @@ def test_import_error_ranks_print_their_traceback_and_never_reach_nccl(tmp_path,
     assert tables["comms"].filter(pl.col("phase") == "COMPLETE").is_empty()
 
 
+@pytest.mark.parametrize("version", ["2.26", "2.27"])
+def test_node_death_is_reported_by_the_other_nodes_ras_only(tmp_path, version):
+    out, truth, tables = _setup(tmp_path, "node-death", nccl_version=version, layout="srun", nodes=2)
+    dead = primary(truth)["ranks"]
+    ras = tables["ras"]
+    declared = ras.filter(pl.col("event") == "dead_peer")
+    assert declared.height and not set(declared["host"]) & {truth["processes"][r]["host"] for r in dead}
+    ips = {t.rsplit(":", 1)[-1].split("<")[0] for r in dead for t in nccl_text(tables, truth, r)
+           if re.search(r"Bootstrap ?: Using", t)}
+    assert {p.split("<")[0] for p in declared["peer"]} == ips
+    assert not [line for line in out.read_text().splitlines() if "srun: error" in line and truth["processes"][dead[0]]["host"] in line]
+
+
 def test_import_error_with_a_store_barrier_leaves_the_others_timing_out_in_it(tmp_path):
     out, truth, _ = _setup(tmp_path, "import-error", nccl_version="2.14", torch_version="2.0", layout="srun")
     text = out.read_text()
@@ -208,5 +221,5 @@ def test_every_scenario_has_an_evidence_test():
     covered = {"rank-stall", "uneven-data", "segfault", "extra-collective", "collective-mismatch", "pp-deadlock",
                "init-hang", "bootstrap-failure", "ib-error", "cuda-oom", "duplicate-gpu", "veth-interface",
                "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank", "healthy",
-               "import-error"}
+               "import-error", "node-death"}
     assert covered == set(SCENARIOS)
