@@ -115,8 +115,13 @@ def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, vers
 CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"), ("import-error", "mpirun", "2.21"),
             ("import-error", "srun", "2.26"), ("import-error", "torchrun", "2.14"),
             ("node-death", "srun", "2.26"), ("node-death", "torchrun", "2.27"), ("node-death", "per-rank", "2.27"),
-            ("node-death", "interleaved", "2.26")]
-LEAD_SAYS = {"import-error": "ModuleNotFoundError", "node-death": "RAS declared"}
+            ("node-death", "interleaved", "2.26"),
+            # A death or an error first, then closed sockets, watchdog timeouts and aborts on the others.
+            ("cuda-oom", "srun", "2.21"), ("cuda-oom", "torchrun", "2.27"), ("cuda-oom", "mpirun", "2.18"),
+            ("segfault", "srun", "2.21"), ("segfault", "torchrun", "2.14"), ("ib-error", "srun", "2.18"),
+            ("ib-error", "interleaved", "2.27")]
+LEAD_SAYS = {"import-error": "ModuleNotFoundError", "node-death": "RAS declared", "cuda-oom": "out of memory",
+             "segfault": "SIGSEGV", "ib-error": "status 12"}
 
 
 @pytest.mark.parametrize("name,layout,version", CASCADES, ids=["-".join(c) for c in CASCADES])
@@ -129,6 +134,11 @@ def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_
     assert primaries == wanted
     lead = next(f for f in report["findings"] if f["primary"])
     assert LEAD_SAYS[name] in lead["title"] and report["verdict"].startswith("Root cause: ")
+    # Echoes are graded below the cause: never critical unless they name the culprits themselves.
+    culprits = {r for f in truth["faults"] if f["primary"] for r in f["ranks"]}
+    echoes = [(f["code"], f["ranks"]) for f in report["findings"]
+              if not f["primary"] and f["severity"] == "critical" and not set(f["ranks"]) <= culprits]
+    assert echoes == []
     # The ranks that waited are reported, as consequences.
     for fault in (f for f in truth["faults"] if not f["primary"]):
         assert any(f["kind"] == fault["kind"] and not f["primary"] and set(f["ranks"]) & set(fault["ranks"])
