@@ -85,6 +85,9 @@ class Finding:
     primary: bool = False
     # Position of the first evidence in the job's line order; triage uses it to find what came first.
     first_seen: int | None = None
+    # When the first timestamped evidence line was written (epoch seconds): across files (one per rank) the
+    # line order says nothing about time, so triage compares these when every contender has one.
+    first_time: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

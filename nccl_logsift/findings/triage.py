@@ -5,7 +5,8 @@ when a peer dies, the watchdog's teardown aborts processes. Kinds are ranked by 
 cause they usually sit (hardware and configuration, then the network, then the application, then process
 deaths, then ranks behind, then performance, then symptoms). Among the findings of the worst severity, those
 of the highest-ranked kind are candidates, and the earliest of them in the log (with any other finding of
-the same kind and severity) is primary.
+the same kind and severity) is primary; "earliest" is by the lines' timestamps when every contender has
+one (per-rank files are in no common order), else by position.
 
 The severity policy (``logsift explain --policy``, README "Severities"): critical caused the failure or hang,
 error is a failure or its direct consequence, warning means the job works but degraded, info is worth
@@ -68,12 +69,15 @@ def triage(findings: list[Finding]) -> list[Finding]:
     if candidates:
         best_tier = min(CAUSAL_TIER[f.kind] for f in candidates)
         tier = [f for f in candidates if CAUSAL_TIER[f.kind] == best_tier]
-        first = min(tier, key=_position)
+        first = min(tier, key=_order_of(tier))
         primary_ids = {
             id(f) for f in tier if f is first or (f.kind == first.kind and f.severity == first.severity)
         }
     marked = [dataclasses.replace(f, primary=id(f) in primary_ids) for f in findings]
-    return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind], _position(f), f.code))
+    # The primaries lead in the order they happened (the verdict names the first), the rest in line order.
+    lead = _order_of([f for f in marked if f.primary])
+    return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind],
+                                         lead(f) if f.primary else (0.0, _position(f)), f.code))
 
 
 def _unexplained(candidates: list[Finding]) -> list[Finding]:
@@ -83,6 +87,14 @@ def _unexplained(candidates: list[Finding]) -> list[Finding]:
     died = {r for f in candidates if f.kind == Kind.PROCESS_EXIT for r in f.ranks}
     left = [f for f in candidates if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)]
     return left or candidates
+
+
+def _order_of(contenders: list[Finding]):
+    """What came first among ``contenders``: their times when all have one (lines of different files, one per
+    rank, are in no common order), else their positions in the job's lines."""
+    if contenders and all(f.first_time is not None for f in contenders):
+        return lambda f: (f.first_time, _position(f))
+    return lambda f: (0.0, _position(f))
 
 
 def _position(finding: Finding) -> int:

@@ -61,3 +61,39 @@ def test_a_warning_is_never_primary_next_to_an_error():
     found = triage([socket_warning(), error_finding(Kind.WATCHDOG_TIMEOUT, 10)])
     assert [(f.kind, f.primary) for f in found] == [(Kind.WATCHDOG_TIMEOUT, True), (Kind.TRANSPORT_FALLBACK, False)]
     assert verdict(found, 8, 1).startswith("Root cause: Watchdog_timeout here.")
+
+
+def net_error(first_seen: int, first_time: float | None, rank: int) -> Finding:
+    return Finding(code="LS302", name="net-error", kind=Kind.NET_ERROR, severity=Severity.CRITICAL,
+                   title=f"IB completion error on rank {rank}", ranks=(rank,), hosts=("h",), first_seen=first_seen,
+                   first_time=first_time)
+
+
+def test_the_first_failure_in_time_is_primary_though_its_file_comes_later():
+    """Per-rank files: rank 5's file is read after rank 0's, but its error was written 4 s earlier."""
+    found = triage([net_error(first_seen=10, first_time=1_700_000_005.0, rank=0),
+                    net_error(first_seen=1 << 41, first_time=1_700_000_001.0, rank=5)])
+    assert [(f.ranks, f.primary) for f in found][0] == ((5,), True)
+
+
+def test_without_a_time_on_every_contender_the_line_order_decides():
+    found = triage([net_error(first_seen=10, first_time=None, rank=0),
+                    net_error(first_seen=1 << 41, first_time=1_700_000_001.0, rank=5)])
+    assert found[0].ranks == (0,) and found[0].primary
+
+
+def test_first_time_reads_nccl_and_pytorch_timestamps(tmp_path):
+    """NCCL's WARN timestamp (2.26+) and PyTorch's glog prefix (month and day only) land on one clock."""
+    from builders import job_of
+    import polars as pl
+
+    job = job_of(tmp_path, [
+        "[2025-06-02 16:02:42] node-a:100:195 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from "
+        "peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err 129 (Send)",
+        "[rank1]:[E602 16:02:40.500000000 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+        "milliseconds before timing out.",
+    ])
+    nccl = job.first_time(pl.DataFrame({"source_id": [0], "line_no": [1]}))
+    torch = job.first_time(pl.DataFrame({"source_id": [0], "line_no": [2]}))
+    assert nccl is not None and torch is not None and nccl - torch == 1.5
