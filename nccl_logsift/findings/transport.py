@@ -284,7 +284,8 @@ class TransportFallback(Rule):
         works, so by the severity policy this is never a root cause: a warning when NCCL fell back on its own
         (no usable RDMA device, P2P failing, some nodes or hosts only, CollNet/SHARP not set up); info when
         the job chose the path (``NCCL_IB_DISABLE``, ``NCCL_NET=Socket``, socket tuning, ``NCCL_P2P_DISABLE``
-        or ``NCCL_P2P_LEVEL``, as echoed by ``… set by environment to …``), when NCCL's first network plugin
+        or ``NCCL_P2P_LEVEL``, ``NCCL_NET_GDR_LEVEL`` for GDR everywhere, as echoed by ``… set by environment
+        to …``), when NCCL's first network plugin
         failed and it went on with another (``Failed to initialize NET plugin IB``), when a mix follows the
         PCIe topology, or when nothing shows GDR was possible. Only a requested network that does not exist
         and that leaves the processes with no network at all is an error.
@@ -476,7 +477,10 @@ class TransportFallback(Rule):
             else:
                 title = (f"No rank uses GPUDirect RDMA on NET/{net_names} ({len(ranks)} rank(s)): inter-node "
                          "traffic is staged through host memory")
-                severity = Severity.WARNING if (reasons or capable) else Severity.INFO
+                # Severity policy: GDR the job turned off everywhere (NCCL_NET_GDR_LEVEL set by environment)
+                # is its choice, info; GDR lost to the topology or a missing module is a warning.
+                chosen = not _settings(job, "NCCL_NET_GDR_LEVEL").is_empty()
+                severity = Severity.WARNING if (reasons or capable) and not chosen else Severity.INFO
             no_gdr = rdma.filter(pl.col("host").is_in(hosts) & pl.col("gdr").is_null())
             if reasons:
                 title += "; " + "; ".join(reasons)

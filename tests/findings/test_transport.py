@@ -180,6 +180,19 @@ def test_ls301_one_node_without_gdrdma_while_the_other_has_it_is_named(tmp_path)
     assert finding.severity == Severity.WARNING and "node-b" in finding.title
 
 
+def test_ls301_gdr_turned_off_by_the_job_everywhere_is_info(tmp_path):
+    """NCCL_NET_GDR_LEVEL echoed as set by environment: the job chose host staging (severity policy)."""
+    lines = [line.replace("/GDRDMA", "") for line in two_node_ib()] + [
+        "node-a:1001:1001 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to LOC",
+        "node-a:1001:1001 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 (distance 4 > 0)",
+    ]
+    finding = only(list(TransportFallback().check(job_of(tmp_path, lines))))
+    assert finding.severity == Severity.INFO and "No rank uses GPUDirect RDMA" in finding.title
+    # The same without the setting: GDR lost to the distance limit is a warning.
+    unset = [line for line in lines if "set by environment" not in line]
+    assert only(list(TransportFallback().check(job_of(tmp_path, unset, "unset.log")))).severity == Severity.WARNING
+
+
 def test_ls301_two_node_ib_with_gdrdma_everywhere_is_clean(tmp_path):
     assert list(TransportFallback().check(job_of(tmp_path, two_node_ib()))) == []
 
