@@ -20,7 +20,8 @@ KNOWN_GAPS = {
     ("veth-interface", "torchrun", "2.14"): "before NCCL 2.18.3 the bad interface's host is known but its ranks are not",
     ("segfault", "interleaved", "2.27"): "no exit line in this layout: the dead rank is only seen as behind",
     ("pp-deadlock", "torchrun", "2.14"): "grouped send/recv in 2.14 shift positions: the culprit pair is not isolated",
-    ("import-error", "interleaved", "2.27"): "an unlabelled stream: the ImportError's traceback names no rank",
+    ("import-error", "interleaved", "2.27"): "an unlabelled stream: the ImportError's traceback names no "
+                                             "rank",
 }
 
 
@@ -29,7 +30,7 @@ def cases():
     for i, name in enumerate(names):
         for layout, version in LAYOUTS[i % 3 : i % 3 + 3]:
             if name in ("slow-rank", "node-death") and version < "2.26":
-                version = "2.26"  # timestamps (slow-rank) and RAS (node-death) exist from NCCL 2.26.2 / 2.24.3
+                version = "2.26"  # timestamps (slow-rank) from 2.26.2, RAS (node-death) from 2.24.3
             marks = [pytest.mark.xfail(reason=KNOWN_GAPS[(name, layout, version)], strict=True)] if (name, layout, version) in KNOWN_GAPS else []
             yield pytest.param(name, layout, version, 8, i, marks=marks, id=f"{name}-{layout}-{version}")
     yield pytest.param("rank-stall", "srun", "2.21", 1024, 7, id="rank-stall-srun-2.21-1024ranks")
@@ -73,14 +74,16 @@ def assert_severity_policy(truth, report):
     """A job that works (no primary fault in its truth) has nothing at error or worse, no root cause and a
     verdict without one; a fault whose truth states a severity is reported at that severity at most."""
     if not any(f["primary"] for f in truth["faults"]):
-        serious = [(f["code"], f["severity"], f["title"][:80]) for f in report["findings"] if f["severity"] in ("error", "critical")]
+        serious = [(f["code"], f["severity"], f["title"][:80]) for f in report["findings"]
+                   if f["severity"] in ("error", "critical")]
         assert serious == []
         assert not [f["code"] for f in report["findings"] if f["primary"]]
         assert "Root cause" not in report["verdict"] and "looks healthy" in report["verdict"]
     for fault in (f for f in truth["faults"] if f.get("severity")):
         graded = [f["severity"] for f in report["findings"] if f["kind"] == fault["kind"]]
         assert graded, f"{fault['kind']} not reported"
-        assert max(graded, key=SEVERITY.index) == fault["severity"], (fault["kind"], graded, fault["severity"])
+        worst = max(graded, key=SEVERITY.index)
+        assert worst == fault["severity"], (fault["kind"], graded, fault["severity"])
 
 
 # The scenarios of a job that works (healthy, or degraded: slower transport, a slow rank), in every simulated
@@ -108,14 +111,14 @@ def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, vers
 
 
 # Cascades: the first failure is the root cause and what followed from it is a consequence. Ranks that die of
-# an ImportError at startup leave the others waiting in init (store barrier with PyTorch <= 2.0, NCCL bootstrap
-# later) until a timeout or the launcher stops them.
+# an ImportError at startup leave the others waiting in init (store barrier with PyTorch <= 2.0, NCCL
+# bootstrap later) until a timeout or the launcher stops them.
 # A node that dies mid-training reports nothing; NCCL's RAS on the other nodes declares its processes dead,
 # and the node RAS names is the culprit, not the ranks that report it (they only time out).
-CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"), ("import-error", "mpirun", "2.21"),
-            ("import-error", "srun", "2.26"), ("import-error", "torchrun", "2.14"),
-            ("node-death", "srun", "2.26"), ("node-death", "torchrun", "2.27"), ("node-death", "per-rank", "2.27"),
-            ("node-death", "interleaved", "2.26"),
+CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"),
+            ("import-error", "mpirun", "2.21"), ("import-error", "srun", "2.26"),
+            ("import-error", "torchrun", "2.14"), ("node-death", "srun", "2.26"), ("node-death", "torchrun", "2.27"),
+            ("node-death", "per-rank", "2.27"), ("node-death", "interleaved", "2.26"),
             # A death or an error first, then closed sockets, watchdog timeouts and aborts on the others.
             ("cuda-oom", "srun", "2.21"), ("cuda-oom", "torchrun", "2.27"), ("cuda-oom", "mpirun", "2.18"),
             ("segfault", "srun", "2.21"), ("segfault", "torchrun", "2.14"), ("ib-error", "srun", "2.18"),
@@ -126,7 +129,8 @@ LEAD_SAYS = {"import-error": "ModuleNotFoundError", "node-death": "RAS declared"
 
 @pytest.mark.parametrize("name,layout,version", CASCADES, ids=["-".join(c) for c in CASCADES])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_path, name, layout, version, seed):
+def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_path, name, layout, version,
+                                                                            seed):
     out, truth = simulate(tmp_path, name, layout, version, 8, seed)
     report = to_dict(analyze([str(out)]))
     wanted = [(f["kind"], sorted(f["ranks"])) for f in truth["faults"] if f["primary"]]

@@ -1,6 +1,6 @@
-"""logsift analyze on the real H200 jobs with an injected fault (../shared/corpus/gpu-h200, NCCL 2.28.9, PyTorch
-2.11): the injected culprit is the root cause, and the socket transport these nodes have (no RDMA device) is a
-warning at most. Skipped when the corpus is absent."""
+"""logsift analyze on the real H200 jobs with an injected fault (../shared/corpus/gpu-h200, NCCL 2.28.9,
+PyTorch 2.11): the injected culprit is the root cause, and the socket transport these nodes have (no RDMA
+device) is a warning at most. Skipped when the corpus is absent."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not H200.is_dir(), reason="../shared/corpus/gpu-
 
 
 def logs_of(job: str) -> list[str]:
-    """The job's console or per-node logs: not its ground truth, flight-recorder dumps or torchrun's copies."""
+    """The job's console or per-node logs; not its truth, flight-recorder dumps or torchrun's copies."""
     return sorted(str(p) for p in (H200 / job).iterdir() if p.is_file() and p.name != "injected.json")
 
 
@@ -28,7 +28,9 @@ def test_injected_culprit_is_the_root_cause(job):
     report = to_dict(analyze(logs_of(job)))
     primaries = [f for f in report["findings"] if f["primary"]]
     assert primaries and all(f["severity"] == "critical" for f in primaries)
-    assert all(f["ranks"] == [injected["culprit_rank"]] for f in primaries), [(f["code"], f["ranks"]) for f in primaries]
+    assert all(f["ranks"] == [injected["culprit_rank"]] for f in primaries), [
+        (f["code"], f["ranks"]) for f in primaries
+    ]
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -36,4 +38,6 @@ def test_socket_transport_without_rdma_device_is_not_an_error(job):
     report = to_dict(analyze(logs_of(job)))
     transport = [f for f in report["findings"] if f["kind"] == "transport_fallback"]
     assert any("NET/Socket" in f["title"] for f in transport)
-    assert [(f["severity"], f["title"][:60]) for f in transport if f["severity"] not in ("info", "warning")] == []
+    assert [
+        (f["severity"], f["title"][:60]) for f in transport if f["severity"] not in ("info", "warning")
+    ] == []

@@ -90,10 +90,10 @@ class Job:
 
     @functools.cached_property
     def _stamped(self) -> pl.DataFrame:
-        """(source_id, line_no, t) of the lines with a time: NCCL's timestamps (``2025-06-02 16:02:42.558901``,
-        NCCL_DEBUG_TIMESTAMP_FORMAT, WARN lines from 2.26), PyTorch's glog prefix (``1126 06:20:29.136163139``:
-        month and day, no year) and a collector's ISO time. A glog time takes the year of the job's full
-        dates when there are any, so the two compare."""
+        """(source_id, line_no, t) of the lines with a time: NCCL's timestamps (``2025-06-02
+        16:02:42.558901``, NCCL_DEBUG_TIMESTAMP_FORMAT, WARN lines from 2.26), PyTorch's glog prefix
+        (``1126 06:20:29.136163139``: month and day, no year) and a collector's ISO time. A glog time takes
+        the year of the job's full dates when there are any, so the two compare."""
         lines = self.lines
         cols = [c for c in ("ts", "collector_ts") if c in lines.columns]
         if lines.is_empty() or not cols:
@@ -103,13 +103,15 @@ class Job:
         ts = pl.col("ts") if "ts" in cols else pl.lit(None, pl.String)
         full = ts.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
         year = rows.select(full.dt.year().drop_nulls().first()).item() if rows.height else None
-        # PyTorch's c10 prefix may print the month unpadded (E602 for 2 June): pad the month-day to four digits.
+        # PyTorch's c10 prefix may print the month unpadded (E602 for 2 June): pad month-day to four digits.
         day, clock = ts.str.extract(r"^(\d{3,4}) "), ts.str.extract(r"^\d{3,4} (\S+)$")
         glog = pl.concat_str(pl.lit(str(year or 2000)), day.str.zfill(4), pl.lit(" "), clock).str.to_datetime(
             "%Y%m%d %H:%M:%S%.f", strict=False)
-        collector = (pl.col("collector_ts").str.to_datetime(time_zone="UTC", strict=False).dt.replace_time_zone(None)
-                     if "collector_ts" in cols else pl.lit(None, pl.Datetime("us")))
-        when = pl.coalesce(full.cast(pl.Datetime("us")), glog.cast(pl.Datetime("us")), collector.cast(pl.Datetime("us")))
+        collector = (
+            pl.col("collector_ts").str.to_datetime(time_zone="UTC", strict=False).dt.replace_time_zone(None)
+            if "collector_ts" in cols else pl.lit(None, pl.Datetime("us"))
+        )
+        when = pl.coalesce(*(c.cast(pl.Datetime("us")) for c in (full, glog, collector)))
         return rows.select(
             pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32),
             t=when.dt.epoch("us").cast(pl.Float64) / 1e6,

@@ -244,28 +244,31 @@ class ProcessExit(Rule):
         alive = set(reporters["job_rank"].drop_nulls().to_list()) | set(_ras_loggers(job))
         procs = job.processes
         ended = _destroyed_ranks(job)
-        for (host,), rows in dead.filter(pl.col("dead_host").is_not_null()).group_by("dead_host", maintain_order=True):
-            on_host = sorted(int(r) for r in procs.filter(pl.col("host") == host)["global_rank"].drop_nulls()) if not procs.is_empty() else []
+        named = dead.filter(pl.col("dead_host").is_not_null())
+        for (host,), rows in named.group_by("dead_host", maintain_order=True):
+            mine = procs.filter(pl.col("host") == host)["global_rank"] if procs.height else pl.Series([])
+            on_host = sorted(int(r) for r in mine.drop_nulls())
             peers = rows["peer"].n_unique()
             ranks = on_host if peers >= len(on_host) else [r for r in on_host if r not in alive]
             if len(ranks) != min(peers, len(on_host)):
                 ranks = []  # RAS names addresses, not ranks: without a one-to-one match, name the host only
             if set(ranks or on_host) <= ended and (ranks or on_host):
                 continue  # they tore their communicators down: a normal end that RAS saw as a lost peer
-            who = rows.join(reporters.select("source_id", "line_no", "job_rank"), on=["source_id", "line_no"], how="left")
+            who = rows.join(reporters.select("source_id", "line_no", "job_rank"), on=["source_id", "line_no"],
+                            how="left")
             told = sorted({int(r) for r in who["job_rank"].drop_nulls()})
-            whole = f"every process on {host}" if ranks == on_host and ranks else f"{peers} process(es) on {host}"
-            title = (f"NCCL's RAS declared {whole} dead ({ranks_text(ranks) if ranks else 'ranks not known'}): the node "
-                     f"or its network went away without an exit report; {len(told)} rank(s) on other hosts reported it "
-                     "and waited for it")
+            all_of = bool(ranks) and ranks == on_host
+            whole = f"every process on {host}" if all_of else f"{peers} process(es) on {host}"
+            which = ranks_text(ranks) if ranks else "ranks not known"
+            declared = pl.col("pattern") != "dead-peer"  # the declarations first: deadPeer lines pass them on
+            title = (f"NCCL's RAS declared {whole} dead ({which}): the node or its network went away "
+                     f"without an exit report; {len(told)} rank(s) on other hosts reported it and waited")
+            advice = (f"Find out what happened to {host}: the scheduler's node state (sinfo / scontrol show "
+                      "node), its kernel log and BMC (power, kernel panic, Xid or ECC errors), its network "
+                      "links. The other ranks' timeouts and aborts follow from its loss; exclude the node.")
             yield self.finding(
-                # The declarations first: the deadPeer lines only pass the news on.
-                job, title, evidence_rows=locations(rows.sort(pl.col("pattern") != "dead-peer", "source_id", "line_no")).head(4),
-                ranks=ranks,
-                hosts=[host], severity=Severity.CRITICAL,
-                advice=(f"Find out what happened to {host}: the scheduler's node state (sinfo / scontrol show node), "
-                        "its kernel log and BMC (power, kernel panic, Xid or ECC errors), and its network links. "
-                        "The other ranks' timeouts and aborts follow from its loss; exclude the node and restart."),
+                job, title, evidence_rows=locations(rows.sort(declared, "source_id", "line_no")).head(4),
+                ranks=ranks, hosts=[host], severity=Severity.CRITICAL, advice=advice,
             )
 
     # -------------------------------------------------------------------------------------- assembly
@@ -334,12 +337,12 @@ class ProcessExit(Rule):
             add(rank, r.get("host"), None, local, signal, code, None, False, "spawn", r["source_id"], r["line_no"], r["part"])
         found = [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
         if found:
-            # An exit code the launcher reports says that a process failed, its traceback says why: a rank that
-            # raised at the top level (an ImportError at startup) is named with its exception.
+            # An exit code the launcher reports says that a process failed, its traceback says why: a rank
+            # that raised at the top level (an ImportError at startup) is named with its exception.
             failed = [d for d in found if not d.signal and d.exit_code not in (None, 0)]
             coded = {d.rank: d for d in failed if d.rank is not None}
-            # A traceback labelled by local rank only (torchrun's [defaultN]: on a multi-node stream) belongs to
-            # the one failed process of that local rank, when there is one.
+            # A traceback labelled by local rank only (torchrun's [defaultN]: on a multi-node stream) belongs
+            # to the one failed process of that local rank, when there is one.
             local = {k: v[0] for k, v in _by_local_rank(failed).items() if len(v) == 1}
             for r in _uncaught(job) if failed else ():
                 d = coded.get(r["job_rank"]) if r["job_rank"] is not None else local.get(r.get("local_rank"))
@@ -358,7 +361,8 @@ class ProcessExit(Rule):
 
     # -------------------------------------------------------------------------------------- classification
     def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
-                  oom_rows: pl.DataFrame, first: int | None, by_root: bool, same_as_first: bool = False) -> None:
+                  oom_rows: pl.DataFrame, first: int | None, by_root: bool,
+                  same_as_first: bool = False) -> None:
         came_first = (d.root_cause if by_root else d.first == first) or same_as_first
         if d.category == "uncaught":
             related = re.search(NCCL_OR_CUDA, d.reason or "")
@@ -466,7 +470,8 @@ class ProcessExit(Rule):
                     "The exception is what ended the process: read its traceback; if it is an NCCL or CUDA "
                     "error, the finding for that error explains the cause.")
         if category == "exit-first" and lead.because:
-            return (f"{who} {how}, the first process to fail: uncaught {lead.because} at the top level of the script",
+            return (f"{who} {how}, the first process to fail: uncaught {lead.because} at the top level "
+                    "of the script",
                     "The exception ended the process before or while the job started, and the other ranks "
                     "waited for it: fix what its traceback names (a missing package or module on that node's "
                     "image, a bad path or argument); the others' timeouts follow from it.")
@@ -531,7 +536,8 @@ def _destroyed_ranks(job: Job) -> set[int]:
     if comms.is_empty() or "what" not in comms.columns or job.processes.is_empty():
         return set()
     done = comms.filter(pl.col("what") == "Destroy").select("host", "pid").unique()
-    return {int(r) for r in job.processes.join(done, on=["host", "pid"], how="semi")["global_rank"].drop_nulls()}
+    ended = job.processes.join(done, on=["host", "pid"], how="semi")["global_rank"]
+    return {int(r) for r in ended.drop_nulls()}
 
 
 def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:

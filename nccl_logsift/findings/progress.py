@@ -516,14 +516,16 @@ class CollectiveMismatch(Rule):
                 f"rank(s) called {majority['op']}(count {majority['count']})"
             )
             if minority.height * 2 == at.height:
-                # As many ranks on each side (always so with two ranks): no majority says which call was meant,
-                # so both sides are named and neither is blamed.
-                same = [int(r) for r in at.filter(pl.col("sig") == majority["sig"])["global_rank"].drop_nulls().to_list()]
+                # As many ranks on each side (always so with two ranks): no majority says which call was
+                # meant, so both sides are named and neither is blamed.
+                agree = at.filter(pl.col("sig") == majority["sig"])["global_rank"].drop_nulls()
+                same = [int(r) for r in agree.to_list()]
                 title = (
-                    f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) {_ranks_text(same)} called "
-                    f"{majority['op']}(count {majority['count']}) while rank(s) {_ranks_text(ranks)} called "
-                    f"{odd['op']}(count {odd['count']}, datatype {odd['datatype']}): as many ranks on each side, so the "
-                    "logs cannot say which side is wrong"
+                    f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) "
+                    f"{_ranks_text(same)} called {majority['op']}(count {majority['count']}) while rank(s) "
+                    f"{_ranks_text(ranks)} called {odd['op']}(count {odd['count']}, datatype "
+                    f"{odd['datatype']}): as many ranks on each side, so the logs cannot say which side is "
+                    "wrong"
                 )
                 ranks = sorted(ranks + same)
             before = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"] - 1))

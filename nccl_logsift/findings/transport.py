@@ -368,10 +368,10 @@ class TransportFallback(Rule):
             job, title, evidence_rows=rows, ranks=ranks, hosts=hosts,
             severity=Severity.INFO if deliberate else Severity.WARNING,
             advice=(
-                "If RDMA is wanted, make the devices usable by NCCL: unset NCCL_IB_DISABLE / NCCL_NET, expose "
-                "/dev/infiniband and install rdma-core/libibverbs in the container, pick the right NCCL_IB_HCA, "
-                "and install the network plugin the cluster needs (aws-ofi-nccl for EFA or Slingshot). "
-                "`ibv_devinfo` on each node shows whether a usable device exists."
+                "If RDMA is wanted, make the devices usable by NCCL: unset NCCL_IB_DISABLE / NCCL_NET, "
+                "expose /dev/infiniband and install rdma-core/libibverbs in the container, pick the right "
+                "NCCL_IB_HCA, and install the network plugin the cluster needs (aws-ofi-nccl for EFA or "
+                "Slingshot). `ibv_devinfo` on each node shows whether a usable device exists."
             ),
         )
 
@@ -551,9 +551,10 @@ class TransportFallback(Rule):
         if not p2p_errors.is_empty():
             reasons.append(f"'{_message(job, p2p_errors)}'")
         reason_rows = pl.concat([locations(disabled).head(2), locations(level).head(1), locations(p2p_errors).head(2)])
-        # Severity policy: a path the job chose (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, with no P2P error) is info;
+        # Severity policy: a path the job chose (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, no P2P error) is info;
         # one NCCL fell to on its own (P2P failed, or some hosts only) is a warning: the job works, slower.
-        chosen = Severity.INFO if (not disabled.is_empty() or not level.is_empty()) and p2p_errors.is_empty() else None
+        set_by_job = not disabled.is_empty() or not level.is_empty()
+        chosen = Severity.INFO if set_by_job and p2p_errors.is_empty() else None
         if t.is_empty():
             if not disabled.is_empty():
                 ranks = _ranks(with_job_rank(job, disabled))
@@ -600,7 +601,8 @@ class TransportFallback(Rule):
                 title += ": " + "; ".join(reasons)
             yield self.finding(
                 job, title, evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]), ranks=ranks, hosts=hosts,
-                severity=chosen or (Severity.WARNING if reasons or net_intra else Severity.INFO), advice=self._p2p_advice(),
+                severity=chosen or (Severity.WARNING if reasons or net_intra else Severity.INFO),
+                advice=self._p2p_advice(),
             )
 
     @staticmethod
@@ -644,11 +646,11 @@ class TransportFallback(Rule):
         used = _networks_used(job, rows)
         if used:
             yield self.finding(
-                job, f"The network plugin NCCL tried first could not be initialized on {len(ranks) or rows.height} "
-                f"rank(s): '{text}'; NCCL went on with {', '.join(used)}",
+                job, f"The network plugin NCCL tried first could not be initialized on "
+                f"{len(ranks) or rows.height} rank(s): '{text}'; NCCL went on with {', '.join(used)}",
                 evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.INFO,
-                advice=("Expected on hosts without that network's devices. If the network should be there, check "
-                        "its devices and the plugin library (libnccl-net*.so) inside the job's environment."),
+                advice=("Expected on hosts without that network's devices. If the network should be there, "
+                        "check its devices and the plugin library (libnccl-net*.so) in the job."),
             )
             return
         yield self.finding(
@@ -672,8 +674,8 @@ def _networks_used(job: Job, failed: pl.DataFrame) -> list[str]:
         names |= set(chosen["net_name"].drop_nulls().to_list())
     t = job.table("transports")
     if not t.is_empty() and {"transport", "net_name"} <= set(t.columns):
-        names |= set(t.filter(pl.col("transport") == "NET").join(keys, on=["host", "pid"], how="semi")["net_name"]
-                     .drop_nulls().to_list())
+        net = t.filter(pl.col("transport") == "NET").join(keys, on=["host", "pid"], how="semi")
+        names |= set(net["net_name"].drop_nulls().to_list())
     return sorted(names)
 
 

@@ -27,7 +27,8 @@ def policy_text() -> str:
         "Severities\n" + rows + "\n\n"
         "Verdict\n"
         "  A root cause is a finding at error or worse: the first in causal order of the worst severity is\n"
-        "  primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts, aborts)\n"
+        "  primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts,"
+        " aborts)\n"
         "  are consequences. A job with nothing at error or worse has no root cause: the verdict says it\n"
         "  looks healthy and lists its warnings apart from its notes.\n\n"
         "--fail-on\n"
@@ -85,7 +86,8 @@ def _unexplained(candidates: list[Finding]) -> list[Finding]:
     waits for are dead (an ImportError or crash at startup, reported by their launcher) follows from those
     deaths, though init sits higher in the causal tiers (its waiting ranks exit as its fallout)."""
     died = {r for f in candidates if f.kind == Kind.PROCESS_EXIT for r in f.ranks}
-    left = [f for f in candidates if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)]
+    left = [f for f in candidates
+            if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)]
     return left or candidates
 
 

@@ -64,7 +64,9 @@ class RankRun:
     t: float = 0.0
     pc: int = 0
     end: float | None = None  # when the process ended (None: still hanging when the log stops)
-    end_kind: str = ""  # exit | crash | exception | vanished | init_fail | nccl_error | async_error | watchdog | killed | cancelled
+    # exit | crash | exception | vanished | init_fail | nccl_error | async_error | watchdog | killed
+    # | cancelled
+    end_kind: str = ""
     exit_code: int = 0  # >= 0 exit status, < 0 killed by that signal
     watchdogs: list[Watchdog] = field(default_factory=list)
     failed_issue: Issue | None = None  # the init that failed, or the op whose transport failed

@@ -135,8 +135,8 @@ class Job:
 
     def fault(self, kind: str, primary: bool, ranks: list[int], *, comm: Communicator | None = None, seq: int | None = None,
               op: str | None = None, detail: str = "", severity: str | None = None) -> TruthFault:
-        f = TruthFault(kind, primary, sorted(ranks), self.hosts_of(sorted(ranks)), comm.comm_id_text if comm else None, seq, op,
-                       detail, severity)
+        f = TruthFault(kind, primary, sorted(ranks), self.hosts_of(sorted(ranks)),
+                       comm.comm_id_text if comm else None, seq, op, detail, severity)
         self.truth.append(f)
         return f
 

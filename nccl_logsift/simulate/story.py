@@ -297,7 +297,8 @@ class Narrator:
     def ending(self, run: RankRun) -> None:
         if run.end_kind == "exception":
             exc = self.job.programs[run.rank][run.pc - 1].text
-            self.story.add((run.end or 0.0) - 0.02, run.rank, "err", "\n".join(self.torch.uncaught_exception(exc)))
+            lines = self.torch.uncaught_exception(exc)
+            self.story.add((run.end or 0.0) - 0.02, run.rank, "err", "\n".join(lines))
         if run.end_kind == "exit":
             msgs = []
             for comm in self.job.cluster.comms_of(run.rank):
@@ -313,7 +314,8 @@ class Narrator:
         if layout == "torchrun":
             self.torchrun()
         elif layout in ("srun", "mpirun"):
-            abnormal = sorted((r for r in runs if r.end_kind not in ("exit", "killed", "cancelled", "vanished") and r.end is not None),
+            quiet = ("exit", "killed", "cancelled", "vanished")  # no launcher line of their own
+            abnormal = sorted((r for r in runs if r.end_kind not in quiet and r.end is not None),
                               key=lambda r: r.end)
             if layout == "srun":
                 for r in abnormal:

@@ -168,7 +168,8 @@ class TorchText:
     # ------------------------------------------------------------------------- Python exceptions
     def uncaught_exception(self, exception: str) -> list[str]:
         """The traceback of an exception raised at the script's top level before any distributed call (an
-        import that fails): ``exception`` is its last line, ``ModuleNotFoundError: No module named 'apex'``."""
+        import that fails): ``exception`` is its last line (``ModuleNotFoundError: No module named
+        'apex'``)."""
         module = exception.rsplit(" ", 1)[-1].strip("'") if "No module named" in exception else "apex"
         return ["Traceback (most recent call last):",
                 f'  File "/workspace/train.py", line {self.rng.randrange(8, 30)}, in <module>',

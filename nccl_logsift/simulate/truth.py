@@ -8,7 +8,8 @@ them in 2.23.4+ logs, where split children print no commId)
 and which ranks entered ncclCommInitRank/Split (``init_started``: they print Init START from 2.18.3)
 and completed it (``init_completed``); ``processes`` maps ranks to host and pid; each fault has
 a one-line ``detail``, and where the scenario states it a ``severity``: the worst a finding of that kind may
-be graded by the severity policy (a degraded but working job: ``warning`` or ``info``, never primary). ``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
+be graded by the severity policy (a degraded but working job: ``warning`` or ``info``, never primary).
+``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
 lines of that communicator in one process), not NCCL's opCount.
 """
 

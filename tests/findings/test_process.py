@@ -210,7 +210,7 @@ def test_corpus_healthy_production_runs_have_no_process_exit(corpus_job, name):
     assert check(corpus_job(name)) == []
 
 
-# ---------------------------------------------------------------------------------------------- LS501: NCCL RAS
+# ------------------------------------------------------------------------------------------- LS501: NCCL RAS
 def simulated(tmp_path, scenario: str, **options):
     out, truth = tmp_path / f"{scenario}.log", tmp_path / f"{scenario}.json"
     write(Options(scenario=scenario, **options), str(out), str(truth))
@@ -219,7 +219,8 @@ def simulated(tmp_path, scenario: str, **options):
 
 @pytest.mark.parametrize("version, layout", [("2.26", "srun"), ("2.27", "mpirun")])
 def test_ls501_node_declared_dead_by_ras_is_the_culprit_not_the_ranks_reporting_it(tmp_path, version, layout):
-    out, truth = simulated(tmp_path, "node-death", ranks=8, nodes=2, nccl_version=version, layout=layout, seed=4)
+    out, truth = simulated(tmp_path, "node-death", ranks=8, nodes=2, nccl_version=version, layout=layout,
+                           seed=4)
     job = load_job([str(out)])
     finding = only([f for f in ProcessExit().check(job) if "RAS" in f.title])
     dead = next(f for f in truth["faults"] if f["primary"])
@@ -236,6 +237,6 @@ def test_ls501_ras_dead_peers_that_had_torn_down_their_communicators_are_not_dea
     ip = next(line.rsplit(":", 1)[-1].split("<")[0] for line in text.splitlines()
               if other["host"] in line and "Bootstrap" in line and "Using" in line)
     p0 = truth["processes"][0]
-    out.write_text(text + f"0: {p0['host']}:{p0['pid']}:{p0['pid'] + 77} [0] NCCL INFO RAS declaring peer {ip}<41234> as "
-                          "DEAD; rasDeadPeersHash 0x1f\n")
+    prefix = f"0: {p0['host']}:{p0['pid']}:{p0['pid'] + 77} [0] NCCL INFO"
+    out.write_text(text + f"{prefix} RAS declaring peer {ip}<41234> as DEAD; rasDeadPeersHash 0x1f\n")
     assert [f for f in ProcessExit().check(load_job([str(out)])) if "RAS" in f.title] == []

@@ -112,11 +112,13 @@ def test_transport_rows_give_a_runtime_connection_beyond_the_latest_split_to_the
 def test_ls301_socket_fallback_fixture_with_ib_disabled_is_info_as_a_choice_of_the_job():
     job = load_job([str(FIXTURES / "socket_fallback_4ranks.log")])
     finding = only(list(TransportFallback().check(job)))
-    fault = fault_of(json.loads((FIXTURES / "socket_fallback_4ranks.truth.json").read_text()), "transport_fallback")
+    truth = json.loads((FIXTURES / "socket_fallback_4ranks.truth.json").read_text())
+    fault = fault_of(truth, "transport_fallback")
     assert finding.kind == Kind.TRANSPORT_FALLBACK and not fault["primary"]
     assert list(finding.ranks) == fault["ranks"]
     assert finding.severity == Severity.INFO == Severity.parse(fault["severity"])
-    assert "NET/Socket" in finding.title and "NCCL_IB_DISABLE=1" in finding.title and "on purpose" in finding.title
+    assert "NET/Socket" in finding.title and "NCCL_IB_DISABLE=1" in finding.title
+    assert "on purpose" in finding.title
     assert finding.evidence and finding.first_seen is not None
 
 
@@ -190,7 +192,8 @@ def test_ls301_gdr_turned_off_by_the_job_everywhere_is_info(tmp_path):
     assert finding.severity == Severity.INFO and "No rank uses GPUDirect RDMA" in finding.title
     # The same without the setting: GDR lost to the distance limit is a warning.
     unset = [line for line in lines if "set by environment" not in line]
-    assert only(list(TransportFallback().check(job_of(tmp_path, unset, "unset.log")))).severity == Severity.WARNING
+    lost = only(list(TransportFallback().check(job_of(tmp_path, unset, "unset.log"))))
+    assert lost.severity == Severity.WARNING
 
 
 def test_ls301_two_node_ib_with_gdrdma_everywhere_is_clean(tmp_path):
@@ -435,7 +438,8 @@ def test_corpus_mangoboost_one_node_file_of_a_two_node_job_has_a_verdict_that_ag
 
     report = analyze([str(corpus(MANGOBOOST_MI300X))])
     assert report.job.hosts == ("mi300x-01",) and report.job.world_size == 16
-    assert report.verdict.startswith("No hang or failure found in these logs (8 rank(s) on 1 host(s)): the job looks healthy")
+    assert report.verdict.startswith(
+        "No hang or failure found in these logs (8 rank(s) on 1 host(s)): the job looks healthy")
     assert "Root cause" not in report.verdict
     assert "All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets" in report.verdict
 

@@ -122,7 +122,8 @@ def test_node_death_is_reported_by_the_other_nodes_ras_only(tmp_path, version):
     ips = {t.rsplit(":", 1)[-1].split("<")[0] for r in dead for t in nccl_text(tables, truth, r)
            if re.search(r"Bootstrap ?: Using", t)}
     assert {p.split("<")[0] for p in declared["peer"]} == ips
-    assert not [line for line in out.read_text().splitlines() if "srun: error" in line and truth["processes"][dead[0]]["host"] in line]
+    host = truth["processes"][dead[0]]["host"]
+    assert not [line for line in out.read_text().splitlines() if "srun: error" in line and host in line]
 
 
 def test_import_error_with_a_store_barrier_leaves_the_others_timing_out_in_it(tmp_path):
@@ -220,6 +221,6 @@ def test_healthy_runs_end_in_destroy_without_warnings(tmp_path):
 def test_every_scenario_has_an_evidence_test():
     covered = {"rank-stall", "uneven-data", "segfault", "extra-collective", "collective-mismatch", "pp-deadlock",
                "init-hang", "bootstrap-failure", "ib-error", "cuda-oom", "duplicate-gpu", "veth-interface",
-               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank", "healthy",
-               "import-error", "node-death"}
+               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank",
+               "healthy", "import-error", "node-death"}
     assert covered == set(SCENARIOS)

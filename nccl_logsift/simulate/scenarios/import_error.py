@@ -1,4 +1,4 @@
-"""import-error: some ranks die at import; the others wait for them until a timeout or the launcher stops them.
+"""import-error: some ranks die at import; the others wait for them until a timeout or the launcher ends it.
 
 A package is missing from one node's image (or one rank imports a module its node lacks): those ranks
 print a ``ModuleNotFoundError`` traceback from the script's top level and exit with code 1 before any
@@ -23,7 +23,13 @@ def inject(job) -> None:
         missing = [job.pick(list(range(1, job.ranks)))]
     module = job.rng.choice(MODULES)
     for rank in missing:
-        job.programs[rank] = [Item("raise", gap=job.rng.uniform(0.2, 0.8), text=f"ModuleNotFoundError: No module named '{module}'")]
+        job.programs[rank] = [
+            Item(
+                "raise",
+                gap=job.rng.uniform(0.2, 0.8),
+                text=f"ModuleNotFoundError: No module named '{module}'",
+            )
+        ]
     joined = [r for r in range(job.ranks) if r not in missing]
     if job.torch.store_barrier:
         for rank in joined:
@@ -35,17 +41,36 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     missing, joined = job.notes["missing"], job.notes["joined"]
     world = job.cluster.world
-    job.fault("process_exit", True, missing,
-              detail=f"rank(s) {missing} raised ModuleNotFoundError ({job.notes['module']}) at import and exited with code 1")
+    job.fault(
+        "process_exit",
+        True,
+        missing,
+        detail=f"rank(s) {missing} raised ModuleNotFoundError ({job.notes['module']}) at import, exit code 1",
+    )
     runs = timeline.runs
     timed_out = [r for r in joined if runs[r].end_kind == "init_fail"]
     if timed_out:
-        job.fault("process_exit", False, timed_out, detail="the ranks that started timed out in the store-based barrier and exited")
+        job.fault(
+            "process_exit",
+            False,
+            timed_out,
+            detail="the ranks that started timed out in the store-based barrier and exited",
+        )
     waiting = [r for r in joined if any(i.pos == 0 for i in runs[r].issues)]
     if waiting:
-        job.fault("init_incomplete", False, waiting, comm=world,
-                  detail="the ranks that started wait in NCCL bootstrap for the ranks that died (Init START without COMPLETE)")
+        job.fault(
+            "init_incomplete",
+            False,
+            waiting,
+            comm=world,
+            detail="the ranks that started wait in NCCL bootstrap for the dead ones (no Init COMPLETE)",
+        )
 
 
-SCENARIO = Scenario("import-error", "some ranks die of an ImportError at startup; the others time out waiting for them",
-                    inject, truth, trains=False)
+SCENARIO = Scenario(
+    "import-error",
+    "some ranks die of an ImportError at startup; the others time out waiting for them",
+    inject,
+    truth,
+    trains=False,
+)

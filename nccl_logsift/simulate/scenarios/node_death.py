@@ -45,21 +45,57 @@ def events(job, timeline) -> None:
         for i, peer in enumerate(ras_peer(job, r) for r in culprits):
             t = t_dead + i * 0.01
             if rank in watchers:
-                extra.append((t + 5.0, "ras", {"text": f"RAS keep-alive timeout warning (5s) on socket connection with {peer}"}))
-                extra.append((t + 20.0, "ras", {"text": f"RAS keep-alive timeout error (20s) on socket connection with {peer}"}))
-                extra.append((t + 20.2, "ras", {"text": f"RAS declaring peer {peer} as DEAD; rasDeadPeersHash {hashes}"}))
+                extra.append(
+                    (
+                        t + 5.0,
+                        "ras",
+                        {"text": f"RAS keep-alive timeout warning (5s) on socket connection with {peer}"},
+                    )
+                )
+                extra.append(
+                    (
+                        t + 20.0,
+                        "ras",
+                        {"text": f"RAS keep-alive timeout error (20s) on socket connection with {peer}"},
+                    )
+                )
+                extra.append(
+                    (
+                        t + 20.2,
+                        "ras",
+                        {"text": f"RAS declaring peer {peer} as DEAD; rasDeadPeersHash {hashes}"},
+                    )
+                )
             else:
-                extra.append((t + 20.5 + job.rng.uniform(0.0, 0.2), "ras", {"text": f"RAS handling deadPeer (addr {peer})"}))
+                extra.append(
+                    (
+                        t + 20.5 + job.rng.uniform(0.0, 0.2),
+                        "ras",
+                        {"text": f"RAS handling deadPeer (addr {peer})"},
+                    )
+                )
         extra.sort(key=lambda e: e[0])
 
 
 def truth(job, timeline) -> None:
     culprits = job.notes["culprits"]
     host = job.cluster.hosts[job.notes["dead"]]
-    job.fault("process_exit", True, culprits,
-              detail=f"{host.name} went away mid-training: its processes stopped without an exit report; NCCL RAS declared them dead")
+    job.fault(
+        "process_exit",
+        True,
+        culprits,
+        detail=f"{host.name} went away mid-training, no exit report from its processes; RAS saw them die",
+    )
     consequences(job, timeline, culprits)
 
 
-SCENARIO = Scenario("node-death", "a node dies mid-training; NCCL's RAS declares its processes dead, the others time out",
-                    inject, truth, min_nodes=2, min_nccl="2.24.3", min_nccl_why="RAS appeared in NCCL 2.24.3", events=events)
+SCENARIO = Scenario(
+    "node-death",
+    "a node dies mid-training; NCCL's RAS declares its processes dead, the others time out",
+    inject,
+    truth,
+    min_nodes=2,
+    min_nccl="2.24.3",
+    min_nccl_why="RAS appeared in NCCL 2.24.3",
+    events=events,
+)
