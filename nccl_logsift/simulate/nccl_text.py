@@ -115,6 +115,7 @@ class NcclText:
         else:
             if not proc.host.ib_disabled:
                 out.append(info(role, "NET/IB : No device found."))
+                out += [info(role, text.format(ifname=ifname, ip=ip)) for text in p.ib_absent]
             out.append(info(role, f"NET/Socket : Using [0]{ifname}:{ip}<0>"))
         out += [info(role, text.format(net=self.net_name(proc))) for text in p.net_ready[:1]]
         return out
