@@ -118,7 +118,8 @@ def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, vers
 CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"),
             ("import-error", "mpirun", "2.21"), ("import-error", "srun", "2.26"),
             ("import-error", "torchrun", "2.14"), ("node-death", "srun", "2.26"), ("node-death", "torchrun", "2.27"),
-            ("node-death", "per-rank", "2.27"), ("node-death", "interleaved", "2.26"),
+            ("node-death", "per-rank", "2.27"), ("node-death", "interleaved", "2.26"), ("node-death", "srun", "2.28"),
+            ("node-death", "mpirun", "2.29"), ("import-error", "torchrun", "2.29"),
             # A death or an error first, then closed sockets, watchdog timeouts and aborts on the others.
             ("cuda-oom", "srun", "2.21"), ("cuda-oom", "torchrun", "2.27"), ("cuda-oom", "mpirun", "2.18"),
             ("segfault", "srun", "2.21"), ("segfault", "torchrun", "2.14"), ("ib-error", "srun", "2.18"),

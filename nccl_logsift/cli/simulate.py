@@ -45,7 +45,7 @@ def _scenario_names() -> list[str]:
 @click.option("--ops", type=click.IntRange(1), default=40, show_default=True,
               help="About how many collectives each rank issues in the training loop.")
 @click.option("--nccl-version", default="2.21", show_default=True, metavar="V",
-              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27 or 2.28 "
+              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27, 2.28 or 2.29 "
                    "(a patch level such as 2.18.5 is printed as given).")
 @click.option("--torch-version", default=None, metavar="V",
               help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 (default: one that shipped with that NCCL).")

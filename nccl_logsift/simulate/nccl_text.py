@@ -97,6 +97,8 @@ class NcclText:
         if p.banner == "info":
             main.append(info("main", f"cudaDriverVersion {p.driver}"))
             main.append(info("main", self.banner()))
+            if p.git_version:
+                main.append(info("main", p.git_version))
         role = "init" if p.net_lines_in_init_thread else "main"
         net = [info(role, text) for text in p.plugin]
         net += self.net_devices(proc, role)

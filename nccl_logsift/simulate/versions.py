@@ -82,6 +82,7 @@ class NcclProfile:
     # Without a usable IB device, the lines between "No device found" and the socket plugin (2.28: the IB
     # plugin's OOB line and "Failed to initialize NET plugin IB", as the H200 jobs of the corpus print them).
     ib_absent: tuple[str, ...] = ()
+    git_version: str = ""  # 2.29.2+: "NCCL git version {branch} {describe}" right after the banner (§1.5)
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -366,8 +367,24 @@ _V2_28 = replace(
     ib_absent=("NET/IB : Using [RO]; OOB {ifname}:{ip}<0>", "Failed to initialize NET plugin IB"),
 )
 
+# 2.29.2 from the grammar's samples (no real 2.29 log in the corpus): the git version line, "[Rank N]" before
+# Init START (§2.1), and the IB completion WARN without reqSize, two spaces before "hca" when no GIDs (§6.1).
+_IB_ERR_229 = ("NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
+               "opcode=IBV_WC_SEND({opcode}) vendor_err={vendor}  hca {hca}")
+
+_V2_29 = replace(
+    _V2_28,
+    series="2.29",
+    version="2.29.2",
+    git_version="NCCL git version master v2.29.2-1-g3f8e2a1",
+    init_start="[Rank {rank}] " + _INIT_221.replace("{phase}", "START"),
+    split_start="[Rank {rank}] " + _SPLIT_224_START,
+    ib_completion=_IB_ERR_229,
+    ib_site="transport/net_ib/p2p.cc:550",
+)
+
 NCCL_PROFILES: dict[str, NcclProfile] = {
-    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28)
+    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28, _V2_29)
 }
 DEFAULT_NCCL = "2.21"
 
@@ -461,7 +478,7 @@ TORCH_PROFILES: dict[str, TorchProfile] = {p.series: p for p in (_T113, _T20, _T
 
 # A PyTorch release a job with this NCCL plausibly ran (the wheel's bundled NCCL or a newer system NCCL).
 DEFAULT_TORCH_FOR_NCCL = {"2.10": "1.13", "2.14": "2.0", "2.18": "2.1", "2.21": "2.5", "2.26": "2.7", "2.27": "2.8",
-                          "2.28": "2.8"}  # PyTorch 2.9+ (which ships 2.28) is not simulated: 2.8's formats
+                          "2.28": "2.8", "2.29": "2.8"}  # PyTorch 2.9+ is not simulated: 2.8's formats
 
 
 def torch_profile(text: str) -> TorchProfile:
