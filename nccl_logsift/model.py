@@ -15,6 +15,8 @@ FINDINGS_SCHEMA_VERSION = "1.1"
 
 
 class Severity(IntEnum):
+    """How bad a finding is, by what it did to the job (the severity policy: ``logsift explain --policy``)."""
+
     INFO = 1
     WARNING = 2
     ERROR = 3
@@ -24,9 +26,21 @@ class Severity(IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+    @property
+    def meaning(self) -> str:
+        return _SEVERITY_MEANING[self]
+
     @classmethod
     def parse(cls, text: str) -> "Severity":
         return cls[text.upper()]
+
+
+_SEVERITY_MEANING = {
+    Severity.CRITICAL: "caused the failure or the hang (a root cause)",
+    Severity.ERROR: "a failure, or the direct consequence of one",
+    Severity.WARNING: "the job works, degraded (slower path, slow rank, a feature that could not be set up)",
+    Severity.INFO: "worth knowing (a choice the job made, a quirk of the logs)",
+}
 
 
 class Kind(StrEnum):
@@ -73,6 +87,9 @@ class Finding:
     primary: bool = False
     # Position of the first evidence in the job's line order; triage uses it to find what came first.
     first_seen: int | None = None
+    # When the first timestamped evidence line was written (epoch seconds): across files (one per rank) the
+    # line order says nothing about time, so triage compares these when every contender has one.
+    first_time: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,3 +124,11 @@ def test_coll_evidence_is_quoted_from_inputs_that_cannot_be_read_again(run_cli, 
         for rank in report["ranks"]:
             rank["last_line"].pop("path")
     assert got == want
+
+
+def test_fail_on_error_passes_a_job_that_only_ran_degraded(run_cli):
+    """Severity policy: a rank that is late every step slows the job (a warning); the job did not fail."""
+    log = FIXTURES / "slow_rank_4ranks.log"
+    assert run_cli("analyze", str(log), "--fail-on", "error").exit_code == 0
+    assert run_cli("analyze", str(STALL), "--fail-on", "error").exit_code == 1
+    assert run_cli("analyze", str(log), "--fail-on", "warning").exit_code == 1

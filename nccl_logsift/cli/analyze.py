@@ -21,7 +21,8 @@ DEFAULT_REPORT = "logsift-report.html"
 
 fail_on_option = click.option(
     "--fail-on", type=click.Choice(SEVERITIES), default=None,
-    help="Exit with status 1 when a finding of this severity or worse is found (for CI and schedulers).",
+    help="Exit with status 1 when a finding of this severity or worse is found (for CI and schedulers): "
+         "error when the job failed or hung, warning also when it ran degraded (logsift explain --policy).",
 )
 
 

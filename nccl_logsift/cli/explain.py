@@ -7,20 +7,27 @@ from rich.console import Console
 from rich.table import Table
 
 from nccl_logsift.findings import ALL_RULES, rule_for
+from nccl_logsift.findings.triage import policy_text
 
 
 @click.command()
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="Print the explanation of every code.")
-def explain(code: str | None, show_all: bool) -> None:
-    """Explain a finding CODE (e.g. LS101 or rank-behind); without CODE, list every code.
+@click.option("--policy", is_flag=True,
+              help="Print what each severity means and when a finding is a root cause.")
+def explain(code: str | None, show_all: bool, policy: bool) -> None:
+    """Explain a finding CODE (e.g. LS101 or rank-behind); without CODE, list every code and the policy.
 
     \b
     Examples:
       logsift explain LS101
       logsift explain net-error
       logsift explain --all
+      logsift explain --policy
     """
+    if policy:
+        click.echo(policy_text())
+        return
     if show_all:
         for rule in ALL_RULES:
             click.echo(_text(rule) + "\n")
@@ -29,7 +36,11 @@ def explain(code: str | None, show_all: bool) -> None:
         table = Table("code", "name", "kind", "severity", "summary")
         for rule in ALL_RULES:
             table.add_row(rule.code, rule.name, rule.kind.value, rule.severity.label, rule.summary())
-        Console(highlight=False).print(table)
+        console = Console(highlight=False)
+        console.print(table)
+        # The column is each rule's usual severity; a finding is graded by what it did to this job.
+        click.echo("A rule grades each finding by the policy below; the column is its usual severity.\n")
+        click.echo(policy_text())
         return
     try:
         rule = rule_for(code)

@@ -45,8 +45,9 @@ def _scenario_names() -> list[str]:
 @click.option("--ops", type=click.IntRange(1), default=40, show_default=True,
               help="About how many collectives each rank issues in the training loop.")
 @click.option("--nccl-version", default=None, metavar="V",
-              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26 or 2.27 (a patch level such as "
-                   "2.18.5 is printed as given). Default: 2.21, or the first release that can show the scenario.")
+              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27, 2.28 or 2.29 (a patch "
+                   "level such as 2.18.5 is printed as given). Default: 2.21, or the first release that can show the "
+                   "scenario.")
 @click.option("--torch-version", default=None, metavar="V",
               help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 (default: one that shipped with that NCCL).")
 @click.option("--layout", type=click.Choice(["interleaved", "per-rank", "srun", "torchrun", "mpirun"]), default="interleaved",

@@ -71,4 +71,5 @@ class Rule:
             evidence=job.evidence(rows, evidence_limit),
             advice=advice,
             first_seen=job.first_seen(rows),
+            first_time=job.first_time(rows),
         )

@@ -80,6 +80,44 @@ class Job:
             rows = rows.with_columns(part=pl.lit(0, pl.UInt8))
         return with_seq(rows.select("source_id", "line_no", "part"))["seq"].min()
 
+    def first_time(self, rows: pl.DataFrame) -> float | None:
+        """Epoch seconds of the earliest of ``rows``' lines that carries a time, or None."""
+        stamped = self._stamped
+        if rows.is_empty() or stamped.is_empty() or "line_no" not in rows.columns:
+            return None
+        keys = rows.select(pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32)).unique()
+        found = stamped.join(keys, on=["source_id", "line_no"], how="semi")["t"].min()
+        return float(found) if found is not None else None
+
+    @functools.cached_property
+    def _stamped(self) -> pl.DataFrame:
+        """(source_id, line_no, t) of the lines with a time: NCCL's timestamps (``2025-06-02
+        16:02:42.558901``, NCCL_DEBUG_TIMESTAMP_FORMAT, WARN lines from 2.26), PyTorch's glog prefix
+        (``1126 06:20:29.136163139``: month and day, no year) and a collector's ISO time. A glog time takes
+        the year of the job's full dates when there are any, so the two compare."""
+        lines = self.lines
+        cols = [c for c in ("ts", "collector_ts") if c in lines.columns]
+        if lines.is_empty() or not cols:
+            return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "t": pl.Float64})
+        rows = lines.select("source_id", "line_no", *[pl.col(c).cast(pl.String) for c in cols]).filter(
+            pl.any_horizontal(pl.col(c).is_not_null() for c in cols))
+        ts = pl.col("ts") if "ts" in cols else pl.lit(None, pl.String)
+        full = ts.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
+        year = rows.select(full.dt.year().drop_nulls().first()).item() if rows.height else None
+        # PyTorch's c10 prefix may print the month unpadded (E602 for 2 June): pad month-day to four digits.
+        day, clock = ts.str.extract(r"^(\d{3,4}) "), ts.str.extract(r"^\d{3,4} (\S+)$")
+        glog = pl.concat_str(pl.lit(str(year or 2000)), day.str.zfill(4), pl.lit(" "), clock).str.to_datetime(
+            "%Y%m%d %H:%M:%S%.f", strict=False)
+        collector = (
+            pl.col("collector_ts").str.to_datetime(time_zone="UTC", strict=False).dt.replace_time_zone(None)
+            if "collector_ts" in cols else pl.lit(None, pl.Datetime("us"))
+        )
+        when = pl.coalesce(*(c.cast(pl.Datetime("us")) for c in (full, glog, collector)))
+        return rows.select(
+            pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32),
+            t=when.dt.epoch("us").cast(pl.Float64) / 1e6,
+        ).drop_nulls("t")
+
     @functools.cached_property
     def lines(self) -> pl.DataFrame:
         return self.table("lines")

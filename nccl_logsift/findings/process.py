@@ -54,7 +54,10 @@ def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
     out = frame.with_columns(job_rank=pl.coalesce(labels) if labels else pl.lit(None, pl.Int64))
     procs = job.processes
-    if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1:
+    # One host in the processes table is a single-host job only when it holds every rank: the ranks of a node
+    # that died before NCCL init print no Init line, and their local ranks are not this host's.
+    whole = job.world_size is None or procs.height >= job.world_size
+    if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1 and whole:
         by_dev = (
             procs.select(pl.col("cuda_dev").cast(pl.Int64).alias("local_rank"), pl.col("global_rank").alias("_by_dev"))
             .drop_nulls()
@@ -155,7 +158,8 @@ class ProcessExit(Rule):
         The launcher (torchrun, srun, mpirun, PALS, bash, torch.multiprocessing.spawn) reported that a
         worker process ended abnormally: a crash signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE), SIGKILL (the
         kernel or cgroup out-of-memory killer, or a hard kill), SIGABRT, SIGTERM, or a non-zero exit code.
-        Slurm's node failures and time-limit cancellations are reported here too.
+        Slurm's node failures and time-limit cancellations are reported here too, and so are the processes
+        NCCL's RAS thread declares dead (2.24.3+): a node that went away without any exit report.
 
     Why it matters:
         When one rank dies its peers cannot finish their collectives: they see closed sockets, remote errors
@@ -174,7 +178,14 @@ class ProcessExit(Rule):
         root cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later
         unexplained failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so
         that they are never taken for the cause. With no launcher report at all, a Python traceback that
-        starts at the script's top level (``in <module>``) counts as the process ending with that exception.
+        starts at the script's top level (``in <module>``) counts as the process ending with that exception;
+        with one, such a traceback names why the launcher's exit code came (an ImportError at startup), and
+        the ranks that failed of the same exception as the first are all causes. RAS lines (``RAS declaring
+        peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``, NCCL_DEBUG_SUBSYS with RAS) name
+        the dead processes by address: mapped to their host through the bootstrap and socket addresses, they
+        are every process of that host when RAS declared as many dead (else those of it that logged nothing
+        in RAS), are critical, and the ranks that reported them are never named as culprits. A process that
+        logged its communicators' Destroy ended normally and is not taken as dead.
 
     Example:
         ``exitcode  : -11 (pid: 2346374)`` / ``traceback : Signal 11 (SIGSEGV) received by PID 2346374`` in
@@ -203,10 +214,62 @@ class ProcessExit(Rule):
         # The launcher's root cause (torchrun's "first observed failure") beats the order of the reports.
         roots = [d for d in deaths if d.root_cause]
         first = min((d.first for d in roots or deaths), default=None)
+        # Ranks that raised the same exception as the first failure (a package missing on a whole node)
+        # failed of the same cause at about the same time: none of them is the echo of another.
+        lead = next((d for d in deaths if d.first == first), None)
         for death in deaths:
-            self._classify(death, teardown, exceptions, oom_rows, first, bool(roots))
+            same = bool(lead and lead.because and death.because == lead.because)
+            self._classify(death, teardown, exceptions, oom_rows, first, bool(roots), same)
         yield from self._group(job, deaths, oom_rows)
         yield from self._scheduler(job, exits)
+        yield from self._ras_dead(job)
+
+    # -------------------------------------------------------------------------------------- NCCL RAS
+    def _ras_dead(self, job: Job) -> Iterator[Finding]:
+        """The processes NCCL's RAS declared dead, per host: the culprit is the node RAS names, not the ranks
+        whose RAS threads reported it (they are alive: they log)."""
+        from nccl_logsift.findings.transport import address_hosts  # transport builds on this module's helpers
+
+        ras = job.table("ras")
+        if ras.is_empty() or not {"event", "peer"} <= set(ras.columns):
+            return
+        dead = ras.filter((pl.col("event") == "dead_peer") & pl.col("peer").is_not_null()).with_columns(
+            peer_addr=pl.col("peer").str.extract(r"^([^<\s]+)<"))
+        if dead.is_empty():
+            return
+        addresses = address_hosts(job)
+        hosts_of = {a: next(iter(h)) for a, h in addresses.items() if len(h) == 1}
+        dead = dead.with_columns(dead_host=pl.col("peer_addr").replace_strict(hosts_of, default=None))
+        reporters = with_job_rank(job, dead)
+        alive = set(reporters["job_rank"].drop_nulls().to_list()) | set(_ras_loggers(job))
+        procs = job.processes
+        ended = _destroyed_ranks(job)
+        named = dead.filter(pl.col("dead_host").is_not_null())
+        for (host,), rows in named.group_by("dead_host", maintain_order=True):
+            mine = procs.filter(pl.col("host") == host)["global_rank"] if procs.height else pl.Series([])
+            on_host = sorted(int(r) for r in mine.drop_nulls())
+            peers = rows["peer"].n_unique()
+            ranks = on_host if peers >= len(on_host) else [r for r in on_host if r not in alive]
+            if len(ranks) != min(peers, len(on_host)):
+                ranks = []  # RAS names addresses, not ranks: without a one-to-one match, name the host only
+            if set(ranks or on_host) <= ended and (ranks or on_host):
+                continue  # they tore their communicators down: a normal end that RAS saw as a lost peer
+            who = rows.join(reporters.select("source_id", "line_no", "job_rank"), on=["source_id", "line_no"],
+                            how="left")
+            told = sorted({int(r) for r in who["job_rank"].drop_nulls()})
+            all_of = bool(ranks) and ranks == on_host
+            whole = f"every process on {host}" if all_of else f"{peers} process(es) on {host}"
+            which = ranks_text(ranks) if ranks else "ranks not known"
+            declared = pl.col("pattern") != "dead-peer"  # the declarations first: deadPeer lines pass them on
+            title = (f"NCCL's RAS declared {whole} dead ({which}): the node or its network went away "
+                     f"without an exit report; {len(told)} rank(s) on other hosts reported it and waited")
+            advice = (f"Find out what happened to {host}: the scheduler's node state (sinfo / scontrol show "
+                      "node), its kernel log and BMC (power, kernel panic, Xid or ECC errors), its network "
+                      "links. The other ranks' timeouts and aborts follow from its loss; exclude the node.")
+            yield self.finding(
+                job, title, evidence_rows=locations(rows.sort(declared, "source_id", "line_no")).head(4),
+                ranks=ranks, hosts=[host], severity=Severity.CRITICAL, advice=advice,
+            )
 
     # -------------------------------------------------------------------------------------- assembly
     def _deaths(self, job: Job, exits: pl.DataFrame) -> list[Death]:
@@ -273,6 +336,20 @@ class ProcessExit(Rule):
             rank = _rank_of_local(job, local)
             add(rank, r.get("host"), None, local, signal, code, None, False, "spawn", r["source_id"], r["line_no"], r["part"])
         found = [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
+        if found:
+            # An exit code the launcher reports says that a process failed, its traceback says why: a rank
+            # that raised at the top level (an ImportError at startup) is named with its exception.
+            failed = [d for d in found if not d.signal and d.exit_code not in (None, 0)]
+            coded = {d.rank: d for d in failed if d.rank is not None}
+            # A traceback labelled by local rank only (torchrun's [defaultN]: on a multi-node stream) belongs
+            # to the one failed process of that local rank, when there is one.
+            local = {k: v[0] for k, v in _by_local_rank(failed).items() if len(v) == 1}
+            for r in _uncaught(job) if failed else ():
+                d = coded.get(r["job_rank"]) if r["job_rank"] is not None else local.get(r.get("local_rank"))
+                if d is not None and not d.because:
+                    d.because = r["what"]
+                    d.first = min(d.first, order_key(r["source_id"], r["line_no"]))
+                    d.rows.insert(0, (r["source_id"], r["line_no"], r["part"] or 0))
         if not found:
             for r in _uncaught(job):
                 add(r["job_rank"], r.get("host"), r.get("pid"), r.get("local_rank"), None, None, r["what"], False,
@@ -284,8 +361,9 @@ class ProcessExit(Rule):
 
     # -------------------------------------------------------------------------------------- classification
     def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
-                  oom_rows: pl.DataFrame, first: int | None, by_root: bool) -> None:
-        came_first = d.root_cause if by_root else d.first == first
+                  oom_rows: pl.DataFrame, first: int | None, by_root: bool,
+                  same_as_first: bool = False) -> None:
+        came_first = (d.root_cause if by_root else d.first == first) or same_as_first
         if d.category == "uncaught":
             related = re.search(NCCL_OR_CUDA, d.reason or "")
             d.severity = Severity.ERROR if related or not came_first else Severity.CRITICAL
@@ -391,6 +469,12 @@ class ProcessExit(Rule):
                     "script; no launcher exit report)",
                     "The exception is what ended the process: read its traceback; if it is an NCCL or CUDA "
                     "error, the finding for that error explains the cause.")
+        if category == "exit-first" and lead.because:
+            return (f"{who} {how}, the first process to fail: uncaught {lead.because} at the top level "
+                    "of the script",
+                    "The exception ended the process before or while the job started, and the other ranks "
+                    "waited for it: fix what its traceback names (a missing package or module on that node's "
+                    "image, a bad path or argument); the others' timeouts follow from it.")
         if category == "exit-first":
             return (f"{who} {how}, the first process to fail",
                     "Look at this rank's Python traceback (or its error file) for the exception that ended it.")
@@ -436,6 +520,32 @@ def _rank_of_local(job: Job, local: int | None) -> int | None:
         return None
     match = procs.filter(pl.col("cuda_dev") == local)
     return int(match["global_rank"][0]) if match.height == 1 and match["global_rank"][0] is not None else None
+
+
+def _ras_loggers(job: Job) -> list[int]:
+    """Ranks whose processes logged any RAS line: their RAS thread was alive."""
+    ras = job.table("ras")
+    if ras.is_empty():
+        return []
+    return [int(r) for r in with_job_rank(job, ras)["job_rank"].drop_nulls().unique()]
+
+
+def _destroyed_ranks(job: Job) -> set[int]:
+    """Ranks whose process logged a communicator Destroy: they reached the normal end of the job."""
+    comms = job.table("comms")
+    if comms.is_empty() or "what" not in comms.columns or job.processes.is_empty():
+        return set()
+    done = comms.filter(pl.col("what") == "Destroy").select("host", "pid").unique()
+    ended = job.processes.join(done, on=["host", "pid"], how="semi")["global_rank"]
+    return {int(r) for r in ended.drop_nulls()}
+
+
+def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:
+    out: dict[int, list[Death]] = {}
+    for d in deaths:
+        if d.local_rank is not None:
+            out.setdefault(int(d.local_rank), []).append(d)
+    return out
 
 
 def _uncaught(job: Job) -> list[dict]:

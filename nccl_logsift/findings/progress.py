@@ -227,6 +227,30 @@ def members_last_calls(job: Job) -> pl.DataFrame:
     return last.sort("comm_uid", "rank", "global_rank", "source_id", "line_no", "part", nulls_last=True)
 
 
+# Calls a process may still enqueue after a collective that will never complete, before its stream blocks
+# (the rest of a step's gradient buckets): a hang ends a communicator's log within this many positions.
+STOP_TAIL = 64
+
+
+def _graded(job: Job, coll: pl.DataFrame, row: dict, hung: bool) -> tuple[Severity, str]:
+    """A divergence is critical when the job hung: a sign of failure anywhere, or, in a log of NCCL lines only
+    (NCCL_DEBUG_FILE, RCCL runs without PyTorch), the communicator's calls stopping right after it."""
+    if hung or _stopped_after(job, coll, row["comm_uid"], row["ordinal"]):
+        return Severity.CRITICAL, ""
+    return Severity.WARNING, " (no sign of a hang: possibly a log line lost to interleaving)"
+
+
+def _stopped_after(job: Job, coll: pl.DataFrame, uid: str, ordinal: int) -> bool:
+    """The communicator's calls end within STOP_TAIL positions of ``ordinal`` on every rank and no process
+    destroyed or aborted it: the job stopped there. A line lost to interleaving shifts positions anywhere in
+    a run that goes on."""
+    last = coll.filter(pl.col("comm_uid") == uid)["ordinal"].max()
+    inst = job.table("communicators")
+    ended = (not inst.is_empty() and {"comm_uid", "ended"} <= set(inst.columns)
+             and inst.filter((pl.col("comm_uid") == uid) & pl.col("ended").is_not_null()).height > 0)
+    return last is not None and last - ordinal <= STOP_TAIL and not ended
+
+
 def hang_evidence(job: Job) -> bool:
     """Something says the job stopped abnormally: a watchdog fired, a comm aborted, a process died, a WARN."""
     if not timeouts(job).is_empty():
@@ -433,8 +457,11 @@ class CollectiveMismatch(Rule):
         disagree on (op, count, datatype, redop, root) is the divergence, and the minority signature names
         the culprits. For point-to-point pairs, both sides sending (or both receiving) at the same position
         is a deadlock. From PyTorch: watchdog timeouts of one process group at the same SeqNum with
-        different OpType or sizes. A divergence in a log with no sign of a hang is reported as a warning
-        only: a COLL line lost to interleaved output shifts the counted positions the same way.
+        different OpType or sizes. With as many ranks on each side (two ranks), both sides are named and
+        neither is blamed. A divergence is critical when the job shows a hang (watchdog, abort, WARN, failed
+        exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions of it
+        and no process destroys it; otherwise a warning only: a COLL line lost to interleaved output shifts
+        the counted positions the same way.
 
     Example:
         Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
@@ -465,14 +492,14 @@ class CollectiveMismatch(Rule):
             return
         # A real mismatch hangs the job. Without any sign of failure, a divergence is more likely a COLL line
         # lost to interleaved output (which shifts the counted positions), so it is only a warning then.
-        severity = Severity.CRITICAL if hang_evidence(job) else Severity.WARNING
-        suspect = "" if severity is Severity.CRITICAL else " (no sign of a hang: possibly a log line lost to interleaving)"
+        hung = hang_evidence(job)
         coll = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).with_columns(
             ordinal=pl.col("position")
         )
         first, pairs = first_divergences(per_position(coll))
         coll = with_signature(coll)
         for row in first.iter_rows(named=True):
+            severity, suspect = _graded(job, coll, row, hung)
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
             # Signatures in the order of their first line; of two equally common, the first seen is the majority.
             at = at.sort("source_id", "line_no", "part")
@@ -488,6 +515,19 @@ class CollectiveMismatch(Rule):
                 f"{odd['op']}(count {odd['count']}, datatype {odd['datatype']}) while {at.height - minority.height} "
                 f"rank(s) called {majority['op']}(count {majority['count']})"
             )
+            if minority.height * 2 == at.height:
+                # As many ranks on each side (always so with two ranks): no majority says which call was
+                # meant, so both sides are named and neither is blamed.
+                agree = at.filter(pl.col("sig") == majority["sig"])["global_rank"].drop_nulls()
+                same = [int(r) for r in agree.to_list()]
+                title = (
+                    f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) "
+                    f"{_ranks_text(same)} called {majority['op']}(count {majority['count']}) while rank(s) "
+                    f"{_ranks_text(ranks)} called {odd['op']}(count {odd['count']}, datatype "
+                    f"{odd['datatype']}): as many ranks on each side, so the logs cannot say which side is "
+                    "wrong"
+                )
+                ranks = sorted(ranks + same)
             before = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"] - 1))
             rows = pl.concat([minority.head(2), at.filter(pl.col("sig") == majority["sig"]).head(2), before.head(1)])
             yield self.finding(
@@ -495,6 +535,7 @@ class CollectiveMismatch(Rule):
                 comm=row["comm_uid"], seq=row["ordinal"] + 1, op=odd["op"], advice=self._advice(), severity=severity,
             )
         for row in pairs.iter_rows(named=True):
+            severity, suspect = _graded(job, coll, row, hung)
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
             op = at["op"].first()
             culprits = self._p2p_deviants(coll, row["comm_uid"], row["ordinal"])

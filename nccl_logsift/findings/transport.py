@@ -280,11 +280,15 @@ class TransportFallback(Rule):
         ``GPU Direct RDMA`` lines show capable NICs or a disabled decision; ``via SHM/…`` or NET between
         ranks of one host (``NCCL_P2P_DISABLE``, ``NCCL_P2P_LEVEL``, ``P2P is disabled between …``); and
         the CollNet/SHARP/NVLS setup WARNs (``Cannot initialize CollNet``, ``SHARP coll init error``, NVLS
-        bind failures) and plugin errors. The ranks are the ones on the slower path. Warning, or error
-        when the whole multi-node job runs over sockets (unless the job set sockets up on purpose: several
-        NICs in NCCL_SOCKET_IFNAME or socket thread counts, and IB not disabled) or the requested network
-        does not exist; a mix that NCCL chose because of the PCIe topology, or no GDR with no sign it was
-        possible, is info.
+        bind failures) and plugin errors. The ranks are the ones on the slower path. A job on a slower path
+        works, so by the severity policy this is never a root cause: a warning when NCCL fell back on its own
+        (no usable RDMA device, P2P failing, some nodes or hosts only, CollNet/SHARP not set up); info when
+        the job chose the path (``NCCL_IB_DISABLE``, ``NCCL_NET=Socket``, socket tuning, ``NCCL_P2P_DISABLE``
+        or ``NCCL_P2P_LEVEL``, ``NCCL_NET_GDR_LEVEL`` for GDR everywhere, as echoed by ``… set by environment
+        to …``), when NCCL's first network plugin
+        failed and it went on with another (``Failed to initialize NET plugin IB``), when a mix follows the
+        PCIe topology, or when nothing shows GDR was possible. Only a requested network that does not exist
+        and that leaves the processes with no network at all is an error.
 
     Example:
         ``NCCL INFO NET/IB : No device found.`` then ``NCCL INFO Using network Socket`` and ``Channel 00 :
@@ -351,18 +355,23 @@ class TransportFallback(Rule):
                      f"{len(_ranks(other))} rank(s) use {nets}")
         if reasons:
             title += ": " + "; ".join(reasons)
-        deliberate = tuned and not any("NCCL_IB_DISABLE" in r for r in reasons)
+        # Severity policy: sockets that carry the traffic keep a job working, slower, so this is never an
+        # error. Sockets chosen on purpose (NCCL_IB_DISABLE, NCCL_NET=Socket, socket tuning) are info; sockets
+        # because no RDMA device was usable, or on some nodes only, are a warning. RDMA devices that exist
+        # and fail are reported by LS302; this finding stays as their evidence.
+        chosen = [r for r in reasons if r.startswith(("NCCL_IB_DISABLE", "NCCL_NET selects"))]
+        deliberate = whole and bool(chosen or tuned) and _errors(job, "ib_device").is_empty()
         if deliberate:
-            title += f"; the job is set up for sockets ({tuned}), so this may be intended"
+            title += f"; the job chose sockets on purpose ({', '.join(chosen) or tuned})"
         rows = pl.concat([locations(reason_rows).head(3), locations(sock).head(3)])
         yield self.finding(
             job, title, evidence_rows=rows, ranks=ranks, hosts=hosts,
-            severity=Severity.ERROR if whole and nodes > 1 and not deliberate else Severity.WARNING,
+            severity=Severity.INFO if deliberate else Severity.WARNING,
             advice=(
-                "Make the RDMA devices usable by NCCL: unset NCCL_IB_DISABLE, expose /dev/infiniband and "
-                "install rdma-core/libibverbs in the container, pick the right NCCL_IB_HCA, and install the "
-                "network plugin the cluster needs (aws-ofi-nccl for EFA or Slingshot). `ibv_devinfo` on each "
-                "node shows whether a usable device exists."
+                "If RDMA is wanted, make the devices usable by NCCL: unset NCCL_IB_DISABLE / NCCL_NET, "
+                "expose /dev/infiniband and install rdma-core/libibverbs in the container, pick the right "
+                "NCCL_IB_HCA, and install the network plugin the cluster needs (aws-ofi-nccl for EFA or "
+                "Slingshot). `ibv_devinfo` on each node shows whether a usable device exists."
             ),
         )
 
@@ -412,6 +421,12 @@ class TransportFallback(Rule):
                 & pl.col("plugin_name").is_null()
             ) if "plugin_lib" in network.columns else pl.DataFrame()
             loaded = network.filter(pl.col("event") == "plugin").filter(pl.col("plugin_name").is_not_null()) if "plugin_name" in network.columns else pl.DataFrame()
+            failed = _errors(job, "plugin")
+            if not failed.is_empty() and "error_text" in failed.columns:
+                failed = failed.filter(pl.col("error_text").fill_null("").str.contains(r"^IB"))
+            if failed.height and not nodev.height:  # 2.27+: the IB plugin failed, NCCL went on with the next
+                reasons.append("'Failed to initialize NET plugin IB'")
+                rows.append(locations(failed))
             if not missing.is_empty() and loaded.is_empty() and not reasons:
                 reasons.append("no network plugin was loaded (clusters whose RDMA network needs one, such as EFA "
                                "or Slingshot, fall back to sockets without it)")
@@ -462,7 +477,10 @@ class TransportFallback(Rule):
             else:
                 title = (f"No rank uses GPUDirect RDMA on NET/{net_names} ({len(ranks)} rank(s)): inter-node "
                          "traffic is staged through host memory")
-                severity = Severity.WARNING if (reasons or capable) else Severity.INFO
+                # Severity policy: GDR the job turned off everywhere (NCCL_NET_GDR_LEVEL set by environment)
+                # is its choice, info; GDR lost to the topology or a missing module is a warning.
+                chosen = not _settings(job, "NCCL_NET_GDR_LEVEL").is_empty()
+                severity = Severity.WARNING if (reasons or capable) and not chosen else Severity.INFO
             no_gdr = rdma.filter(pl.col("host").is_in(hosts) & pl.col("gdr").is_null())
             if reasons:
                 title += "; " + "; ".join(reasons)
@@ -533,12 +551,16 @@ class TransportFallback(Rule):
         if not p2p_errors.is_empty():
             reasons.append(f"'{_message(job, p2p_errors)}'")
         reason_rows = pl.concat([locations(disabled).head(2), locations(level).head(1), locations(p2p_errors).head(2)])
+        # Severity policy: a path the job chose (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, no P2P error) is info;
+        # one NCCL fell to on its own (P2P failed, or some hosts only) is a warning: the job works, slower.
+        set_by_job = not disabled.is_empty() or not level.is_empty()
+        chosen = Severity.INFO if set_by_job and p2p_errors.is_empty() else None
         if t.is_empty():
             if not disabled.is_empty():
                 ranks = _ranks(with_job_rank(job, disabled))
                 yield self.finding(job, "NCCL_P2P_DISABLE=1 is set: GPUs of a node exchange data through host "
                                    "memory instead of NVLink/PCIe peer-to-peer", evidence_rows=reason_rows,
-                                   ranks=ranks, advice=self._p2p_advice())
+                                   ranks=ranks, severity=chosen, advice=self._p2p_advice())
             return
         intra = t.filter(
             pl.col("transport").is_in(["P2P", "SHM"]) | ((pl.col("transport") == "NET") & pl.col("same_host").fill_null(False))
@@ -564,7 +586,7 @@ class TransportFallback(Rule):
                 title += ": " + "; ".join(reasons)
             yield self.finding(
                 job, title, evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]), ranks=ranks,
-                hosts=hosts, advice=self._p2p_advice(),
+                hosts=hosts, severity=chosen if not fast_hosts.height else None, advice=self._p2p_advice(),
             )
         mixed = per_host.filter((pl.col("p2p") > 0) & ((pl.col("shm") > 0) | (pl.col("net") > 0)))
         if mixed.height:
@@ -579,7 +601,8 @@ class TransportFallback(Rule):
                 title += ": " + "; ".join(reasons)
             yield self.finding(
                 job, title, evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]), ranks=ranks, hosts=hosts,
-                severity=Severity.WARNING if reasons or net_intra else Severity.INFO, advice=self._p2p_advice(),
+                severity=chosen or (Severity.WARNING if reasons or net_intra else Severity.INFO),
+                advice=self._p2p_advice(),
             )
 
     @staticmethod
@@ -617,12 +640,43 @@ class TransportFallback(Rule):
             return
         ranks = _ranks(rows)
         text = _message(job, rows)
+        # A plugin that fails to initialize is skipped: NCCL tries the next one (IB, then Socket). Only when
+        # the failing processes then used no network at all is this the job's failure; when they went on over
+        # another network, the job works and the fallback finding above says how well.
+        used = _networks_used(job, rows)
+        if used:
+            yield self.finding(
+                job, f"The network plugin NCCL tried first could not be initialized on "
+                f"{len(ranks) or rows.height} rank(s): '{text}'; NCCL went on with {', '.join(used)}",
+                evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.INFO,
+                advice=("Expected on hosts without that network's devices. If the network should be there, "
+                        "check its devices and the plugin library (libnccl-net*.so) in the job."),
+            )
+            return
         yield self.finding(
             job, f"The network NCCL was asked to use is not available on {len(ranks) or rows.height} rank(s): '{text}'",
             evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.ERROR,
             advice=("Check NCCL_NET / NCCL_NET_PLUGIN and that the plugin library (libnccl-net*.so) and its "
                     "dependencies are on LD_LIBRARY_PATH inside the job's environment."),
         )
+
+
+def _networks_used(job: Job, failed: pl.DataFrame) -> list[str]:
+    """The networks the processes of ``failed`` rows went on with: ``Using network X`` / ``Initialized NET
+    plugin X`` lines, or connection lines through a NET transport, of the same host and pid."""
+    keys = failed.select("host", "pid").unique() if {"host", "pid"} <= set(failed.columns) else pl.DataFrame()
+    if keys.is_empty():
+        return []
+    names: set[str] = set()
+    network = job.table("network")
+    if not network.is_empty() and {"event", "net_name"} <= set(network.columns):
+        chosen = network.filter(pl.col("event") == "net_selected").join(keys, on=["host", "pid"], how="semi")
+        names |= set(chosen["net_name"].drop_nulls().to_list())
+    t = job.table("transports")
+    if not t.is_empty() and {"transport", "net_name"} <= set(t.columns):
+        net = t.filter(pl.col("transport") == "NET").join(keys, on=["host", "pid"], how="semi")
+        names |= set(net["net_name"].drop_nulls().to_list())
+    return sorted(names)
 
 
 # ---------------------------------------------------------------------------------------------- LS302

@@ -5,7 +5,13 @@ when a peer dies, the watchdog's teardown aborts processes. Kinds are ranked by 
 cause they usually sit (hardware and configuration, then the network, then the application, then process
 deaths, then ranks behind, then performance, then symptoms). Among the findings of the worst severity, those
 of the highest-ranked kind are candidates, and the earliest of them in the log (with any other finding of
-the same kind and severity) is primary. Warnings become primary only when nothing is wrong at error level.
+the same kind and severity) is primary; "earliest" is by the lines' timestamps when every contender has
+one (per-rank files are in no common order), else by position.
+
+The severity policy (``logsift explain --policy``, README "Severities"): critical caused the failure or hang,
+error is a failure or its direct consequence, warning means the job works but degraded, info is worth
+knowing. So a job whose worst finding is a warning has no root cause: it is healthy, and its verdict says so
+and lists the warnings apart from the notes. Nothing below error is ever primary.
 """
 
 from __future__ import annotations
@@ -13,6 +19,23 @@ from __future__ import annotations
 import dataclasses
 
 from nccl_logsift.model import Finding, Kind, Severity
+
+def policy_text() -> str:
+    """The severity and verdict policy, as ``logsift explain --policy`` prints it and the README states it."""
+    rows = "\n".join(f"  {s.label:<9} {s.meaning}" for s in sorted(Severity, reverse=True))
+    return (
+        "Severities\n" + rows + "\n\n"
+        "Verdict\n"
+        "  A root cause is a finding at error or worse: the first in causal order of the worst severity is\n"
+        "  primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts,"
+        " aborts)\n"
+        "  are consequences. A job with nothing at error or worse has no root cause: the verdict says it\n"
+        "  looks healthy and lists its warnings apart from its notes.\n\n"
+        "--fail-on\n"
+        "  --fail-on error exits 1 when the job failed or hung; --fail-on warning also when it only ran\n"
+        "  degraded; --fail-on info on any finding."
+    )
+
 
 # Lower is closer to the root of a cascade.
 CAUSAL_TIER: dict[Kind, int] = {
@@ -40,18 +63,40 @@ def triage(findings: list[Finding]) -> list[Finding]:
         return []
     top = max(f.severity for f in findings)
     # Rules grade their own findings: what certainly stops a job is critical, fallout is error or lower.
-    # So the candidates are the findings of the worst severity (warnings when nothing is worse).
-    candidates = [f for f in findings if f.severity == max(top, Severity.WARNING)]
+    # So the candidates are the findings of the worst severity; a warning never names a root cause, because
+    # a job that only has warnings did not fail (the policy in this module's docstring).
+    candidates = _unexplained([f for f in findings if f.severity == top and top >= Severity.ERROR])
     primary_ids: set[int] = set()
     if candidates:
         best_tier = min(CAUSAL_TIER[f.kind] for f in candidates)
         tier = [f for f in candidates if CAUSAL_TIER[f.kind] == best_tier]
-        first = min(tier, key=_position)
+        first = min(tier, key=_order_of(tier))
         primary_ids = {
             id(f) for f in tier if f is first or (f.kind == first.kind and f.severity == first.severity)
         }
     marked = [dataclasses.replace(f, primary=id(f) in primary_ids) for f in findings]
-    return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind], _position(f), f.code))
+    # The primaries lead in the order they happened (the verdict names the first), the rest in line order.
+    lead = _order_of([f for f in marked if f.primary])
+    return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind],
+                                         lead(f) if f.primary else (0.0, _position(f)), f.code))
+
+
+def _unexplained(candidates: list[Finding]) -> list[Finding]:
+    """The candidates less those another candidate explains: an init that never completed because the ranks it
+    waits for are dead (an ImportError or crash at startup, reported by their launcher) follows from those
+    deaths, though init sits higher in the causal tiers (its waiting ranks exit as its fallout)."""
+    died = {r for f in candidates if f.kind == Kind.PROCESS_EXIT for r in f.ranks}
+    left = [f for f in candidates
+            if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)]
+    return left or candidates
+
+
+def _order_of(contenders: list[Finding]):
+    """What came first among ``contenders``: their times when all have one (lines of different files, one per
+    rank, are in no common order), else their positions in the job's lines."""
+    if contenders and all(f.first_time is not None for f in contenders):
+        return lambda f: (f.first_time, _position(f))
+    return lambda f: (0.0, _position(f))
 
 
 def _position(finding: Finding) -> int:
@@ -59,17 +104,28 @@ def _position(finding: Finding) -> int:
 
 
 def verdict(findings: list[Finding], ranks_seen: int, hosts: int) -> str:
-    """One paragraph in plain words: what happened, who, where, what to do next."""
+    """One paragraph in plain words: what happened, who, where, what to do next.
+
+    Without a finding at error or worse the job is healthy: the verdict says so, then lists the warnings
+    (degraded) apart from the notes (info), and names no root cause."""
     serious = [f for f in findings if f.severity >= Severity.ERROR]
     primary = [f for f in findings if f.primary]
     if not serious:
         # The counts are of what the logs show, which may be one node's output of a larger job: findings
         # speak of the job ("this 2-node job"), so the scope says it counts the logs.
         scope = f"in these logs ({ranks_seen} rank(s) on {hosts} host(s))" if ranks_seen else "in these logs"
+        # "Looks": the logs may miss what they never printed (a run at NCCL_DEBUG=WARN, a test harness's
+        # own failure message); the claim is about what they show.
         if not findings:
-            return f"No sign of a hang or failure {scope}."
-        notes = "; ".join(_sentence(f.title) for f in primary or findings[:2])
-        return f"No hang or failure found {scope}, but worth a look: {notes}."
+            return f"No sign of a hang or failure {scope}: the job looks healthy."
+        parts = [f"No hang or failure found {scope}: the job looks healthy, no root cause."]
+        warnings = [f for f in findings if f.severity == Severity.WARNING]
+        notes = [f for f in findings if f.severity < Severity.WARNING]
+        if warnings:
+            parts.append(f"Warnings (it works, degraded): {_titles(warnings)}.")
+        if notes:
+            parts.append(f"Worth knowing: {_titles(notes)}.")
+        return " ".join(parts)
     lead = primary[0] if primary else serious[0]
     parts = [f"Root cause: {_sentence(lead.title)}."]
     more = [f for f in primary[1:]]
@@ -82,6 +138,11 @@ def verdict(findings: list[Finding], ranks_seen: int, hosts: int) -> str:
     if lead.advice:
         parts.append(f"Next: {lead.advice}")
     return " ".join(parts)
+
+
+def _titles(findings: list[Finding], limit: int = 2) -> str:
+    text = "; ".join(_sentence(f.title) for f in findings[:limit])
+    return text + (f" (and {len(findings) - limit} more)" if len(findings) > limit else "")
 
 
 def _sentence(text: str) -> str:

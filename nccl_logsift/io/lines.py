@@ -41,6 +41,7 @@ BINARY_SNIFF_BYTES = 64 << 10
 # A sample is text when at least this share of its bytes (NUL bytes aside) lies in lines free of control
 # bytes: a binary block near the start of a log costs its own lines, not the log.
 _TEXT_SHARE = 0.5
+_CONTROL_SHARE_OF_BINARY_LINE = 16  # a line with 1 control byte in 16 or more is binary data
 _TEXT_CONTROLS = np.array([8, 9, 10, 11, 12, 13, 27], dtype=np.uint8)  # BS, TAB, LF, VT, FF, CR, ESC
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 # Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
@@ -472,8 +473,10 @@ def binary_reason(sample: bytes, whole: bool = False) -> str | None:
     if not control.any():
         return None
     line = np.cumsum(text == 10)
-    dirty = np.zeros(int(line[-1]) + 1, dtype=bool)
-    dirty[line[control]] = True
+    # A line is binary when control bytes are a sizeable part of it: a message that carries a bell or a
+    # terminal title is still a line of text, a block of binary data is control bytes throughout.
+    controls = np.bincount(line[control], minlength=int(line[-1]) + 1)
+    dirty = controls * _CONTROL_SHARE_OF_BINARY_LINE >= np.bincount(line)
     clean = np.count_nonzero(~dirty[line])
     return None if clean >= _TEXT_SHARE * len(text) else "mostly control bytes"
 

@@ -49,6 +49,8 @@ def simulate(options: Options, bulk_steps: int = 0) -> Simulation:
         bulk_shape=job.shape.items,
     )
     timeline = engine.run()
+    if job.scenario.events:
+        job.scenario.events(job, timeline)
     job.scenario.truth(job, timeline)
     records = tell(job, timeline)
     if timeline.bulk_at is not None:

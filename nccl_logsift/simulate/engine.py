@@ -60,11 +60,13 @@ class RankRun:
     rank: int
     issues: list[Issue] = field(default_factory=list)
     steps: list[tuple[int, float]] = field(default_factory=list)  # (step, time the step's sync returned)
-    state: str = "running"  # exit | crash | stall | sync | init | init_fail | bulk
+    state: str = "running"  # exit | crash | raise | vanish | stall | sync | init | init_fail | bulk
     t: float = 0.0
     pc: int = 0
     end: float | None = None  # when the process ended (None: still hanging when the log stops)
-    end_kind: str = ""  # exit | crash | init_fail | nccl_error | async_error | watchdog | killed | cancelled
+    # exit | crash | exception | vanished | init_fail | nccl_error | async_error | watchdog | killed
+    # | cancelled
+    end_kind: str = ""
     exit_code: int = 0  # >= 0 exit status, < 0 killed by that signal
     watchdogs: list[Watchdog] = field(default_factory=list)
     failed_issue: Issue | None = None  # the init that failed, or the op whose transport failed
@@ -196,6 +198,16 @@ class Engine:
                 run.state = "crash"
                 run.pc += 1
                 return
+            elif it.kind == "vanish":  # the node is gone: no exit, no report, its GPU work is lost
+                run.t += it.gap
+                run.state = "vanish"
+                run.pc += 1
+                return
+            elif it.kind == "raise":  # an uncaught Python exception ends the process (exit code 1)
+                run.t += it.gap
+                run.state = "raise"
+                run.pc += 1
+                return
             elif it.kind == "store_wait":  # waits in init_process_group's store barrier, then gives up
                 run.t += it.gap
                 run.state = "store_wait"
@@ -259,6 +271,8 @@ class Engine:
             return
         if (comm, pos) in self.faults.broken or (pos > 0 and comm in self.faults.dead_comms):
             return
+        if any(self.runs[i.rank].state == "vanish" for i in issues):
+            return  # a member's node died: the collective never completes anywhere
         if pos == 0:
             if any((i.rank, comm) in self.faults.init_fail for i in issues):
                 return
@@ -314,6 +328,13 @@ class Engine:
                 sig = self.programs[run.rank][run.pc - 1].signal or 11
                 run.end, run.end_kind, run.exit_code = run.t, "crash", -sig
                 candidates.append((run.t, run.rank, "crash"))
+            elif run.state == "vanish":
+                # Nothing on the node reports it (no launcher line, no exit code): not a first failure the
+                # launchers react to; the others find out by their timeouts (and NCCL's RAS, 2.24.3+).
+                run.end, run.end_kind, run.exit_code = run.t, "vanished", -9
+            elif run.state == "raise":
+                run.end, run.end_kind, run.exit_code = run.t, "exception", 1
+                candidates.append((run.t, run.rank, "exception"))
             elif run.state == "store_wait":
                 t = run.t + self.timeout + self.rng.uniform(0.0, 0.2)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1

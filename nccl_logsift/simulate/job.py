@@ -58,6 +58,7 @@ class TruthFault:
     seq: int | None = None
     op: str | None = None
     detail: str = ""
+    severity: str | None = None  # the worst the severity policy allows for it (README "Severities"), if set
 
 
 @dataclass(slots=True)
@@ -133,8 +134,9 @@ class Job:
         self.programs[rank][index:] = list(tail)
 
     def fault(self, kind: str, primary: bool, ranks: list[int], *, comm: Communicator | None = None, seq: int | None = None,
-              op: str | None = None, detail: str = "") -> TruthFault:
-        f = TruthFault(kind, primary, sorted(ranks), self.hosts_of(sorted(ranks)), comm.comm_id_text if comm else None, seq, op, detail)
+              op: str | None = None, detail: str = "", severity: str | None = None) -> TruthFault:
+        f = TruthFault(kind, primary, sorted(ranks), self.hosts_of(sorted(ranks)),
+                       comm.comm_id_text if comm else None, seq, op, detail, severity)
         self.truth.append(f)
         return f
 

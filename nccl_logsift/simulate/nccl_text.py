@@ -97,6 +97,8 @@ class NcclText:
         if p.banner == "info":
             main.append(info("main", f"cudaDriverVersion {p.driver}"))
             main.append(info("main", self.banner()))
+            if p.git_version:
+                main.append(info("main", p.git_version))
         role = "init" if p.net_lines_in_init_thread else "main"
         net = [info(role, text) for text in p.plugin]
         net += self.net_devices(proc, role)
@@ -115,6 +117,7 @@ class NcclText:
         else:
             if not proc.host.ib_disabled:
                 out.append(info(role, "NET/IB : No device found."))
+                out += [info(role, text.format(ifname=ifname, ip=ip)) for text in p.ib_absent]
             out.append(info(role, f"NET/Socket : Using [0]{ifname}:{ip}<0>"))
         out += [info(role, text.format(net=self.net_name(proc))) for text in p.net_ready[:1]]
         return out

@@ -51,14 +51,14 @@ class Op:
 
 @dataclass(slots=True)
 class Item:
-    kind: str  # init | op | sync | stall | exit | crash | bulk | print | store_wait
+    kind: str  # init | op | sync | stall | exit | crash | raise | vanish | bulk | print | store_wait
     op: Op | None = None
     comm: int = -1  # init: the communicator
     gap: float = 0.0  # host seconds spent before this item (compute, data loading)
     step: int = -1  # training step the item belongs to (-1: setup / teardown)
     signal: int = 0  # crash: the signal that kills the process
     fail: str = ""  # a failure the scenario injected: "net_error" on an op ("" = none)
-    text: str = ""  # print: a line the training script prints (stdout)
+    text: str = ""  # print: a line the script prints (stdout); raise: the uncaught exception's last line
 
 
 @dataclass(slots=True)

@@ -164,6 +164,8 @@ class Narrator:
                 self.peer_closed(run, t, data)
             elif kind == "print" and t <= end:
                 self.story.add(t, rank, "out", data["text"])
+            elif kind == "ras" and t <= end:  # NCCL's RAS thread (NCCL_DEBUG_SUBSYS with RAS, 2.24.3+)
+                self.emit(rank, t, [info("ras", data["text"])])
         for w in run.watchdogs:
             self.watchdog(run, w)
         self.ending(run)
@@ -293,6 +295,10 @@ class Narrator:
             self.story.add(run.end - 0.1, rank, "err", "\n".join(self.torch.store_barrier_timeout(rank, job.ranks, joined)))
 
     def ending(self, run: RankRun) -> None:
+        if run.end_kind == "exception":
+            exc = self.job.programs[run.rank][run.pc - 1].text
+            lines = self.torch.uncaught_exception(exc)
+            self.story.add((run.end or 0.0) - 0.02, run.rank, "err", "\n".join(lines))
         if run.end_kind == "exit":
             msgs = []
             for comm in self.job.cluster.comms_of(run.rank):
@@ -308,7 +314,9 @@ class Narrator:
         if layout == "torchrun":
             self.torchrun()
         elif layout in ("srun", "mpirun"):
-            abnormal = sorted((r for r in runs if r.end_kind not in ("exit", "killed", "cancelled") and r.end is not None), key=lambda r: r.end)
+            quiet = ("exit", "killed", "cancelled", "vanished")  # no launcher line of their own
+            abnormal = sorted((r for r in runs if r.end_kind not in quiet and r.end is not None),
+                              key=lambda r: r.end)
             if layout == "srun":
                 for r in abnormal:
                     p = job.cluster.procs[r.rank]
@@ -344,6 +352,8 @@ class Narrator:
             mine = [runs[p.rank] for p in job.cluster.procs if p.host is host]
             first = min((r.issues[0].t for r in mine if r.issues), default=0.5)
             self.story.add(max(0.0, first - 3.0), agent, "agent", "\n".join(self.elastic.omp_warning(self.when(max(0.0, first - 3.0)), agent_pid)))
+            if any(r.end_kind == "vanished" for r in mine):
+                continue  # the agent died with its node
             failed = sorted((r for r in mine if r.end_kind not in ("exit", "killed", "cancelled")), key=lambda r: r.end or 0.0)
             killed = [r for r in mine if r.end_kind in ("killed", "cancelled")]
             if not failed and not killed:

@@ -166,6 +166,15 @@ class TorchText:
         return lines
 
     # ------------------------------------------------------------------------- Python exceptions
+    def uncaught_exception(self, exception: str) -> list[str]:
+        """The traceback of an exception raised at the script's top level before any distributed call (an
+        import that fails): ``exception`` is its last line (``ModuleNotFoundError: No module named
+        'apex'``)."""
+        module = exception.rsplit(" ", 1)[-1].strip("'") if "No module named" in exception else "apex"
+        return ["Traceback (most recent call last):",
+                f'  File "/workspace/train.py", line {self.rng.randrange(8, 30)}, in <module>',
+                f"    from {module}.optimizers import FusedAdam", exception]
+
     def init_exception(self, code: int, last_error: str, where: str) -> list[str]:
         """The traceback a rank prints when a NCCL call made from Python fails (DistBackendError)."""
         site = self.site

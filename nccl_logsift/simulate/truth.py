@@ -7,7 +7,9 @@ Extra keys help tests and people: per communicator its ``name``, the NCCL functi
 them in 2.23.4+ logs, where split children print no commId)
 and which ranks entered ncclCommInitRank/Split (``init_started``: they print Init START from 2.18.3)
 and completed it (``init_completed``); ``processes`` maps ranks to host and pid; each fault has
-a one-line ``detail``. ``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
+a one-line ``detail``, and where the scenario states it a ``severity``: the worst a finding of that kind may
+be graded by the severity policy (a degraded but working job: ``warning`` or ``info``, never primary).
+``seq`` is the 1-based position of the operation on ``comm`` (count of COLL
 lines of that communicator in one process), not NCCL's opCount.
 """
 
@@ -62,8 +64,11 @@ def truth_document(job: "Job", timeline: "Timeline") -> dict:
     faults = []
     for f in job.truth:
         assert f.kind in KINDS, f.kind
-        faults.append({"kind": f.kind, "primary": f.primary, "ranks": f.ranks, "hosts": f.hosts, "comm": f.comm,
-                       "seq": f.seq, "op": f.op, "detail": f.detail})
+        fault = {"kind": f.kind, "primary": f.primary, "ranks": f.ranks, "hosts": f.hosts, "comm": f.comm,
+                 "seq": f.seq, "op": f.op, "detail": f.detail}
+        if f.severity:  # only where a scenario states it: the other truths stay as they were
+            fault["severity"] = f.severity
+        faults.append(fault)
     return {
         "schema": SCHEMA,
         "scenario": job.scenario.name,

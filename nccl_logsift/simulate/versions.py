@@ -79,6 +79,10 @@ class NcclProfile:
     remote_error: int  # ncclRemoteError (6, 2.13.4+) or ncclSystemError (2) before
     long_error_strings: bool  # §7: "(run with NCCL_DEBUG=INFO for details)" suffixes (2.18.1+)
     sites: dict[str, str] = field(default_factory=dict)  # file:line of trace and WARN sites
+    # Without a usable IB device, the lines between "No device found" and the socket plugin (2.28: the IB
+    # plugin's OOB line and "Failed to initialize NET plugin IB", as the H200 jobs of the corpus print them).
+    ib_absent: tuple[str, ...] = ()
+    git_version: str = ""  # 2.29.2+: "NCCL git version {branch} {describe}" right after the banner (§1.5)
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -343,7 +347,45 @@ _V2_27 = replace(
     sites=_sites(alloc=244, socket=79, bootstrap=96, init=1790, group=75, transport=204, p2p=864, net=1233, net_ib=2283, proxy=1421),
 )
 
-NCCL_PROFILES: dict[str, NcclProfile] = {p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27)}
+# 2.28.9 as the real H200 jobs of ../shared/corpus/gpu-h200 print it: the ENV and NET plugin probes without a
+# trailing note, and from 2.28.7 the IB completion WARN with IBV_WC_* names and reqSize (grammar §6.1).
+_IB_ERR_2287 = ("NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
+                "opcode=IBV_WC_SEND({opcode}) reqSize={len} vendor_err={vendor} req_type={req} hca {hca}")
+
+_V2_28 = replace(
+    _V2_27,
+    series="2.28",
+    version="2.28.9",
+    cuda="13.0",
+    driver=13000,
+    plugin=(
+        "ENV/Plugin: Could not find: libnccl-env.so",
+        "NET/Plugin: Could not find: libnccl-net.so",
+        "PROFILER/Plugin: Could not find: libnccl-profiler.so",
+    ),
+    ib_completion=_IB_ERR_2287,
+    ib_absent=("NET/IB : Using [RO]; OOB {ifname}:{ip}<0>", "Failed to initialize NET plugin IB"),
+)
+
+# 2.29.2 from the grammar's samples (no real 2.29 log in the corpus): the git version line, "[Rank N]" before
+# Init START (§2.1), and the IB completion WARN without reqSize, two spaces before "hca" when no GIDs (§6.1).
+_IB_ERR_229 = ("NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
+               "opcode=IBV_WC_SEND({opcode}) vendor_err={vendor}  hca {hca}")
+
+_V2_29 = replace(
+    _V2_28,
+    series="2.29",
+    version="2.29.2",
+    git_version="NCCL git version master v2.29.2-1-g3f8e2a1",
+    init_start="[Rank {rank}] " + _INIT_221.replace("{phase}", "START"),
+    split_start="[Rank {rank}] " + _SPLIT_224_START,
+    ib_completion=_IB_ERR_229,
+    ib_site="transport/net_ib/p2p.cc:550",
+)
+
+NCCL_PROFILES: dict[str, NcclProfile] = {
+    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28, _V2_29)
+}
 DEFAULT_NCCL = "2.21"
 
 # The lowest patch release of a series that the series' templates describe (e.g. the Init START line
@@ -435,7 +477,8 @@ _T28 = replace(_T27, series="2.8", version="2.8.0", python="3.12")
 TORCH_PROFILES: dict[str, TorchProfile] = {p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28)}
 
 # A PyTorch release a job with this NCCL plausibly ran (the wheel's bundled NCCL or a newer system NCCL).
-DEFAULT_TORCH_FOR_NCCL = {"2.10": "1.13", "2.14": "2.0", "2.18": "2.1", "2.21": "2.5", "2.26": "2.7", "2.27": "2.8"}
+DEFAULT_TORCH_FOR_NCCL = {"2.10": "1.13", "2.14": "2.0", "2.18": "2.1", "2.21": "2.5", "2.26": "2.7", "2.27": "2.8",
+                          "2.28": "2.8", "2.29": "2.8"}  # PyTorch 2.9+ is not simulated: 2.8's formats
 
 
 def torch_profile(text: str) -> TorchProfile:

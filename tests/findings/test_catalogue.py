@@ -50,3 +50,26 @@ def test_explain_unknown_code_is_a_usage_error(run_cli):
 
     proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "explain", "LS999"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown finding code" in proc.stderr
+
+
+def test_explain_policy_prints_every_severity_and_the_verdict_rule(run_cli):
+    from nccl_logsift.model import Severity
+
+    result = run_cli("explain", "--policy")
+    assert result.exit_code == 0
+    for severity in Severity:
+        assert f"  {severity.label:<9} {severity.meaning}" in result.output
+    assert "no root cause" in result.output and "--fail-on error" in result.output
+
+
+def test_explain_overview_ends_with_the_policy(run_cli):
+    from nccl_logsift.findings.triage import policy_text
+
+    assert run_cli("explain").output.rstrip().endswith(policy_text())
+
+
+def test_readme_states_the_policy_that_explain_prints():
+    from conftest import ROOT
+    from nccl_logsift.findings.triage import policy_text
+
+    assert policy_text() in (ROOT / "README.md").read_text(), "README: paste `logsift explain --policy`"

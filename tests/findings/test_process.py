@@ -208,3 +208,35 @@ def test_corpus_silent_hang_killed_at_the_time_limit(corpus_job):
 ], ids=lambda n: n[:50])
 def test_corpus_healthy_production_runs_have_no_process_exit(corpus_job, name):
     assert check(corpus_job(name)) == []
+
+
+# ------------------------------------------------------------------------------------------- LS501: NCCL RAS
+def simulated(tmp_path, scenario: str, **options):
+    out, truth = tmp_path / f"{scenario}.log", tmp_path / f"{scenario}.json"
+    write(Options(scenario=scenario, **options), str(out), str(truth))
+    return out, json.loads(truth.read_text())
+
+
+@pytest.mark.parametrize("version, layout", [("2.26", "srun"), ("2.27", "mpirun")])
+def test_ls501_node_declared_dead_by_ras_is_the_culprit_not_the_ranks_reporting_it(tmp_path, version, layout):
+    out, truth = simulated(tmp_path, "node-death", ranks=8, nodes=2, nccl_version=version, layout=layout,
+                           seed=4)
+    job = load_job([str(out)])
+    finding = only([f for f in ProcessExit().check(job) if "RAS" in f.title])
+    dead = next(f for f in truth["faults"] if f["primary"])
+    assert list(finding.ranks) == dead["ranks"] and list(finding.hosts) == dead["hosts"]
+    assert finding.severity == Severity.CRITICAL and finding.kind == Kind.PROCESS_EXIT
+    assert all("RAS" in e.text for e in finding.evidence) and "as DEAD" in finding.evidence[0].text
+
+
+def test_ls501_ras_dead_peers_that_had_torn_down_their_communicators_are_not_deaths(tmp_path):
+    """At the end of a healthy job a process that exits first can be seen as a lost RAS peer: not a death."""
+    out, truth = simulated(tmp_path, "healthy", ranks=4, nodes=2, nccl_version="2.27", layout="srun", seed=3)
+    other = next(p for p in truth["processes"] if p["host"] != truth["processes"][0]["host"])
+    text = out.read_text()
+    ip = next(line.rsplit(":", 1)[-1].split("<")[0] for line in text.splitlines()
+              if other["host"] in line and "Bootstrap" in line and "Using" in line)
+    p0 = truth["processes"][0]
+    prefix = f"0: {p0['host']}:{p0['pid']}:{p0['pid'] + 77} [0] NCCL INFO"
+    out.write_text(text + f"{prefix} RAS declaring peer {ip}<41234> as DEAD; rasDeadPeersHash 0x1f\n")
+    assert [f for f in ProcessExit().check(load_job([str(out)])) if "RAS" in f.title] == []

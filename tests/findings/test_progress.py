@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import FIXTURES
@@ -42,3 +44,55 @@ def test_rank_behind_names_the_gpu_of_a_process_that_drives_several(tmp_path):
     (finding,) = RankBehind().check(job)
     assert finding.ranks == (3,) and finding.hosts == ("n1",)
     assert "rank 3 (n1, pid 20, GPU 1)" in finding.title
+
+
+# ---------------------------------------------------------------------------------------------- LS102
+def mismatch_log(tmp_path, *, ranks: int, version: str, layout: str, seed: int):
+    from nccl_logsift.simulate import Options, write
+
+    out, truth = tmp_path / "mismatch.log", tmp_path / "mismatch.json"
+    options = Options(scenario="collective-mismatch", ranks=ranks, nccl_version=version, layout=layout,
+                      seed=seed, noise=False)
+    write(options, str(out), str(truth))
+    return out
+
+
+@pytest.mark.parametrize("version, layout, seed",
+                         [("2.21", "srun", 0), ("2.21", "srun", 1), ("2.27", "torchrun", 4)])
+def test_ls102_two_rank_mismatch_names_both_sides_and_blames_neither(tmp_path, version, layout, seed):
+    """With two ranks there is no majority: whichever rank the simulator made diverge, both are named."""
+    from nccl_logsift.findings.progress import CollectiveMismatch
+
+    job = load_job([str(mismatch_log(tmp_path, ranks=2, version=version, layout=layout, seed=seed))])
+    finding = next(f for f in CollectiveMismatch().check(job))
+    assert finding.ranks == (0, 1) and "cannot say which side is wrong" in finding.title
+    assert finding.severity.label == "critical"
+
+
+@pytest.mark.parametrize("version", ["2.21", "2.27"])
+def test_ls102_mismatch_in_a_log_of_nccl_lines_only_that_stops_there_is_critical(tmp_path, version):
+    """NCCL_DEBUG_FILE output of a job killed while it hung (no watchdog, no abort, no exit report): the
+    communicator's calls stop right after the divergence, so it hung."""
+    from nccl_logsift.findings.progress import CollectiveMismatch
+
+    out = mismatch_log(tmp_path, ranks=8, version=version, layout="interleaved", seed=3)
+    lines = [line for line in out.read_text().splitlines() if " NCCL INFO " in line and "Abort" not in line]
+    out.write_text("\n".join(lines) + "\n")
+    finding = next(f for f in CollectiveMismatch().check(load_job([str(out)])))
+    assert finding.severity.label == "critical" and "no sign of a hang" not in finding.title
+
+
+def test_ls102_mismatch_on_a_communicator_that_was_torn_down_is_only_a_warning(tmp_path):
+    """NCCL lines only, and every process destroyed the communicator afterwards: the job went on past the
+    divergence, so nothing shows it hung (a line lost to interleaving looks the same)."""
+    from nccl_logsift.findings.progress import CollectiveMismatch
+
+    out = mismatch_log(tmp_path, ranks=4, version="2.27", layout="interleaved", seed=3)
+    lines = [line for line in out.read_text().splitlines() if " NCCL INFO " in line and "Abort" not in line]
+    init = re.compile(r"^(\S+ \[\d+\] NCCL INFO )ncclCommInit\w* (comm 0x[0-9a-f]+ rank \d+ nranks \d+ "
+                      r"cudaDev \d+) nvmlDev \d+ (busId [0-9a-f]+) .* - Init COMPLETE$")
+    inits = [m for line in lines if (m := init.match(line))]
+    lines += [f"{m.group(1)}{m.group(2)} {m.group(3)} - Destroy COMPLETE" for m in inits]
+    out.write_text("\n".join(lines) + "\n")
+    finding = next(f for f in CollectiveMismatch().check(load_job([str(out)])))
+    assert finding.severity.label == "warning" and "no sign of a hang" in finding.title

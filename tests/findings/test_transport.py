@@ -44,6 +44,10 @@ def primary_ranks(truth: dict, kind: str) -> list[int]:
     return next(sorted(f["ranks"]) for f in truth["faults"] if f["kind"] == kind and f["primary"])
 
 
+def fault_of(truth: dict, kind: str) -> dict:
+    return next(f for f in truth["faults"] if f["kind"] == kind)
+
+
 def two_node_ib(gdr_on_b: bool = True) -> list[str]:
     """Ranks 0-1 on node-a, 2-3 on node-b; rings cross the nodes over NET/IB."""
     g_b = "/GDRDMA" if gdr_on_b else ""
@@ -105,36 +109,47 @@ def test_transport_rows_give_a_runtime_connection_beyond_the_latest_split_to_the
 
 
 # ---------------------------------------------------------------------------------------------- LS301
-def test_ls301_socket_fallback_fixture_names_every_rank_and_the_disabled_ib():
+def test_ls301_socket_fallback_fixture_with_ib_disabled_is_info_as_a_choice_of_the_job():
     job = load_job([str(FIXTURES / "socket_fallback_4ranks.log")])
     finding = only(list(TransportFallback().check(job)))
     truth = json.loads((FIXTURES / "socket_fallback_4ranks.truth.json").read_text())
-    assert finding.kind == Kind.TRANSPORT_FALLBACK
-    assert list(finding.ranks) == primary_ranks(truth, "transport_fallback")
-    assert finding.severity == Severity.ERROR
+    fault = fault_of(truth, "transport_fallback")
+    assert finding.kind == Kind.TRANSPORT_FALLBACK and not fault["primary"]
+    assert list(finding.ranks) == fault["ranks"]
+    assert finding.severity == Severity.INFO == Severity.parse(fault["severity"])
     assert "NET/Socket" in finding.title and "NCCL_IB_DISABLE=1" in finding.title
+    assert "on purpose" in finding.title
     assert finding.evidence and finding.first_seen is not None
 
 
 @pytest.mark.parametrize("version", ["2.14", "2.27"])
-def test_ls301_simulated_socket_fallback_is_an_error_on_all_ranks(tmp_path, version):
+def test_ls301_simulated_socket_fallback_without_ib_device_is_a_warning_on_all_ranks(tmp_path, version):
     job, truth = simulate(tmp_path, "socket-fallback", ranks=8, nccl_version=version)
-    finding = only(list(TransportFallback().check(job)))
-    assert list(finding.ranks) == primary_ranks(truth, "transport_fallback")
-    assert finding.severity == Severity.ERROR and "No device found" in finding.title
+    findings = list(TransportFallback().check(job))
+    finding = only([f for f in findings if "NET/Socket" in f.title])
+    fault = fault_of(truth, "transport_fallback")
+    assert list(finding.ranks) == fault["ranks"] and not fault["primary"]
+    assert finding.severity == Severity.WARNING == Severity.parse(fault["severity"])
+    assert "No device found" in finding.title
+    # 2.27+ also says the IB plugin failed: NCCL went on with sockets, so that is a note, not an error.
+    assert all(f.severity <= Severity.WARNING for f in findings)
 
 
 def test_ls301_simulated_gdr_disabled_names_the_ranks_of_the_node_without_gdr(tmp_path):
     job, truth = simulate(tmp_path, "gdr-disabled", ranks=8, nccl_version="2.21")
     finding = only(list(TransportFallback().check(job)))
-    assert list(finding.ranks) == primary_ranks(truth, "transport_fallback")
+    assert list(finding.ranks) == fault_of(truth, "transport_fallback")["ranks"]
     assert finding.severity == Severity.WARNING and "GPUDirect RDMA" in finding.title
 
 
-def test_ls301_simulated_p2p_disabled_names_the_ranks_on_shm(tmp_path):
-    job, truth = simulate(tmp_path, "p2p-disabled", ranks=8, nccl_version="2.27")
+@pytest.mark.parametrize("nodes, severity", [(1, Severity.INFO), (2, Severity.WARNING)])
+def test_ls301_simulated_p2p_disabled_names_the_ranks_on_shm(tmp_path, nodes, severity):
+    """Set on the job's only node it is the job's choice (info); on one node of two, a slip (warning)."""
+    job, truth = simulate(tmp_path, "p2p-disabled", ranks=8, nccl_version="2.27", nodes=nodes)
     finding = only(list(TransportFallback().check(job)))
-    assert list(finding.ranks) == primary_ranks(truth, "transport_fallback")
+    fault = fault_of(truth, "transport_fallback")
+    assert list(finding.ranks) == fault["ranks"]
+    assert finding.severity == severity == Severity.parse(fault["severity"])
     assert "SHM" in finding.title and "NCCL_P2P_DISABLE=1" in finding.title
 
 
@@ -149,7 +164,7 @@ def test_ls301_healthy_single_node_job_on_p2p_is_not_a_fallback(tmp_path):
     assert list(TransportFallback().check(job_of(tmp_path, lines))) == []
 
 
-def test_ls301_shm_between_gpus_of_one_host_with_p2p_disabled_is_a_warning(tmp_path):
+def test_ls301_shm_between_gpus_of_one_host_with_p2p_disabled_is_info_as_a_choice_of_the_job(tmp_path):
     lines = [
         "dgx1:3001:3001 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1.",
         *proc("dgx1", 3001, 0, 2, 0, "10.1.0.5", "0x5601", channels=["Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"]),
@@ -157,7 +172,7 @@ def test_ls301_shm_between_gpus_of_one_host_with_p2p_disabled_is_a_warning(tmp_p
     ]
     finding = only(list(TransportFallback().check(job_of(tmp_path, lines))))
     assert finding.ranks == (0, 1) and finding.hosts == ("dgx1",)
-    assert finding.severity == Severity.WARNING and "NCCL_P2P_DISABLE=1" in finding.title
+    assert finding.severity == Severity.INFO and "NCCL_P2P_DISABLE=1" in finding.title
 
 
 def test_ls301_one_node_without_gdrdma_while_the_other_has_it_is_named(tmp_path):
@@ -165,6 +180,20 @@ def test_ls301_one_node_without_gdrdma_while_the_other_has_it_is_named(tmp_path)
     finding = only(findings)
     assert finding.ranks == (2, 3) and finding.hosts == ("node-b",)
     assert finding.severity == Severity.WARNING and "node-b" in finding.title
+
+
+def test_ls301_gdr_turned_off_by_the_job_everywhere_is_info(tmp_path):
+    """NCCL_NET_GDR_LEVEL echoed as set by environment: the job chose host staging (severity policy)."""
+    lines = [line.replace("/GDRDMA", "") for line in two_node_ib()] + [
+        "node-a:1001:1001 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to LOC",
+        "node-a:1001:1001 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 1b000 / HCA 0 (distance 4 > 0)",
+    ]
+    finding = only(list(TransportFallback().check(job_of(tmp_path, lines))))
+    assert finding.severity == Severity.INFO and "No rank uses GPUDirect RDMA" in finding.title
+    # The same without the setting: GDR lost to the distance limit is a warning.
+    unset = [line for line in lines if "set by environment" not in line]
+    lost = only(list(TransportFallback().check(job_of(tmp_path, unset, "unset.log"))))
+    assert lost.severity == Severity.WARNING
 
 
 def test_ls301_two_node_ib_with_gdrdma_everywhere_is_clean(tmp_path):
@@ -180,7 +209,7 @@ def test_ls301_one_node_on_sockets_while_the_other_uses_ib_is_a_warning(tmp_path
 
 def test_ls301_two_node_job_on_sockets_names_the_job_by_its_node_count(tmp_path):
     finding = only(list(TransportFallback().check(job_of(tmp_path, two_node_sockets()))))
-    assert finding.severity == Severity.ERROR and finding.hosts == ("node-a", "node-b")
+    assert finding.severity == Severity.WARNING and finding.hosts == ("node-a", "node-b")
     assert "All inter-node traffic of this 2-node job runs over TCP sockets" in finding.title
 
 
@@ -363,10 +392,10 @@ def test_corpus_healthy_production_runs_get_no_error_from_ls301_ls302(corpus_job
     assert serious == []
 
 
-def test_corpus_cori_shifter_run_is_named_as_sockets_over_ipoib(corpus_jobs):
+def test_corpus_cori_shifter_run_is_named_as_sockets_over_ipoib_a_warning_as_it_completed(corpus_jobs):
     job = corpus_jobs("sparticlesteve__pytorch-nccl-test__slurm-nccl-shifter-416768.out")
     finding = only(list(TransportFallback().check(job)))
-    assert finding.severity == Severity.ERROR and "IPoIB" in finding.title
+    assert finding.severity == Severity.WARNING and "IPoIB" in finding.title
     assert finding.hosts == ("cgpu15", "cgpu16")
 
 
@@ -409,7 +438,9 @@ def test_corpus_mangoboost_one_node_file_of_a_two_node_job_has_a_verdict_that_ag
 
     report = analyze([str(corpus(MANGOBOOST_MI300X))])
     assert report.job.hosts == ("mi300x-01",) and report.job.world_size == 16
-    assert report.verdict.startswith("No hang or failure found in these logs (8 rank(s) on 1 host(s)), but worth a look: ")
+    assert report.verdict.startswith(
+        "No hang or failure found in these logs (8 rank(s) on 1 host(s)): the job looks healthy")
+    assert "Root cause" not in report.verdict
     assert "All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets" in report.verdict
 
 

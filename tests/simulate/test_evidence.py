@@ -45,7 +45,9 @@ def coll_on(tables, truth, comm_id, rank) -> pl.DataFrame:
 
 
 def primary(truth):
-    return next(f for f in truth["faults"] if f["primary"])
+    """The fault the scenario is about: its root cause, or in a job that works degraded (no root cause by the
+    severity policy) its only fault."""
+    return next((f for f in truth["faults"] if f["primary"]), truth["faults"][0])
 
 
 def comm_of(truth, comm_id):
@@ -95,6 +97,40 @@ def test_init_hang_with_a_store_barrier_logs_world_size_against_worker_count(tmp
     text = out.read_text()
     assert f"(world_size={truth['world_size']}, worker_count={truth['world_size'] - missing}" in text
     assert "Timed out initializing process group in store based barrier" in text
+
+
+@pytest.mark.parametrize("layout", ["srun", "torchrun"])
+def test_import_error_ranks_print_their_traceback_and_never_reach_nccl(tmp_path, layout):
+    out, truth, tables = _setup(tmp_path, "import-error", nccl_version="2.27", layout=layout, nodes=2)
+    f = primary(truth)
+    text = out.read_text()
+    assert "ModuleNotFoundError: No module named" in text and "in <module>" in text
+    for r in f["ranks"]:
+        assert nccl_text(tables, truth, r) == []
+    joined = [r for r in range(truth["world_size"]) if r not in f["ranks"]]
+    assert tables["comms"].filter(pl.col("phase") == "START").height == len(joined)
+    assert tables["comms"].filter(pl.col("phase") == "COMPLETE").is_empty()
+
+
+@pytest.mark.parametrize("version", ["2.26", "2.27"])
+def test_node_death_is_reported_by_the_other_nodes_ras_only(tmp_path, version):
+    out, truth, tables = _setup(tmp_path, "node-death", nccl_version=version, layout="srun", nodes=2)
+    dead = primary(truth)["ranks"]
+    ras = tables["ras"]
+    declared = ras.filter(pl.col("event") == "dead_peer")
+    assert declared.height and not set(declared["host"]) & {truth["processes"][r]["host"] for r in dead}
+    ips = {t.rsplit(":", 1)[-1].split("<")[0] for r in dead for t in nccl_text(tables, truth, r)
+           if re.search(r"Bootstrap ?: Using", t)}
+    assert {p.split("<")[0] for p in declared["peer"]} == ips
+    host = truth["processes"][dead[0]]["host"]
+    assert not [line for line in out.read_text().splitlines() if "srun: error" in line and host in line]
+
+
+def test_import_error_with_a_store_barrier_leaves_the_others_timing_out_in_it(tmp_path):
+    out, truth, _ = _setup(tmp_path, "import-error", nccl_version="2.14", torch_version="2.0", layout="srun")
+    text = out.read_text()
+    assert "Timed out initializing process group in store based barrier" in text
+    assert [f["kind"] for f in truth["faults"]] == ["process_exit", "process_exit"]
 
 
 @pytest.mark.parametrize("scenario,needle", [
@@ -185,5 +221,6 @@ def test_healthy_runs_end_in_destroy_without_warnings(tmp_path):
 def test_every_scenario_has_an_evidence_test():
     covered = {"rank-stall", "uneven-data", "segfault", "extra-collective", "collective-mismatch", "pp-deadlock",
                "init-hang", "bootstrap-failure", "ib-error", "cuda-oom", "duplicate-gpu", "veth-interface",
-               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank", "healthy"}
+               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank",
+               "healthy", "import-error", "node-death"}
     assert covered == set(SCENARIOS)

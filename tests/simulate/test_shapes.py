@@ -135,3 +135,31 @@ def test_every_allowance_is_still_needed():
             if (level, s) not in real:
                 used |= {i for i, (ser, rx, _) in enumerate(ALLOWED) if ser in ("*", series) and re.search(rx, s)}
     assert used == set(range(len(ALLOWED))), [ALLOWED[i][:2] for i in set(range(len(ALLOWED))) - used]
+
+
+# NCCL 2.28: the real logs of that release are the two H200 jobs (2.28.9) of ../shared/corpus/gpu-h200, 4 nodes
+# of one GPU over sockets that hung; what they cannot show, and why.
+H200 = CORPUS.parent / "gpu-h200"
+ALLOWED_228 = [
+    (r" parent <p> ", "no split communicators in these jobs"),
+    (r"via NET/<net>/<n>/GDRDMA$", "no IB device on these nodes: sockets only"),
+    (r"^NET/IB : Using <devs>", "no IB device on these nodes"),
+    (r"via P2P/", "one GPU per node: no intra-node connection"),
+    (r"^Connected all trees$", "their collectives ran the ring algorithm only: trees never connected"),
+    (r"- Destroy COMPLETE$", "both jobs hung and were stopped: no communicator was destroyed"),
+]
+
+
+@pytest.mark.skipif(not H200.is_dir(), reason="../shared/corpus/gpu-h200 is not available")
+def test_simulated_2_28_shapes_occur_in_the_real_h200_jobs():
+    real: Counter = Counter()
+    for path in sorted(H200.glob("*/*")):
+        if path.is_file() and path.name != "injected.json":
+            real.update(shapes(path.read_text(errors="replace")))
+    covered = {family(s) for _, s in real}
+    mine = simulated_shapes("2.28")
+    unknown = sorted((level, s) for level, s in mine if family(s) in covered and (level, s) not in real)
+    unexplained = [(level, s) for level, s in unknown if not any(re.search(rx, s) for rx, _ in ALLOWED_228)]
+    assert not unexplained, "NCCL 2.28: simulated shapes the H200 jobs do not contain:\n" + "\n".join(
+        f"  {level} {s}" for level, s in unexplained)
+    assert len([s for _, s in mine if family(s) in covered]) >= 12

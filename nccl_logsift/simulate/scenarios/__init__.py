@@ -31,12 +31,14 @@ class Scenario:
     min_steps: int = 3
     min_nccl: str | None = None
     min_nccl_why: str = ""
+    events: Callable[["Job", "Timeline"], None] | None = None  # adds lines once the engine ran (RAS reports)
 
 
 _MODULES = (
     "healthy", "rank_stall", "extra_collective", "collective_mismatch", "uneven_data", "init_hang",
     "bootstrap_failure", "veth_interface", "ib_error", "socket_fallback", "gdr_disabled", "p2p_disabled",
-    "duplicate_gpu", "hostname_collision", "cuda_oom", "segfault", "slow_rank", "pp_deadlock",
+    "duplicate_gpu", "hostname_collision", "cuda_oom", "segfault", "slow_rank", "pp_deadlock", "import_error",
+    "node_death",
 )
 
 

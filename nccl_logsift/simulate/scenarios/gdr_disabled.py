@@ -21,7 +21,8 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     bad = job.cluster.hosts[job.notes["bad_host"]]
     ranks = [p.rank for p in job.cluster.procs if p.host is bad]
-    job.fault("transport_fallback", True, ranks, comm=job.cluster.world,
+    # The job works, its traffic staged through host memory: a warning and no root cause (severity policy).
+    job.fault("transport_fallback", False, ranks, comm=job.cluster.world, severity="warning",
               detail=f"NET/IB without GPUDirect RDMA on {bad.name} (nvidia-peermem not loaded)")
 
 
