@@ -64,7 +64,7 @@ class RankRun:
     t: float = 0.0
     pc: int = 0
     end: float | None = None  # when the process ended (None: still hanging when the log stops)
-    end_kind: str = ""  # exit | crash | init_fail | nccl_error | async_error | watchdog | killed | cancelled
+    end_kind: str = ""  # exit | crash | raised | init_fail | nccl_error | async_error | watchdog | killed | cancelled
     exit_code: int = 0  # >= 0 exit status, < 0 killed by that signal
     watchdogs: list[Watchdog] = field(default_factory=list)
     failed_issue: Issue | None = None  # the init that failed, or the op whose transport failed
@@ -201,6 +201,11 @@ class Engine:
                 run.state = "store_wait"
                 run.pc += 1
                 return
+            elif it.kind == "raise":  # the script raises (or the process aborts) here: text in story.raised
+                run.t += it.gap
+                run.state = "raise"
+                run.pc += 1
+                return
             elif it.kind == "exit":
                 run.t += it.gap
                 run.state = "exit"
@@ -314,6 +319,15 @@ class Engine:
                 sig = self.programs[run.rank][run.pc - 1].signal or 11
                 run.end, run.end_kind, run.exit_code = run.t, "crash", -sig
                 candidates.append((run.t, run.rank, "crash"))
+            elif run.state == "raise":
+                it = self.programs[run.rank][run.pc - 1]
+                t = run.t
+                together = (it.what or {}).get("together")
+                if together is not None:  # a check every member takes part in (a gloo all-gather) fails on all at once
+                    t = max(r.t for r in self.runs if r.state == "raise" and (self.programs[r.rank][r.pc - 1].what or {}).get("together") == together)
+                    t += self.rng.uniform(0.001, 0.03)
+                run.end, run.end_kind, run.exit_code = t, "raised", -it.signal if it.signal else 1
+                candidates.append((t, run.rank, "raised"))
             elif run.state == "store_wait":
                 t = run.t + self.timeout + self.rng.uniform(0.0, 0.2)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1

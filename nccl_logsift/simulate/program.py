@@ -51,7 +51,7 @@ class Op:
 
 @dataclass(slots=True)
 class Item:
-    kind: str  # init | op | sync | stall | exit | crash | bulk | print | store_wait
+    kind: str  # init | op | sync | stall | exit | crash | raise | bulk | print | store_wait
     op: Op | None = None
     comm: int = -1  # init: the communicator
     gap: float = 0.0  # host seconds spent before this item (compute, data loading)
@@ -59,6 +59,7 @@ class Item:
     signal: int = 0  # crash: the signal that kills the process
     fail: str = ""  # a failure the scenario injected: "net_error" on an op ("" = none)
     text: str = ""  # print: a line the training script prints (stdout)
+    what: dict | None = None  # raise: what the process reports before it dies (story.Narrator.raised reads it)
 
 
 @dataclass(slots=True)

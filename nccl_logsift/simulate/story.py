@@ -166,6 +166,8 @@ class Narrator:
                 self.story.add(t, rank, "out", data["text"])
         for w in run.watchdogs:
             self.watchdog(run, w)
+        if run.end_kind == "raised":
+            self.raised(run)
         self.ending(run)
 
     def process_start(self, rank: int, t: float, failure: str) -> float:
@@ -262,6 +264,23 @@ class Narrator:
         self.c10_block(rank, w.t, block)
         if w is run.watchdogs[-1]:
             self.abort_comms(rank, (run.end or w.t) - 0.02)
+
+    def raised(self, run: RankRun) -> None:
+        """What a process that raised (or aborted) at a ``raise`` item printed: the item says what happened."""
+        job, rank = self.job, run.rank
+        what = job.programs[rank][run.pc - 1].what or {}
+        t = run.end or run.t
+        if what.get("kind") == "fingerprint":
+            self.story.add(t, rank, "err", "\n".join(self.torch.fingerprint_exception(what["reports"][rank])))
+        elif what.get("kind") == "gpu_fault":
+            pg = job.cluster.pgs[0]
+            self.c10_block(rank, t, self.torch.cuda_watchdog_block(pg=pg, pg_local_id=0, pg_rank=self.pg_rank(pg, rank),
+                                                                   error=what["error"]))
+            if what.get("xid"):
+                # A node health check (or the job's epilogue) copies the kernel's NVRM line into the job's output.
+                d = self.when(t - 0.4)
+                stamp = f"{d:%a %b} {d.day:2d} {d:%H:%M:%S %Y}"  # dmesg -T
+                self.story.add(self.tl.end, LAUNCHER, "launcher", f"[{stamp}] {what['xid']}")
 
     def c10_block(self, rank: int, t: float, block: list[tuple[str, str]]) -> None:
         proc = self.job.cluster.procs[rank]

@@ -165,6 +165,57 @@ class TorchText:
                                  "checkForNCCLErrorsInternal")
         return lines
 
+    def cuda_watchdog_block(self, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int, error: str) -> list[tuple[str, str]]:
+        """A CUDA error the watchdog hits while polling its work's events (a GPU fault): the watchdog thread
+        dies with the CUDA error and takes the process down, with no timeout or NCCL error report first."""
+        reason = "\n".join((f"CUDA error: {error}",
+                            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+                            "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+                            "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."))
+        return self._terminate(reason, self.pg_prefix(pg, pg_local_id, pg_rank), f"[Rank {pg_rank}]", "error",
+                               "c10_cuda_check_implementation")
+
+    def fingerprint(self, fp: dict, peer: bool) -> str:
+        """ProcessGroupWrapper's CollectiveFingerPrint as operator<< prints it (TORCH_DISTRIBUTED_DEBUG=DETAIL).
+
+        1.13 prints no sequence number; 2.0 adds it but prints the peer's fingerprint without its tensors
+        (num_tensors was not deserialised, fixed by pytorch PR #100213 in 2.1)."""
+        seq = f"SequenceNumber={fp['seq']}" if self.p.series != "1.13" else ""
+        if peer and self.p.series == "2.0":
+            return f"CollectiveFingerPrint({seq}OpType={fp['op']})"
+        device = ("TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (default), "
+                  "pinned_memory=false (default), memory_format=(nullopt))")
+        head = f"{seq}, " if seq else ""
+        return (f"CollectiveFingerPrint({head}OpType={fp['op']}, TensorShape=[{', '.join(map(str, fp['shape']))}], "
+                f"TensorDtypes={fp['dtype']}, TensorDeviceTypes={device})")
+
+    def fingerprint_exception(self, report: dict) -> list[str]:
+        """The traceback of a rank whose collective check failed (ProcessGroupWrapper.cpp, verify_tensors)."""
+        mine, other = report["mine"], report["other"]
+        text = (f"Detected mismatch between collectives on ranks. Rank {report['rank']} is running collective: "
+                f"{self.fingerprint(mine, False)}, but Rank {report['peer']} is running collective: {self.fingerprint(other, True)}.")
+        if self.p.series not in ("1.13", "2.0"):  # compute_collective_diff, 2.1+
+            diff = []
+            if mine["seq"] != other["seq"]:
+                diff.append(f"\t Sequence number: {mine['seq']}vs {other['seq']}")
+            if mine["op"] != other["op"]:
+                diff.append(f"  Op type: {mine['op']}vs {other['op']}")
+            if mine["shape"] != other["shape"]:
+                diff.append(f"  Tensor Tensor shapes: {''.join(map(str, mine['shape']))}vs {''.join(map(str, other['shape']))}")
+            if mine["dtype"] != other["dtype"]:
+                diff.append(f"  Tensor Tensor dtypes: {mine['dtype']}vs {other['dtype']}")
+            text += "Collectives differ in the following aspects: " + "".join(diff)
+        site = self.site
+        rng = self.rng
+        return ["Traceback (most recent call last):",
+                f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>', "    main()",
+                f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main', f"    {report['call']}",
+                f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, in wrapper',
+                "    return func(*args, **kwargs)",
+                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(2300, 2900)}, in {report["fn"]}',
+                f"    work = group.{report['fn']}(",
+                f"RuntimeError: {text}"]
+
     # ------------------------------------------------------------------------- Python exceptions
     def init_exception(self, code: int, last_error: str, where: str) -> list[str]:
         """The traceback a rank prints when a NCCL call made from Python fails (DistBackendError)."""
