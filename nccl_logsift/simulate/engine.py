@@ -333,7 +333,10 @@ class Engine:
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1
                 candidates.append((t, run.rank, "init_fail"))
             elif run.state == "init_fail":
-                t = run.t + self.rng.uniform(0.3, 1.5)
+                issue = run.failed_issue
+                kind = self.faults.init_fail.get((run.rank, issue.comm)) if issue is not None else None
+                # store->get of the ncclUniqueId gives up at the process group's timeout; NCCL errors come at once.
+                t = run.t + (self.timeout if kind == "unique_id" else 0.0) + self.rng.uniform(0.3, 1.5)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1
                 candidates.append((t, run.rank, "init_fail"))
         # Transport failures: the reporter's op never completes and its watchdog sees the async error.

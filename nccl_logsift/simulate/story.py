@@ -123,6 +123,9 @@ class Narrator:
             if issue.pos == 0:
                 t = issue.t
                 kind = failure.get((rank, comm.index), "")
+                if kind == "unique_id":  # PyTorch waits for rank 0's ncclUniqueId before NCCL is called at all
+                    self.init_failure(run, issue, kind, t)
+                    continue
                 if not started:
                     started = True
                     t = self.process_start(rank, t, kind)
@@ -204,6 +207,10 @@ class Narrator:
         comm = job.cluster.comms[issue.comm]
         role = f"init:{comm.index}"
         proc = job.cluster.procs[rank]
+        if kind == "unique_id":
+            t = run.end or issue.t
+            self.story.add(t - 0.05, rank, "err", "\n".join(self.torch.unique_id_exception(comm.rank_of(rank))))
+            return
         if kind == "oom":
             t = self.emit(rank, issue.t + 0.4, self.nccl.init_after_bootstrap(comm, rank, role, connect=False)[:3])
             msgs = self.nccl.cuda_oom(role)

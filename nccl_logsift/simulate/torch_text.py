@@ -246,6 +246,22 @@ class TorchText:
         lines += [f"{detail[1]}: {detail[2]}", "Last error:", last_error]
         return lines
 
+    def unique_id_exception(self, rank: int) -> list[str]:
+        """A rank's first collective creates the NCCL communicator (lazy init): it waits in the c10d store for the
+        ncclUniqueId rank 0 publishes, and gives up at the store timeout (ProcessGroupNCCL.cpp broadcastUniqueNCCLID;
+        older releases spell it "retreiving")."""
+        site = self.site
+        verb = "retreiving" if self.p.series in ("1.13", "2.0", "2.1") else "retrieving"
+        return ["Traceback (most recent call last):",
+                '  File "/workspace/train.py", line 231, in <module>', "    main()",
+                '  File "/workspace/train.py", line 131, in main', "    model = DDP(model, device_ids=[local_rank])",
+                f'  File "{site}/torch/nn/parallel/distributed.py", line 798, in __init__',
+                "    _verify_param_shape_across_processes(self.process_group, parameters)",
+                f'  File "{site}/torch/distributed/utils.py", line 269, in _verify_param_shape_across_processes',
+                "    return dist._verify_params_across_processes(process_group, tensors, logger)",
+                f"{self.p.exception_class}: [{rank}] is setting up NCCL communicator and {verb} ncclUniqueId from [0] via c10d "
+                "key-value store by key '0', but store->get('0') got error: Socket Timeout"]
+
     def store_barrier_wait(self, rank: int, world: int, joined: int) -> str:
         timeout = "0:30:00" if self.p.timeout_ms >= 1800000 else "0:10:00"
         return (f"INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for rank: {rank}, "
