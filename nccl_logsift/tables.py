@@ -72,7 +72,7 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "nccltests": (
         *_KEYS, "test_name", "rank", "test_pid", "test_host", "device", "size", "count", "dtype", "redop", "root",
-        "oop_busbw", "ip_busbw", "status", "test_error", "detail", "event",
+        "oop_busbw", "ip_busbw", "status", "test_error", "test_src", "last_error", "detail", "event",
     ),
     "network": (
         *_KEYS, "net_name", "interfaces", "ifname", "address", "gdr", "gdr_gpu", "hca", "distance", "distance_op",

@@ -247,7 +247,7 @@ def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     what = pl.concat_str([pl.lit("Xid "), pl.col("xid").cast(pl.String), pl.lit(": ")]).fill_null(pl.lit(""))
     rows = rows.with_columns(
-        bus=(pl.col("xid_pci").str.replace_all(r"[:.]", "") + "0").str.to_integer(base=16, strict=False),
+        gpu_bus=(pl.col("xid_pci").str.replace_all(r"[:.]", "") + "0").str.to_integer(base=16, strict=False),
         host=pl.coalesce("xid_host", "host") if "host" in rows.columns else pl.col("xid_host"),
         origin=pl.lit("xid"),
         message=what + pl.col("detail").fill_null("").str.strip_chars(" :"),
@@ -255,21 +255,21 @@ def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(alt_key=pl.concat_str([pl.lit("GPU fault ("), pl.col("message").str.strip_chars_end("."), pl.lit(")")]))
     gpus = process_gpus(job)
     if gpus.is_empty():
-        return rows.rename({"bus": "xid_bus"})
+        return rows.rename({"gpu_bus": "xid_bus"})
     # The pid the driver blamed is the process's own (when printed); else the GPU, on the line's host or
     # wherever in the job that busId is unique.
     by_pid = gpus.unique("pid", keep="none").select(pl.col("pid").alias("_pid"), pl.col("global_rank").alias("_by_pid"), pl.col("host").alias("_pid_host"))
-    on_host = gpus.unique(["host", "bus"], keep="none").select("host", "bus", pl.col("global_rank").alias("_on_host"))
-    unique = gpus.unique("bus", keep="none").select("bus", pl.col("global_rank").alias("_anywhere"))
+    on_host = gpus.unique(["host", "gpu_bus"], keep="none").select("host", "gpu_bus", pl.col("global_rank").alias("_on_host"))
+    unique = gpus.unique("gpu_bus", keep="none").select("gpu_bus", pl.col("global_rank").alias("_anywhere"))
     rows = (
         rows.with_columns(_pid=pl.col("xid_pid").str.strip_chars("'").str.to_integer(strict=False))
         .join(by_pid, on="_pid", how="left", maintain_order="left")
         .with_columns(host=pl.coalesce("host", "_pid_host"))
-        .join(on_host, on=["host", "bus"], how="left", maintain_order="left")
-        .join(unique, on="bus", how="left", maintain_order="left")
+        .join(on_host, on=["host", "gpu_bus"], how="left", maintain_order="left")
+        .join(unique, on="gpu_bus", how="left", maintain_order="left")
     )
     rank = pl.coalesce("_by_pid", "_on_host", pl.when(pl.col("host").is_null()).then(pl.col("_anywhere"))).cast(pl.Int64)
-    return rows.with_columns(global_rank=rank).drop("_pid", "_by_pid", "_pid_host", "_on_host", "_anywhere").rename({"bus": "xid_bus"})
+    return rows.with_columns(global_rank=rank).drop("_pid", "_by_pid", "_pid_host", "_on_host", "_anywhere").rename({"gpu_bus": "xid_bus"})
 
 
 def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
@@ -280,8 +280,8 @@ def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     if gpus.is_empty() or rows.filter(loose).is_empty():
         return rows
     failed = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank").unique()
-    suspects = failed.join(gpus.select(pl.col("global_rank").alias("job_rank"), "bus", "host"), on="job_rank", how="inner")
-    suspects = suspects.unique("bus", keep="none").rename({"bus": "xid_bus", "job_rank": "_suspect", "host": "_suspect_host"})
+    suspects = failed.join(gpus.select(pl.col("global_rank").alias("job_rank"), "gpu_bus", "host"), on="job_rank", how="inner")
+    suspects = suspects.unique("gpu_bus", keep="none").rename({"gpu_bus": "xid_bus", "job_rank": "_suspect", "host": "_suspect_host"})
     return (
         rows.join(suspects, on="xid_bus", how="left", maintain_order="left")
         .with_columns(
@@ -298,8 +298,8 @@ def process_gpus(job: Job) -> pl.DataFrame:
     if procs.is_empty() or "bus_id" not in procs.columns:
         return pl.DataFrame()
     return procs.select(
-        "host", "pid", "global_rank", bus=pl.col("bus_id").str.replace_all(r"[:.]", "").str.to_integer(base=16, strict=False)
-    ).drop_nulls("bus")
+        "host", "pid", "global_rank", gpu_bus=pl.col("bus_id").str.replace_all(r"[:.]", "").str.to_integer(base=16, strict=False)
+    ).drop_nulls("gpu_bus")
 
 
 def _local_rank_to_rank(job: Job, rows: pl.DataFrame) -> pl.Expr:

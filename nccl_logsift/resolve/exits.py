@@ -13,7 +13,9 @@ Four kinds of evidence say that a process ended badly (``origin``):
 * ``slurm``: ``srun: error: <host>: task(s) <list>: <reason>``; a task list such as ``4-6,9`` becomes one
   row per task, the task being the rank.
 * ``shell``, ``pals``, ``mpirun``: bash job-control lines (``line 68: 2523565 Aborted (core dumped) ...``),
-  Cray PALS ``rank N died from signal S`` and Open MPI ``mpirun noticed that process rank N ...``.
+  Cray PALS ``rank N died from signal S`` and Open MPI ``mpirun noticed that process rank N ...``; and
+  Open MPI's (or PRRTE's) non-zero status block, whose ``Process name: [[jobid,1],N]`` and ``Exit code:``
+  lines name the first process that failed.
 
 The same process can be reported by several origins; rows are not merged across origins.
 """
@@ -96,6 +98,7 @@ def assemble_exits(exits: pl.DataFrame) -> pl.DataFrame:
         _single(rows.filter(pl.col("event") == "shell_job_exit"), "shell"),
         _single(rows.filter(pl.col("event") == "pals_exit"), "pals"),
         _single(rows.filter(pl.col("event") == "mpirun_exit"), "mpirun"),
+        _mpirun_block(rows.filter(pl.col("event").is_in(("mpi_process_name", "mpi_exit_code")))),
     ]
     out = pl.concat([p.select([pl.col(c).cast(t) for c, t in OUTPUT.items()]) for p in parts], how="vertical")
     return out.sort("source_id", "line_no", "origin", "rank", nulls_last=True)
@@ -178,6 +181,28 @@ def _slurm(rows: pl.DataFrame) -> pl.DataFrame:
         root_cause=pl.lit(False),
         origin=pl.lit("slurm"),
         reason=_squeeze(pl.col("exit_reason")),
+        script=pl.lit(None, dtype=pl.String),
+    )
+
+
+def _mpirun_block(rows: pl.DataFrame) -> pl.DataFrame:
+    """Open MPI's "detected that one or more processes exited with non-zero status" block: the first failed
+    process is the ``Process name: [[jobid,1],rank]`` line and the ``Exit code:`` line right after it."""
+    rows = rows.sort(ORDER).with_columns(
+        next_event=pl.col("event").shift(-1).over(STREAM, order_by=ORDER),
+        next_code=pl.col("exit_code").shift(-1).over(STREAM, order_by=ORDER),
+    )
+    named = rows.filter((pl.col("event") == "mpi_process_name") & (pl.col("next_event") == "mpi_exit_code"))
+    return named.with_columns(
+        time=pl.lit(None, dtype=pl.String),
+        host=pl.col("host"),
+        rank=pl.col("exit_rank"),
+        exit_code=pl.col("next_code"),
+        pid=pl.lit(None, dtype=pl.Int64),
+        signal=pl.lit(None, dtype=pl.String),
+        root_cause=pl.lit(True),  # "The first process to do so was:"
+        origin=pl.lit("mpirun"),
+        reason=pl.format("exited with non-zero status {}", pl.col("next_code")),
         script=pl.lit(None, dtype=pl.String),
     )
 
