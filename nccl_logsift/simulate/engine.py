@@ -84,6 +84,7 @@ class Faults:
     dead_comms: set[int] = field(default_factory=set)  # communicators on which no operation ever completes
     net_peer: dict[int, int] = field(default_factory=dict)  # rank reporting a transport error -> its peer
     async_delay: float = 1.2  # seconds from an async NCCL error to the watchdog noticing it
+    watchdog: bool = True  # a PyTorch watchdog reports operations that never complete (not in nccl-tests)
 
 
 @dataclass(slots=True)
@@ -326,7 +327,7 @@ class Engine:
                 if together is not None:  # a check every member takes part in (a gloo all-gather) fails on all at once
                     t = max(r.t for r in self.runs if r.state == "raise" and (self.programs[r.rank][r.pc - 1].what or {}).get("together") == together)
                     t += self.rng.uniform(0.001, 0.03)
-                run.end, run.end_kind, run.exit_code = t, "raised", -it.signal if it.signal else 1
+                run.end, run.end_kind, run.exit_code = t, "raised", -it.signal if it.signal else (it.what or {}).get("exit_code", 1)
                 candidates.append((t, run.rank, "raised"))
             elif run.state == "store_wait":
                 t = run.t + self.timeout + self.rng.uniform(0.0, 0.2)
@@ -354,7 +355,7 @@ class Engine:
             candidates.append((t, reporter, "async_error"))
         # Watchdogs on every rank left with operations that never completed.
         for run in self.runs:
-            if run.end is not None:
+            if run.end is not None or not self.faults.watchdog:
                 continue
             pending = [i for i in run.issues if i.done is None and i.pos > 0]
             if not pending:

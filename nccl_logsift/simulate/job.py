@@ -79,6 +79,8 @@ class Job:
     truth: list[TruthFault] = field(default_factory=list)
     notes: dict = field(default_factory=dict)  # scenario scratch space for its truth/story hooks
     bulk_steps: int = 0
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, NCCL prints nothing (a plain benchmark run)
+    python: bool = True  # the ranks run a Python training script (its warnings and progress lines are noise)
 
     # ------------------------------------------------------------------------------- lookups
     @property

@@ -98,7 +98,8 @@ class Narrator:
         for run in self.tl.runs:
             self.process(run)
         self.launcher()
-        return sorted(self.story.records, key=lambda r: (r.t, r.order))
+        records = self.story.records if self.job.nccl_debug else [r for r in self.story.records if r.chan != "nccl"]
+        return sorted(records, key=lambda r: (r.t, r.order))
 
     def process(self, run: RankRun) -> None:
         job = self.job
@@ -106,7 +107,7 @@ class Narrator:
         proc = job.cluster.procs[rank]
         end = run.end if run.end is not None else self.tl.end
         t0 = run.issues[0].t - 2.0 if run.issues else max(0.0, (run.end or 1.0) - 1.0)
-        if job.options.noise:
+        if job.options.noise and job.python:
             self.story.add(max(0.0, t0 - 1.5), rank, "err", "\n".join(noise.python_warnings(self.site, self.rng)))
             first_op = next((i.t for i in run.issues if i.pos > 0), None)
             if rank == 0 and first_op is not None:
@@ -184,7 +185,7 @@ class Narrator:
     # ----------------------------------------------------------------------------------- steps
     def steps(self, run: RankRun, end: float) -> None:
         job = self.job
-        if run.rank != 0 or not job.options.noise:
+        if run.rank != 0 or not job.options.noise or not job.python:
             return
         total = job.steps + job.bulk_steps
         prev = None
@@ -279,6 +280,11 @@ class Narrator:
         t = run.end or run.t
         if what.get("kind") == "fingerprint":
             self.story.add(t, rank, "err", "\n".join(self.torch.fingerprint_exception(what["reports"][rank])))
+        elif what.get("kind") == "nccl_tests":
+            # NCCLCHECK's line, then TESTCHECK's trace of each frame it returns through (nccl-tests src/common.h).
+            host = job.cluster.procs[rank].host.name
+            self.story.add(t, rank, "out", "\n".join([f"{host}: Test NCCL failure {what['src']} '{what['error']}'",
+                                                      *(f" .. {host} pid {job.cluster.procs[rank].pid}: Test failure {src}" for src in what["trace"])]))
         elif what.get("kind") == "gpu_fault":
             pg = job.cluster.pgs[0]
             self.c10_block(rank, t, self.torch.cuda_watchdog_block(pg=pg, pg_local_id=0, pg_rank=self.pg_rank(pg, rank),

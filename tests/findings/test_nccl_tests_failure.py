@@ -65,3 +65,19 @@ def test_a_host_is_named_when_no_rank_can_be(tmp_path):
 
 def test_a_clean_run_has_no_failure(tmp_path):
     assert run(NcclTestsFailure, load_job([write(tmp_path, [*HEAD, "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 88.2 "])])) == []
+
+
+# Simulated runs: NCCL before 2.13 (no last error after " / ") and after; mpirun's block, srun's task errors,
+# torchrun labels and a bare stream.
+@pytest.mark.parametrize("layout,nccl", [("mpirun", "2.10"), ("srun", "2.18"), ("interleaved", "2.27"), ("torchrun", "2.14")])
+def test_simulated_nccl_tests_failures_name_the_rank_that_failed(tmp_path, layout, nccl):
+    from nccl_logsift.simulate import Options, write as simulate_to
+
+    out, truth = tmp_path / "job.log", tmp_path / "truth.json"
+    sim = simulate_to(Options(scenario="nccl-tests-failure", ranks=16, layout=layout, nccl_version=nccl, seed=4), str(out), str(truth))
+    culprit = next(f["ranks"] for f in sim.truth["faults"] if f["primary"])
+    report = to_dict(analyze([str(out)]))
+    assert [(f["code"], f["ranks"]) for f in report["findings"] if f["primary"]] == [("LS902", culprit)]
+    found = next(f for f in report["findings"] if f["code"] == "LS902")
+    assert sim.job.notes["error"].split(" / ")[0] in found["title"]
+    assert (" / " in sim.job.notes["error"]) == (nccl >= "2.13")
