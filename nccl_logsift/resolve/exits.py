@@ -16,6 +16,8 @@ Four kinds of evidence say that a process ended badly (``origin``):
   Cray PALS ``rank N died from signal S`` and Open MPI ``mpirun noticed that process rank N ...``; and
   Open MPI's (or PRRTE's) non-zero status block, whose ``Process name: [[jobid,1],N]`` and ``Exit code:``
   lines name the first process that failed.
+* ``deepspeed``: DeepSpeed's launcher ``[launch.py:N:sigkill_handler] [<command>] exits with return code = N``,
+  the node's first failed worker, whose command's ``--local_rank=L`` names it.
 
 The same process can be reported by several origins; rows are not merged across origins.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-ORIGINS = ("torchrun_summary", "elastic", "slurm", "shell", "pals", "mpirun")
+ORIGINS = ("torchrun_summary", "elastic", "slurm", "shell", "pals", "mpirun", "deepspeed")
 
 # Linux signal numbers (x86-64 and arm64 agree on these).
 SIGNAL_NAMES = {
@@ -99,6 +101,7 @@ def assemble_exits(exits: pl.DataFrame) -> pl.DataFrame:
         _single(rows.filter(pl.col("event") == "pals_exit"), "pals"),
         _single(rows.filter(pl.col("event") == "mpirun_exit"), "mpirun"),
         _mpirun_block(rows.filter(pl.col("event").is_in(("mpi_process_name", "mpi_exit_code")))),
+        _deepspeed(rows.filter(pl.col("event") == "deepspeed_exit")),
     ]
     out = pl.concat([p.select([pl.col(c).cast(t) for c, t in OUTPUT.items()]) for p in parts], how="vertical")
     return out.sort("source_id", "line_no", "origin", "rank", nulls_last=True)
@@ -204,6 +207,23 @@ def _mpirun_block(rows: pl.DataFrame) -> pl.DataFrame:
         origin=pl.lit("mpirun"),
         reason=pl.format("exited with non-zero status {}", pl.col("next_code")),
         script=pl.lit(None, dtype=pl.String),
+    )
+
+
+def _deepspeed(rows: pl.DataFrame) -> pl.DataFrame:
+    """DeepSpeed's sigkill_handler: the node's first failed worker, named by the --local_rank of its command."""
+    code = pl.col("exit_code")
+    return rows.with_columns(
+        time=pl.lit(None, dtype=pl.String),
+        host=pl.coalesce(pl.col("exit_host"), pl.col("host")),
+        rank=pl.coalesce(pl.col("exit_rank"), pl.col("task"), pl.col("torch_rank")),
+        local_rank=pl.coalesce(pl.col("exit_local_rank"), pl.col("script").str.extract(r"'--local_rank=(\d+)'", 1).cast(pl.Int64)),
+        pid=pl.col("exit_pid"),
+        signal=_signal_of_exit_code(code),
+        root_cause=pl.lit(True),
+        origin=pl.lit("deepspeed"),
+        reason=pl.format("exits with return code = {}", code),
+        script=pl.col("script").str.extract(r"'([^']+\.py)'", 1),
     )
 
 
