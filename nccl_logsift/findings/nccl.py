@@ -369,8 +369,8 @@ class NcclTestsFailure(Rule):
         label, a pdsh host, a timestamp). The rank comes from the launcher label of the line, else from the
         test's device list (``#  Rank 2 Group 0 Pid P on host``) through the pid of the ``.. host pid P``
         traces when one process of that host failed, else from mpirun's ``Process name: [[jobid,1],N]`` block
-        (the first process to exit non-zero) when the device list puts that rank on the same host. Findings are
-        grouped by error string.
+        (the first process to exit non-zero) when the device list puts that rank on the same host. Findings
+        are grouped by error string.
 
     Example:
         ``gpu-e08: Test NCCL failure common.cu:1012 'unhandled system error (run with NCCL_DEBUG=INFO for
@@ -393,20 +393,28 @@ class NcclTestsFailure(Rule):
         rows = nccl_tests_failures(job)
         if rows.is_empty():
             return
-        kind = pl.when(pl.col("event") == "test_cuda_failure").then(pl.lit("CUDA")).when(pl.col("event") == "test_timeout").then(pl.lit("timeout")).otherwise(pl.lit("NCCL"))
-        rows = rows.with_columns(what=kind, error=pl.col("test_error").fill_null(pl.lit("its -T limit passed")))
+        event = pl.col("event")
+        kind = (
+            pl.when(event == "test_cuda_failure").then(pl.lit("CUDA"))
+            .when(event == "test_timeout").then(pl.lit("timeout"))
+            .otherwise(pl.lit("NCCL"))
+        )
+        rows = rows.with_columns(what=kind, error=pl.col("test_error").fill_null("its -T limit passed"))
         for _, group in rows.group_by("what", "error", maintain_order=True):
             first = group.row(0, named=True)
             ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
             hosts = sorted({h.split(".")[0] for h in group["test_host"].drop_nulls()})
             on = f" ({', '.join(hosts)})" if hosts and not job.hosts_of(ranks) else ""
-            who = (names(job, ranks) + on) if ranks else (f"host(s) {', '.join(hosts)}" if hosts else "a rank (not identified)")
+            who = f"host(s) {', '.join(hosts)}" if hosts else "a rank (not identified)"
+            if ranks:
+                who = names(job, ranks) + on
             where = f" at {first['test_src']}" if first.get("test_src") else ""
             last = f": {first['last_error']}" if first.get("last_error") else ""
             if first["what"] == "timeout":
                 title = f"nccl-tests timed out on {who}{where} ({first['error']})"
             else:
-                title = f"nccl-tests stopped on an {first['what']} error on {who}{where}: '{first['error']}'{last}"
+                title = f"nccl-tests stopped on an {first['what']} error on {who}{where}: '{first['error']}'"
+                title += last
             yield self.finding(job, title, evidence_rows=locations(group).head(4), ranks=ranks, hosts=hosts,
                                advice=self._advice(first))
 
@@ -419,7 +427,8 @@ class NcclTestsFailure(Rule):
             return ("Check the network between that host and the peer the error names: interfaces and routes "
                     "(NCCL_SOCKET_IFNAME, NCCL_IB_HCA), firewalls, link state; rerun with NCCL_DEBUG=INFO "
                     "NCCL_DEBUG_SUBSYS=INIT,NET.")
-        return "Rerun the test with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV to see the NCCL calls before the failure."
+        return ("Rerun the test with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV to see the NCCL calls "
+                "before the failure.")
 
 
 RULES: tuple[type[Rule], ...] = (NcclError, NcclTestsFailure)

@@ -40,9 +40,13 @@ from nccl_logsift.resolve.communicators import with_seq
 # CUDA error strings that are teardown noise, not a failure: the process is already exiting.
 BENIGN_CUDA = ("driver shutting down",)
 OOM = re.compile(r"out of memory|CUDA out of memory|OutOfMemory", re.I)
-# CUDA errors that mean the GPU itself failed (Xid 79 fallen off the bus shows as "unknown error", Xid 48/94/95 as
+# CUDA errors that mean the GPU itself failed (Xid 79, off the bus, shows as "unknown error", Xid 48/94/95 as
 # ECC errors), not the program: the node needs draining, not a code fix.
-HARDWARE_CUDA = ("unknown error", "uncorrectable ECC error encountered", "uncorrectable NVLink error detected during the execution")
+HARDWARE_CUDA = (
+    "unknown error",
+    "uncorrectable ECC error encountered",
+    "uncorrectable NVLink error detected during the execution",
+)
 CUDA_WHAT = r"^\s*CUDA error: (.+?)\s*$"  # the first line of a c10::Error from C10_CUDA_CHECK
 UNHANDLED_CUDA = 1  # ncclUnhandledCudaError in '-> N' chains
 
@@ -109,7 +113,7 @@ class CudaError(Rule):
             details = _details(group)
             title = f"{who} {what}{details}"
             severity = self.severity
-            # A driver line copied into the log says nothing by its position: only the processes' own lines count.
+            # A driver line copied into the log says nothing by its position: the processes' own lines do.
             own = group.filter(pl.col("origin") != "xid")
             late = own.height > 0 and _after_timeout(own, timeouts)
             if late:
@@ -167,7 +171,8 @@ def cuda_rows(job: Job) -> pl.DataFrame:
         code = pl.col("nccl_error_code").fill_null("") if "nccl_error_code" in apps.columns else pl.lit("")
         # A CUDA error the watchdog thread died of reaches the log only as std::terminate's "what():  CUDA
         # error: …" when PyTorch (<= 2.1) printed no watchdog line of its own.
-        what = pl.col("detail").fill_null("").str.extract(CUDA_WHAT, 1) if "detail" in apps.columns else pl.lit(None, pl.String)
+        detail = pl.col("detail") if "detail" in apps.columns else pl.lit(None, pl.String)
+        what = detail.fill_null("").str.extract(CUDA_WHAT, 1)
         app = apps.with_columns(
             cuda_error=pl.when(pl.col("event") == "cpp_what").then(what).otherwise(pl.col("cuda_error"))
         ).filter(
@@ -230,16 +235,17 @@ def _watchdog_cuda_rows(job: Job) -> pl.DataFrame:
     ).filter(pl.col("cuda_error").is_not_null() & ~pl.col("cuda_error").is_in(BENIGN_CUDA))
     if rows.is_empty():
         return pl.DataFrame()
-    default_pg = pl.col("pg_id").is_null() | (pl.col("pg_id") == 0) if "pg_id" in rows.columns else pl.lit(True)
+    default_pg = pl.col("pg_id").fill_null(0) == 0 if "pg_id" in rows.columns else pl.lit(True)
     return rows.with_columns(
-        torch_rank=pl.coalesce(pl.col("torch_rank"), pl.when(default_pg).then(pl.col("pg_rank"))).cast(pl.Int64),
+        torch_rank=pl.coalesce("torch_rank", pl.when(default_pg).then(pl.col("pg_rank"))).cast(pl.Int64),
         origin=pl.lit("torch"), message=pl.col("cuda_error"), key=pl.col("cuda_error"),
     )
 
 
 def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
     """NVRM Xid lines, given the rank of the process on that GPU: the PCI address is the busId NCCL printed
-    (``0000:3b:00`` is 3b000), on the line's host when known, else wherever that busId is unique in the job."""
+    (``0000:3b:00`` is 3b000), on the line's host when known, else wherever that busId is unique in the job.
+    """
     if "xid_pci" not in apps.columns:
         return pl.DataFrame()
     rows = apps.filter(pl.col("event") == "gpu_xid")
@@ -252,14 +258,14 @@ def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
         origin=pl.lit("xid"),
         message=what + pl.col("detail").fill_null("").str.strip_chars(" :"),
         key=pl.lit(None, pl.String),
-    ).with_columns(alt_key=pl.concat_str([pl.lit("GPU fault ("), pl.col("message").str.strip_chars_end("."), pl.lit(")")]))
+    ).with_columns(alt_key=pl.format("GPU fault ({})", pl.col("message").str.strip_chars_end(".")))
     gpus = process_gpus(job)
     if gpus.is_empty():
         return rows.rename({"gpu_bus": "xid_bus"})
     # The pid the driver blamed is the process's own (when printed); else the GPU, on the line's host or
     # wherever in the job that busId is unique.
-    by_pid = gpus.unique("pid", keep="none").select(pl.col("pid").alias("_pid"), pl.col("global_rank").alias("_by_pid"), pl.col("host").alias("_pid_host"))
-    on_host = gpus.unique(["host", "gpu_bus"], keep="none").select("host", "gpu_bus", pl.col("global_rank").alias("_on_host"))
+    by_pid = gpus.unique("pid", keep="none").select(_pid="pid", _by_pid="global_rank", _pid_host="host")
+    on_host = gpus.unique(["host", "gpu_bus"], keep="none").select("host", "gpu_bus", _on_host="global_rank")
     unique = gpus.unique("gpu_bus", keep="none").select("gpu_bus", pl.col("global_rank").alias("_anywhere"))
     rows = (
         rows.with_columns(_pid=pl.col("xid_pid").str.strip_chars("'").str.to_integer(strict=False))
@@ -268,8 +274,12 @@ def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
         .join(on_host, on=["host", "gpu_bus"], how="left", maintain_order="left")
         .join(unique, on="gpu_bus", how="left", maintain_order="left")
     )
-    rank = pl.coalesce("_by_pid", "_on_host", pl.when(pl.col("host").is_null()).then(pl.col("_anywhere"))).cast(pl.Int64)
-    return rows.with_columns(global_rank=rank).drop("_pid", "_by_pid", "_pid_host", "_on_host", "_anywhere").rename({"gpu_bus": "xid_bus"})
+    rank = pl.coalesce("_by_pid", "_on_host", pl.when(pl.col("host").is_null()).then(pl.col("_anywhere")))
+    return (
+        rows.with_columns(global_rank=rank.cast(pl.Int64))
+        .drop("_pid", "_by_pid", "_pid_host", "_on_host", "_anywhere")
+        .rename({"gpu_bus": "xid_bus"})
+    )
 
 
 def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
@@ -279,9 +289,11 @@ def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     gpus = process_gpus(job)
     if gpus.is_empty() or rows.filter(loose).is_empty():
         return rows
-    failed = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank").unique()
-    suspects = failed.join(gpus.select(pl.col("global_rank").alias("job_rank"), "gpu_bus", "host"), on="job_rank", how="inner")
-    suspects = suspects.unique("gpu_bus", keep="none").rename({"gpu_bus": "xid_bus", "job_rank": "_suspect", "host": "_suspect_host"})
+    failed = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank")
+    gpu_of = gpus.select("gpu_bus", "host", job_rank="global_rank")
+    suspects = failed.unique().join(gpu_of, on="job_rank", how="inner")
+    suspects = suspects.unique("gpu_bus", keep="none")
+    suspects = suspects.select(xid_bus="gpu_bus", _suspect="job_rank", _suspect_host="host")
     return (
         rows.join(suspects, on="xid_bus", how="left", maintain_order="left")
         .with_columns(
@@ -293,12 +305,13 @@ def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def process_gpus(job: Job) -> pl.DataFrame:
-    """host, pid, global_rank and the busId NCCL printed, as a number (``0000:3b:00.0`` and ``3b000`` alike)."""
+    """host, pid, global_rank and the busId NCCL printed, as a number (``0000:3b:00.0`` is 3b000)."""
     procs = job.processes
     if procs.is_empty() or "bus_id" not in procs.columns:
         return pl.DataFrame()
     return procs.select(
-        "host", "pid", "global_rank", gpu_bus=pl.col("bus_id").str.replace_all(r"[:.]", "").str.to_integer(base=16, strict=False)
+        "host", "pid", "global_rank",
+        gpu_bus=pl.col("bus_id").str.replace_all(r"[:.]", "").str.to_integer(base=16, strict=False),
     ).drop_nulls("gpu_bus")
 
 
@@ -377,8 +390,9 @@ def _comm_at(job: Job, group: pl.DataFrame) -> str | None:
 def _cuda_advice(key: str, hardware: bool = False) -> str:
     if hardware:
         return (
-            "Treat it as a GPU fault: drain that node (or GPU) from the scheduler, check `dmesg` / `nvidia-smi -q` "
-            "there for Xid, ECC and PCIe errors, and restart the job without it (from its last checkpoint)."
+            "Treat it as a GPU fault: drain that node (or GPU) from the scheduler, check `dmesg` / "
+            "`nvidia-smi -q` there for Xid, ECC and PCIe errors, and restart the job without it (from its "
+            "last checkpoint)."
         )
     if key == "out of memory":
         return (

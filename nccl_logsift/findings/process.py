@@ -510,8 +510,9 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
                 what = "raising " + r["error_class"] + (f" ({r['nccl_error']})" if r.get("nccl_error") else "")
                 found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     failed_tests = nccl_tests_failures(job)
-    placed = failed_tests.filter(pl.col("job_rank").is_not_null()) if "job_rank" in failed_tests.columns else failed_tests
-    for r in placed.iter_rows(named=True):
+    if "job_rank" in failed_tests.columns:
+        failed_tests = failed_tests.filter(pl.col("job_rank").is_not_null())
+    for r in failed_tests.iter_rows(named=True):
         what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
         found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     tests = job.table("nccltests")
@@ -536,11 +537,11 @@ TEST_FAILURES = ("test_nccl_failure", "test_cuda_failure", "test_timeout")
 
 @per_job
 def nccl_tests_failures(job: Job) -> pl.DataFrame:
-    """nccl-tests' own failure lines (``host: Test NCCL failure file:line 'error / last error'``, CUDA failures,
-    timeouts) with ``job_rank``: the launcher label of the line; else the rank of the one process on that host
-    whose ``.. host pid P: Test failure`` trace follows, read from the test's device list (``#  Rank 2 Group 0
-    Pid P on host``); else the first failed process of mpirun's exit block, when the device list puts it on
-    that host."""
+    """nccl-tests' own failure lines (``host: Test NCCL failure file:line 'error / last error'``, CUDA
+    failures, timeouts) with ``job_rank``: the launcher label of the line; else the rank of the one process
+    on that host whose ``.. host pid P: Test failure`` trace follows, read from the test's device list
+    (``#  Rank 2 Group 0 Pid P on host``); else the first failed process of mpirun's exit block, when the
+    device list puts it on that host."""
     tests = job.table("nccltests")
     if tests.is_empty() or "event" not in tests.columns:
         return pl.DataFrame()
@@ -555,12 +556,14 @@ def nccl_tests_failures(job: Job) -> pl.DataFrame:
         host.alias("_h"), pl.col("test_pid").alias("_pid")
     ).unique()
     # Only a host with one failing process says which one printed the failure.
-    traced = traces.join(devices, on=["_h", "_pid"], how="inner").unique("_h", keep="none").select("_h", pl.col("_dev_rank").alias("_traced"))
+    traced = traces.join(devices, on=["_h", "_pid"], how="inner").unique("_h", keep="none")
+    traced = traced.select("_h", _traced="_dev_rank")
     exits = job.table("exits")
-    first = assemble_exits(exits).filter(pl.col("root_cause") & pl.col("rank").is_not_null()) if not exits.is_empty() else pl.DataFrame()
-    if not first.is_empty():
-        placed = first.select(pl.col("rank").alias("_dev_rank")).join(devices.unique("_dev_rank"), on="_dev_rank", how="inner")
-        traced = pl.concat([traced, placed.select("_h", pl.col("_dev_rank").alias("_traced"))]).unique("_h", keep="first", maintain_order=True)
+    if not exits.is_empty():
+        first = assemble_exits(exits).filter(pl.col("root_cause") & pl.col("rank").is_not_null())
+        placed = first.select(_dev_rank="rank").join(devices.unique("_dev_rank"), on="_dev_rank", how="inner")
+        traced = pl.concat([traced, placed.select("_h", _traced="_dev_rank")])
+        traced = traced.unique("_h", keep="first", maintain_order=True)
     return (
         failures.with_columns(_h=host)
         .join(traced, on="_h", how="left", maintain_order="left")

@@ -437,9 +437,10 @@ class CollectiveMismatch(Rule):
         (``Detected mismatch between collectives on ranks. Rank R is running collective: …, but Rank K is
         running collective: …``), where every rank's fingerprint is known from its own report or its peers',
         and the fingerprints (op, shapes, dtypes, sequence number) held by fewer ranks name the culprits (with
-        no majority, as with two ranks, every side is named); else watchdog timeouts of one process group at
-        the same SeqNum with different OpType or sizes. A divergence in a log with no sign of a hang is reported as a warning
-        only: a COLL line lost to interleaved output shifts the counted positions the same way.
+        no majority, as with two ranks, every side is named); these reports, when present, are the finding.
+        Else watchdog timeouts of one process group at the same SeqNum with different OpType or sizes. A
+        divergence in a log with no sign of a hang is reported as a warning only: a COLL line lost to
+        interleaved output shifts the counted positions the same way.
 
     Example:
         Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
@@ -459,8 +460,8 @@ class CollectiveMismatch(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         reported = list(self._from_fingerprints(job))
         if reported:
-            # PyTorch compared the fingerprints itself before running the collective: what NCCL or the watchdog
-            # logged afterwards is fallout (ranks stopped at different points as they raised).
+            # PyTorch compared the fingerprints itself before running the collective: what NCCL or the
+            # watchdog logged afterwards is fallout (ranks stopped at different points as they raised).
             yield from reported
             return
         found = list(self._from_collectives(job))
@@ -538,12 +539,14 @@ class CollectiveMismatch(Rule):
         return deviants if 0 < deviants.height < mine.height else None
 
     def _from_fingerprints(self, job: Job) -> Iterator[Finding]:
-        """TORCH_DISTRIBUTED_DEBUG=DETAIL reports: each rank that raised names its own fingerprint and the first
-        rank (in group order) whose fingerprint differs; the fingerprints held by fewer ranks are the odd ones."""
+        """TORCH_DISTRIBUTED_DEBUG=DETAIL reports: each rank that raised names its own fingerprint and the
+        first rank (in group order) whose fingerprint differs; fingerprints fewer ranks hold are the odd ones.
+        """
         prints = fingerprints(job)
         if prints.is_empty():
             return
-        per_sig = prints.group_by("sig", maintain_order=True).agg(pl.col("rank"), pl.len()).sort("len", descending=True, maintain_order=True)
+        per_sig = prints.group_by("sig", maintain_order=True).agg(pl.col("rank"), pl.len())
+        per_sig = per_sig.sort("len", descending=True, maintain_order=True)
         top = per_sig["len"].first()
         tied = per_sig.filter(pl.col("len") == top).height > 1
         # With two ranks (or a tie) nothing says which side is wrong: every side is named.
@@ -557,21 +560,24 @@ class CollectiveMismatch(Rule):
         at = f" at SequenceNumber {seqs[0]}" if seqs.len() == 1 else ""
         show = functools.partial(_fingerprint_text, with_seq=not at)
         if tied:
+            examples = prints.unique("sig", keep="first", maintain_order=True)
+            example = {row["sig"]: row for row in examples.iter_rows(named=True)}
             sides = "; ".join(
-                f"rank(s) {_ranks_text(sorted(r))} ran {show(prints.filter(pl.col('sig') == sig).row(0, named=True))}"
+                f"rank(s) {_ranks_text(sorted(r))} ran {show(example[sig])}"
                 for sig, r in per_sig.select("sig", "rank").iter_rows()
             )
-            title = f"TORCH_DISTRIBUTED_DEBUG=DETAIL found mismatched collectives{at} and no majority: {sides}"
+            title = f"{DETAIL} found mismatched collectives{at} and no majority: {sides}"
         else:
             title = (
-                f"TORCH_DISTRIBUTED_DEBUG=DETAIL found mismatched collectives{at}: rank(s) {_ranks_text(ranks)} ran "
-                f"{show(first)} while {usual.height} rank(s) ran {show(usual.row(0, named=True))}"
+                f"{DETAIL} found mismatched collectives{at}: rank(s) {_ranks_text(ranks)} ran {show(first)} "
+                f"while {usual.height} rank(s) ran {show(usual.row(0, named=True))}"
             )
         reports = fingerprint_reports(job)
-        ev = pl.concat([reports.filter(pl.col("reporter").is_in(ranks)).head(3), reports.filter(~pl.col("reporter").is_in(ranks)).head(2)])
+        culprit = pl.col("reporter").is_in(ranks)
+        ev = pl.concat([reports.filter(culprit).head(3), reports.filter(~culprit).head(2)])
         yield self.finding(
-            job, title, evidence_rows=ev.select("source_id", "line_no", "part"), ranks=ranks, seq=first["seq"],
-            op=first["op"], advice=self._advice(),
+            job, title, evidence_rows=ev.select("source_id", "line_no", "part"), ranks=ranks,
+            seq=first["seq"], op=first["op"], advice=self._advice(),
         )
 
     def _from_torch(self, job: Job) -> Iterator[Finding]:
@@ -628,8 +634,9 @@ class CollectiveMismatch(Rule):
 @per_job
 def fingerprint_reports(job: Job) -> pl.DataFrame:
     """ProcessGroupWrapper's mismatch reports, with ``reporter`` (its global rank) and ``peer`` (the global
-    rank it compared itself with). The ranks printed are ranks of the process group; a launcher or ``[rankN]:``
-    label maps the reporter's to a global rank, and a peer rank maps through the reports that label both."""
+    rank it compared itself with). The ranks printed are ranks of the process group; a launcher or
+    ``[rankN]:`` label maps the reporter's to a global rank, and a peer's maps through the labelled reports.
+    """
     apps = job.table("app_errors")
     if apps.is_empty() or "fp_rank" not in apps.columns:
         return pl.DataFrame()
@@ -637,36 +644,40 @@ def fingerprint_reports(job: Job) -> pl.DataFrame:
     if rows.is_empty():
         return pl.DataFrame()
     rows = job.ranked(rows).with_columns(pl.col("fp_rank").cast(pl.Int64), pl.col("peer_rank").cast(pl.Int64))
-    labelled = rows.filter(pl.col("job_rank").is_not_null()).select(pg_rank=pl.col("fp_rank"), global_rank=pl.col("job_rank")).unique("pg_rank")
+    labelled = rows.filter(pl.col("job_rank").is_not_null()).select(pg_rank="fp_rank", global_rank="job_rank")
+    labelled = labelled.unique("pg_rank")
     # No label, or labels equal to the printed ranks (the default group): the printed ranks are global.
     same = labelled.is_empty() or bool((labelled["pg_rank"] == labelled["global_rank"]).all())
     to_global = labelled.rename({"pg_rank": "_r"})
 
     def mapped(column: str, name: str) -> pl.Expr:
-        return pl.coalesce(pl.col("global_rank"), pl.col(column) if same else pl.lit(None, pl.Int64)).alias(name)
+        return pl.coalesce("global_rank", pl.col(column) if same else pl.lit(None, pl.Int64)).alias(name)
 
     rows = rows.join(to_global.rename({"_r": "fp_rank"}), on="fp_rank", how="left", maintain_order="left")
-    rows = rows.with_columns(pl.coalesce("job_rank", mapped("fp_rank", "reporter")).alias("reporter")).drop("global_rank")
+    rows = rows.with_columns(reporter=pl.coalesce("job_rank", mapped("fp_rank", "reporter")))
+    rows = rows.drop("global_rank")
     rows = rows.join(to_global.rename({"_r": "peer_rank"}), on="peer_rank", how="left", maintain_order="left")
     return rows.with_columns(mapped("peer_rank", "peer")).drop("global_rank")
 
 
 @per_job
 def fingerprints(job: Job) -> pl.DataFrame:
-    """One fingerprint per global rank (rank, seq, op, shape, dtypes, sig): what a rank says of itself wins over
-    what its peers say of it (2.0 printed a peer's fingerprint without its tensors)."""
+    """One fingerprint per global rank (rank, seq, op, shape, dtypes, sig): what a rank says of itself wins
+    over what its peers say of it (2.0 printed a peer's fingerprint without its tensors)."""
     reports = fingerprint_reports(job)
     if reports.is_empty():
         return pl.DataFrame()
     cols = ("seq", "op", "shape", "dtypes")
-    own = reports.select(pl.col("reporter").alias("rank"), *[pl.col(f"fp_{c}").alias(c) for c in cols], pl.lit(0).alias("said_by"))
-    told = reports.filter(pl.col("peer").is_not_null()).select(
-        pl.col("peer").alias("rank"), *[pl.col(f"peer_{c}").alias(c) for c in cols], pl.lit(1).alias("said_by")
-    )
+    own = reports.select(rank="reporter", said_by=pl.lit(0), **{c: f"fp_{c}" for c in cols})
+    told = reports.filter(pl.col("peer").is_not_null())
+    told = told.select(rank="peer", said_by=pl.lit(1), **{c: f"peer_{c}" for c in cols})
     prints = pl.concat([own, told], how="vertical_relaxed").filter(pl.col("rank").is_not_null())
     prints = prints.sort("said_by", maintain_order=True).unique("rank", keep="first", maintain_order=True)
     sig = pl.concat_str([pl.col(c).cast(pl.String).fill_null("?") for c in cols], separator="|")
     return prints.with_columns(sig=sig).drop("said_by")
+
+
+DETAIL = "TORCH_DISTRIBUTED_DEBUG=DETAIL"
 
 
 def _fingerprint_text(row: dict, with_seq: bool = True) -> str:

@@ -376,10 +376,12 @@ def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- LS201
-# ProcessGroupNCCL/c10d store lines a rank prints before its NCCL communicator exists (grammars/torch/pg_init.toml,
-# c10d_store.toml).
-BEFORE_COMM_EVENTS = ("pg_options", "pg_environment", "device_guess", "c10d", "store_connect_failed", "store_connect_timeout",
-                      "store_server_failed", "store_socket_init_failed")
+# ProcessGroupNCCL/c10d store lines a rank prints before its NCCL communicator exists
+# (grammars/torch/pg_init.toml, c10d_store.toml).
+BEFORE_COMM_EVENTS = (
+    "pg_options", "pg_environment", "device_guess", "c10d", "store_connect_failed", "store_connect_timeout",
+    "store_server_failed", "store_socket_init_failed",
+)
 
 
 @dataclass(frozen=True)
@@ -395,19 +397,22 @@ class Absence:
 @per_job
 def absent_at_init(job: Job) -> Absence | None:
     """Who never arrived, named by absence: the ranks that waited for rank 0's ncclUniqueId in the c10d store
-    (it publishes it when it creates the communicator; default group: group ranks are global) while rank 0 shows
-    no sign of having been there (no NCCL line, no process-group line of its own); or the ranks missing from a
-    store server's ``J/E clients joined``, when the ranks seen leave exactly E-J out."""
+    (rank 0 publishes it when it creates the communicator; in the default group, group ranks are global)
+    while rank 0 shows no sign of having been there (no NCCL line, no process-group line of its own); or the
+    ranks missing from a store server's ``J/E clients joined``, when the ranks seen leave exactly E-J out."""
     apps = job.table("app_errors")
     if apps.is_empty() or "event" not in apps.columns:
         return None
-    waited = apps.filter((pl.col("event") == "unique_id_store_error") & (pl.col("barrier_key").fill_null("0") == "0"))
+    default_pg = pl.col("barrier_key").fill_null("0") == "0"
+    waited = apps.filter((pl.col("event") == "unique_id_store_error") & default_pg)
     if waited.height:
-        waiting = sorted({int(r) for r in with_ranks(job, waited).select(pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64))).to_series().drop_nulls()})
+        who = with_ranks(job, waited).select(pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64)))
+        waiting = sorted({int(r) for r in who.to_series().drop_nulls()})
         if waiting and 0 not in waiting and 0 not in _at_rendezvous(job):
             detail = waited["detail"].drop_nulls()
             why = f" ({detail[0]})" if detail.len() else ""
-            return Absence((0,), tuple(waiting), f"waited for its ncclUniqueId in the c10d store and gave up{why}", waited)
+            what = f"waited for its ncclUniqueId in the c10d store and gave up{why}"
+            return Absence((0,), tuple(waiting), what, waited)
     clients = apps.filter(pl.col("event") == "store_clients_timeout")
     if clients.height:
         joined, expected = int(clients["clients_joined"].min()), int(clients["clients_expected"].max())
@@ -415,7 +420,8 @@ def absent_at_init(job: Job) -> Absence | None:
         absent = sorted(set(range(expected)) - seen)
         if absent and len(absent) == expected - joined:
             present = sorted(seen & set(range(expected)))
-            return Absence(tuple(absent), tuple(present), f"joined the c10d store ({joined} of {expected} clients); the server timed out", clients)
+            what = f"joined the c10d store ({joined} of {expected} clients); the server timed out"
+            return Absence(tuple(absent), tuple(present), what, clients)
     return None
 
 
@@ -435,11 +441,12 @@ def _at_rendezvous(job: Job) -> set[int]:
 
 def _seen_ranks(job: Job) -> set[int]:
     """Every global rank with any line in the logs: processes, launcher labels, PyTorch rank prefixes."""
-    seen = _at_rendezvous(job) | set(known_ranks(job)["rank"].to_list()) | set(job.torch_ranks["rank"].to_list())
+    seen = _at_rendezvous(job) | set(known_ranks(job)["rank"].to_list())
+    seen |= set(job.torch_ranks["rank"].to_list())
     lines = job.lines
-    labels = [c for c in ("task", "mpi_rank") if c in lines.columns]
+    labels = [pl.col(c).cast(pl.Int64) for c in ("task", "mpi_rank") if c in lines.columns]
     if labels:
-        seen |= {int(r) for r in lines.select(pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in labels])).to_series().drop_nulls().unique()}
+        seen |= {int(r) for r in lines.select(pl.coalesce(*labels)).to_series().drop_nulls().unique()}
     return seen
 
 
@@ -472,7 +479,8 @@ class InitIncomplete(Rule):
         retrieving ncclUniqueId from [0] … got error: Socket Timeout``) while rank 0 logged no NCCL or
         ProcessGroupNCCL line make rank 0 the culprit; a store server's ``Timed out after N seconds waiting
         for clients. J/E clients joined`` names the ranks no line of the logs comes from when they are exactly
-        E-J. The peers' errors are then consequences. Before 2.18.3 there is no START line: a process that printed
+        E-J. The peers' errors are then consequences.
+        Before 2.18.3 there is no START line: a process that printed
         ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
 
     Example:
@@ -503,8 +511,8 @@ class InitIncomplete(Rule):
         if found is None:
             return
         title = (
-            f"{rank_word(found.absent)} never arrived at the rendezvous: {plural(len(found.waiting), 'rank')} "
-            f"({ranks_text(found.waiting)}) {found.what}"
+            f"{rank_word(found.absent)} never arrived at the rendezvous: "
+            f"{plural(len(found.waiting), 'rank')} ({ranks_text(found.waiting)}) {found.what}"
         )
         yield self.finding(job, title, evidence_rows=evidence(found.rows.head(4)), ranks=list(found.absent),
                            advice=self._advice_absent(found))
@@ -513,14 +521,15 @@ class InitIncomplete(Rule):
     def _advice_absent(found: Absence) -> str:
         if found.absent == (0,):
             return (
-                "Find out what rank 0 was doing instead of creating the communicator: work done on rank 0 only "
-                "after init_process_group (a dataset download or preprocessing, a checkpoint conversion) while the "
-                "others start training; dump its stack (py-spy dump --pid PID), and move such work before "
-                "init_process_group or behind a barrier with a long enough timeout."
+                "Find out what rank 0 was doing instead of creating the communicator: work done on rank 0 "
+                "only after init_process_group (a dataset download or preprocessing, a checkpoint "
+                "conversion) while the others start training; dump its stack (py-spy dump --pid PID), and "
+                "move such work before init_process_group or behind a barrier with a long enough timeout."
             )
         return (
-            f"Find out why {rank_word(found.absent)} never connected: check that their processes were started "
-            "(launcher output, node health) and reach MASTER_ADDR:MASTER_PORT, with the same WORLD_SIZE."
+            f"Find out why {rank_word(found.absent)} never connected: check that their processes were "
+            "started (launcher output, node health) and reach MASTER_ADDR:MASTER_PORT with the same "
+            "WORLD_SIZE."
         )
 
     # ------------------------------------------------------------------ NCCL Init START without COMPLETE
@@ -828,7 +837,8 @@ class BootstrapFailure(Rule):
                 if absence is not None:
                     # Rank 0 never came to publish the id: the store worked, these ranks only waited for it.
                     yield self.finding(
-                        job, f"{who}: rendezvous failed, {cause}, because {rank_word(absence.absent)} never arrived",
+                        job,
+                        f"{who}: rendezvous failed, {cause}, as {rank_word(absence.absent)} never arrived",
                         evidence_rows=evidence(group.head(4)), ranks=ranks, severity=Severity.ERROR,
                         advice="These ranks waited; look at the rank that never arrived first.",
                     )

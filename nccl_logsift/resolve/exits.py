@@ -16,8 +16,8 @@ Four kinds of evidence say that a process ended badly (``origin``):
   Cray PALS ``rank N died from signal S`` and Open MPI ``mpirun noticed that process rank N ...``; and
   Open MPI's (or PRRTE's) non-zero status block, whose ``Process name: [[jobid,1],N]`` and ``Exit code:``
   lines name the first process that failed.
-* ``deepspeed``: DeepSpeed's launcher ``[launch.py:N:sigkill_handler] [<command>] exits with return code = N``,
-  the node's first failed worker, whose command's ``--local_rank=L`` names it.
+* ``deepspeed``: DeepSpeed's launcher, ``[launch.py:N:sigkill_handler] [<command>] exits with return code =
+  N``: the node's first failed worker, whose command's ``--local_rank=L`` names it.
 
 The same process can be reported by several origins; rows are not merged across origins.
 """
@@ -210,14 +210,17 @@ def _mpirun_block(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+LOCAL_RANK_ARG = r"'--local_rank=(\d+)'"  # how DeepSpeed's launcher passes a worker its local rank
+
+
 def _deepspeed(rows: pl.DataFrame) -> pl.DataFrame:
-    """DeepSpeed's sigkill_handler: the node's first failed worker, named by the --local_rank of its command."""
+    """DeepSpeed's sigkill_handler: the node's first failed worker, named by its command's --local_rank."""
     code = pl.col("exit_code")
     return rows.with_columns(
         time=pl.lit(None, dtype=pl.String),
         host=pl.coalesce(pl.col("exit_host"), pl.col("host")),
         rank=pl.coalesce(pl.col("exit_rank"), pl.col("task"), pl.col("torch_rank")),
-        local_rank=pl.coalesce(pl.col("exit_local_rank"), pl.col("script").str.extract(r"'--local_rank=(\d+)'", 1).cast(pl.Int64)),
+        local_rank=pl.coalesce("exit_local_rank", pl.col("script").str.extract(LOCAL_RANK_ARG, 1).cast(int)),
         pid=pl.col("exit_pid"),
         signal=_signal_of_exit_code(code),
         root_cause=pl.lit(True),

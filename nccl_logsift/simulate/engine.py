@@ -64,7 +64,8 @@ class RankRun:
     t: float = 0.0
     pc: int = 0
     end: float | None = None  # when the process ended (None: still hanging when the log stops)
-    end_kind: str = ""  # exit | crash | raised | init_fail | nccl_error | async_error | watchdog | killed | cancelled
+    # exit | crash | raised | init_fail | nccl_error | async_error | watchdog | killed | cancelled
+    end_kind: str = ""
     exit_code: int = 0  # >= 0 exit status, < 0 killed by that signal
     watchdogs: list[Watchdog] = field(default_factory=list)
     failed_issue: Issue | None = None  # the init that failed, or the op whose transport failed
@@ -311,6 +312,12 @@ class Engine:
         self.bulk_waiting.clear()
 
     # ---------------------------------------------------------------------------------- the endings
+    def _raised_with(self, run: RankRun):
+        """The ``together`` key of the raise item a rank stopped at (None if it did not stop at one)."""
+        if run.state != "raise":
+            return None
+        return (self.programs[run.rank][run.pc - 1].what or {}).get("together")
+
     def _finish(self, start: float) -> Timeline:
         candidates: list[tuple[float, int, str]] = []
         for run in self.runs:
@@ -322,12 +329,14 @@ class Engine:
                 candidates.append((run.t, run.rank, "crash"))
             elif run.state == "raise":
                 it = self.programs[run.rank][run.pc - 1]
+                what = it.what or {}
                 t = run.t
-                together = (it.what or {}).get("together")
-                if together is not None:  # a check every member takes part in (a gloo all-gather) fails on all at once
-                    t = max(r.t for r in self.runs if r.state == "raise" and (self.programs[r.rank][r.pc - 1].what or {}).get("together") == together)
+                if what.get("together") is not None:
+                    # A check every member takes part in (a gloo all-gather) fails on all of them at once.
+                    t = max(r.t for r in self.runs if self._raised_with(r) == what["together"])
                     t += self.rng.uniform(0.001, 0.03)
-                run.end, run.end_kind, run.exit_code = t, "raised", -it.signal if it.signal else (it.what or {}).get("exit_code", 1)
+                code = -it.signal if it.signal else what.get("exit_code", 1)
+                run.end, run.end_kind, run.exit_code = t, "raised", code
                 candidates.append((t, run.rank, "raised"))
             elif run.state == "store_wait":
                 t = run.t + self.timeout + self.rng.uniform(0.0, 0.2)
@@ -336,7 +345,7 @@ class Engine:
             elif run.state == "init_fail":
                 issue = run.failed_issue
                 kind = self.faults.init_fail.get((run.rank, issue.comm)) if issue is not None else None
-                # store->get of the ncclUniqueId gives up at the process group's timeout; NCCL errors come at once.
+                # store->get of the ncclUniqueId gives up at the process group's timeout; NCCL fails at once.
                 t = run.t + (self.timeout if kind == "unique_id" else 0.0) + self.rng.uniform(0.3, 1.5)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1
                 candidates.append((t, run.rank, "init_fail"))

@@ -59,7 +59,7 @@ class Item:
     signal: int = 0  # crash: the signal that kills the process
     fail: str = ""  # a failure the scenario injected: "net_error" on an op ("" = none)
     text: str = ""  # print: a line the training script prints (stdout)
-    what: dict | None = None  # raise: what the process reports before it dies (story.Narrator.raised reads it)
+    what: dict | None = None  # raise: what the process reports as it dies (story.Narrator.raised reads it)
 
 
 @dataclass(slots=True)

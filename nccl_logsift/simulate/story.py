@@ -98,7 +98,9 @@ class Narrator:
         for run in self.tl.runs:
             self.process(run)
         self.launcher()
-        records = self.story.records if self.job.nccl_debug else [r for r in self.story.records if r.chan != "nccl"]
+        records = self.story.records
+        if not self.job.nccl_debug:
+            records = [r for r in records if r.chan != "nccl"]
         return sorted(records, key=lambda r: (r.t, r.order))
 
     def process(self, run: RankRun) -> None:
@@ -124,7 +126,7 @@ class Narrator:
             if issue.pos == 0:
                 t = issue.t
                 kind = failure.get((rank, comm.index), "")
-                if kind == "unique_id":  # PyTorch waits for rank 0's ncclUniqueId before NCCL is called at all
+                if kind == "unique_id":  # PyTorch waits for rank 0's ncclUniqueId before calling NCCL at all
                     self.init_failure(run, issue, kind, t)
                     continue
                 if not started:
@@ -210,7 +212,8 @@ class Narrator:
         proc = job.cluster.procs[rank]
         if kind == "unique_id":
             t = run.end or issue.t
-            self.story.add(t - 0.05, rank, "err", "\n".join(self.torch.unique_id_exception(comm.rank_of(rank))))
+            lines = self.torch.unique_id_exception(comm.rank_of(rank))
+            self.story.add(t - 0.05, rank, "err", "\n".join(lines))
             return
         if kind == "oom":
             t = self.emit(rank, issue.t + 0.4, self.nccl.init_after_bootstrap(comm, rank, role, connect=False)[:3])
@@ -274,23 +277,26 @@ class Narrator:
             self.abort_comms(rank, (run.end or w.t) - 0.02)
 
     def raised(self, run: RankRun) -> None:
-        """What a process that raised (or aborted) at a ``raise`` item printed: the item says what happened."""
+        """What a process that raised (or aborted) at a ``raise`` item printed (the item says what)."""
         job, rank = self.job, run.rank
         what = job.programs[rank][run.pc - 1].what or {}
         t = run.end or run.t
         if what.get("kind") == "fingerprint":
             self.story.add(t, rank, "err", "\n".join(self.torch.fingerprint_exception(what["reports"][rank])))
         elif what.get("kind") == "nccl_tests":
-            # NCCLCHECK's line, then TESTCHECK's trace of each frame it returns through (nccl-tests src/common.h).
-            host = job.cluster.procs[rank].host.name
-            self.story.add(t, rank, "out", "\n".join([f"{host}: Test NCCL failure {what['src']} '{what['error']}'",
-                                                      *(f" .. {host} pid {job.cluster.procs[rank].pid}: Test failure {src}" for src in what["trace"])]))
+            # NCCLCHECK's line, then TESTCHECK's trace of each frame it returns through (nccl-tests common.h).
+            proc = job.cluster.procs[rank]
+            host = proc.host.name
+            lines = [f"{host}: Test NCCL failure {what['src']} '{what['error']}'"]
+            lines += [f" .. {host} pid {proc.pid}: Test failure {src}" for src in what["trace"]]
+            self.story.add(t, rank, "out", "\n".join(lines))
         elif what.get("kind") == "gpu_fault":
             pg = job.cluster.pgs[0]
-            self.c10_block(rank, t, self.torch.cuda_watchdog_block(pg=pg, pg_local_id=0, pg_rank=self.pg_rank(pg, rank),
-                                                                   error=what["error"]))
+            pg_rank = self.pg_rank(pg, rank)
+            block = self.torch.cuda_watchdog_block(pg=pg, pg_local_id=0, pg_rank=pg_rank, error=what["error"])
+            self.c10_block(rank, t, block)
             if what.get("xid"):
-                # A node health check (or the job's epilogue) copies the kernel's NVRM line into the job's output.
+                # A node health check (or the job's epilogue) copies the kernel's NVRM line into the output.
                 d = self.when(t - 0.4)
                 stamp = f"{d:%a %b} {d.day:2d} {d:%H:%M:%S %Y}"  # dmesg -T
                 self.story.add(self.tl.end, LAUNCHER, "launcher", f"[{stamp}] {what['xid']}")

@@ -15,14 +15,26 @@ from nccl_logsift.simulate import Options, write
 
 # Watchdog generations: "what():" only (<= 2.1), "[Rank N] NCCL watchdog thread terminated" (2.2), "[PG … Rank N]
 # Process group watchdog thread terminated" (2.3+); layouts with and without launcher labels.
-@pytest.mark.parametrize("layout,nccl,torch,ranks", [
-    ("srun", "2.18", "2.1", 8), ("torchrun", "2.14", "2.0", 8), ("interleaved", "2.21", "2.2", 8),
-    ("mpirun", "2.21", "2.5", 16), ("interleaved", "2.27", "2.8", 16), ("per-rank", "2.26", "2.7", 8),
-])
+@pytest.mark.parametrize(
+    "layout,nccl,torch,ranks",
+    [
+        ("srun", "2.18", "2.1", 8),
+        ("torchrun", "2.14", "2.0", 8),
+        ("interleaved", "2.21", "2.2", 8),
+        ("mpirun", "2.21", "2.5", 16),
+        ("interleaved", "2.27", "2.8", 16),
+        ("per-rank", "2.26", "2.7", 8),
+    ],
+)
 def test_the_rank_whose_gpu_failed_outranks_the_peers_that_time_out(tmp_path, layout, nccl, torch, ranks):
     out, truth = tmp_path / "job", tmp_path / "truth.json"
-    sim = write(Options(scenario="gpu-fault", layout=layout, nccl_version=nccl, torch_version=torch, ranks=ranks, seed=2),
-                str(out), str(truth))
+    sim = write(
+        Options(
+            scenario="gpu-fault", layout=layout, nccl_version=nccl, torch_version=torch, ranks=ranks, seed=2
+        ),
+        str(out),
+        str(truth),
+    )
     culprit = next(f["ranks"] for f in sim.truth["faults"] if f["primary"])
     report = to_dict(analyze([str(out)]))
     primaries = [(f["code"], f["ranks"]) for f in report["findings"] if f["primary"]]
@@ -46,8 +58,11 @@ def test_an_xid_alone_is_a_gpu_fault_of_the_rank_on_that_gpu(tmp_path):
     proc = job.processes.filter(job.processes["global_rank"] == stalled[0]).row(0, named=True)
     v = int(proc["bus_id"].replace(":", "").replace(".", ""), 16)
     log = tmp_path / "rank-stall.log"
-    log.write_text(log.read_text() + f"[ 8841.203311] NVRM: Xid (PCI:{v >> 20:04x}:{(v >> 12) & 0xFF:02x}:{(v >> 4) & 0xFF:02x}): 79, "
-                   "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    log.write_text(
+        log.read_text()
+        + f"[ 8841.203311] NVRM: Xid (PCI:{v >> 20:04x}:{(v >> 12) & 0xFF:02x}:{(v >> 4) & 0xFF:02x}): 79, "
+        "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    )
     (found,) = run(CudaError, load_job([str(log)]))
     assert found.ranks == tuple(stalled) and found.severity is Severity.CRITICAL
     assert "GPU fault (Xid 79: GPU has fallen off the bus)" in found.title
@@ -55,6 +70,8 @@ def test_an_xid_alone_is_a_gpu_fault_of_the_rank_on_that_gpu(tmp_path):
 
 def test_driver_shutting_down_in_the_watchdog_is_not_a_gpu_fault(tmp_path):
     log = tmp_path / "exit.log"
-    log.write_text("[PG ID 0 PG GUID 0(default_pg) Rank 2] Process group watchdog thread terminated with exception: "
-                   "CUDA error: driver shutting down\n")
+    log.write_text(
+        "[PG ID 0 PG GUID 0(default_pg) Rank 2] Process group watchdog thread terminated with exception: "
+        "CUDA error: driver shutting down\n"
+    )
     assert run(CudaError, load_job([str(log)])) == []

@@ -7,11 +7,15 @@ from nccl_logsift.render.json import to_dict
 from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.findings.context import load_job
 
-WATCHDOG = ("[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
-            "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=1800000) ran for "
-            "18000{r}2 milliseconds before timing out.")
-SIGKILL = ("[2025-06-02 14:{m}:01,002] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
-           "'--local_rank={l}', '--deepspeed', 'ds.json'] exits with return code = {c}")
+WATCHDOG = (
+    "[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=1800000) ran for "
+    "18000{r}2 milliseconds before timing out."
+)
+SIGKILL = (
+    "[2025-06-02 14:{m}:01,002] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+    "'--local_rank={l}', '--deepspeed', 'ds.json'] exits with return code = {c}"
+)
 
 
 def deepspeed_log(tmp_path):
@@ -44,4 +48,7 @@ def test_the_rank_that_raised_is_the_root_cause_and_the_timeouts_follow(tmp_path
 def test_deepspeeds_sigkill_handler_reports_the_failed_worker_by_local_rank(tmp_path):
     exits = assemble_exits(load_job([deepspeed_log(tmp_path)]).table("exits"))
     ds = exits.filter(exits["origin"] == "deepspeed").sort("line_no")
-    assert ds.select("local_rank", "exit_code", "signal", "script").rows() == [(0, 1, None, "train.py"), (1, -6, "SIGABRT", "train.py")]
+    assert ds.select("local_rank", "exit_code", "signal", "script").rows() == [
+        (0, 1, None, "train.py"),
+        (1, -6, "SIGABRT", "train.py"),
+    ]

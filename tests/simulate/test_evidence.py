@@ -187,7 +187,8 @@ def test_a_detail_mismatch_is_reported_by_every_rank_and_the_culprits_own_finger
     culprit = primary(truth)["ranks"][0]
     reports = tables["app_errors"].filter(pl.col("event") == "collective_mismatch")
     assert sorted(reports["fp_rank"].to_list()) == list(range(8))
-    own = dict(zip(reports["fp_rank"].to_list(), (reports["fp_op"] + reports["fp_shape"] + reports["fp_dtypes"]).to_list()))
+    prints = reports["fp_op"] + reports["fp_shape"] + reports["fp_dtypes"]
+    own = dict(zip(reports["fp_rank"].to_list(), prints.to_list()))
     assert [r for r in own if own[r] != own[(culprit + 1) % 8]] == [culprit]
     assert set(reports.filter(pl.col("fp_rank") != culprit)["peer_rank"].to_list()) == {culprit}
 
@@ -195,10 +196,12 @@ def test_a_detail_mismatch_is_reported_by_every_rank_and_the_culprits_own_finger
 def test_a_gpu_fault_shows_only_as_the_culprits_watchdog_cuda_error(tmp_path):
     out, truth, tables = _setup(tmp_path, "gpu-fault", nccl_version="2.27")
     culprit = primary(truth)["ranks"][0]
-    died = tables["torch"].filter((pl.col("event") == "watchdog_terminated") & pl.col("detail").str.starts_with("CUDA error: "))
+    cuda = pl.col("detail").str.starts_with("CUDA error: ")
+    died = tables["torch"].filter((pl.col("event") == "watchdog_terminated") & cuda)
     assert died["pg_rank"].to_list() == [culprit]
     # the others' watchdogs die of their timeouts in the collective the culprit never reached
-    assert tables["torch"].filter(pl.col("event") == "watchdog_timeout")["pg_rank"].unique().sort().to_list() == [r for r in range(8) if r != culprit]
+    waited = tables["torch"].filter(pl.col("event") == "watchdog_timeout")["pg_rank"].unique().sort()
+    assert waited.to_list() == [r for r in range(8) if r != culprit]
     assert " NCCL WARN " not in out.read_text()
 
 
@@ -206,9 +209,11 @@ def test_an_nccl_tests_failure_is_printed_by_the_failing_ranks_host_without_nccl
     out, truth, tables = _setup(tmp_path, "nccl-tests-failure", layout="mpirun")
     culprit = primary(truth)["ranks"][0]
     failed = tables["nccltests"].filter(pl.col("event") == "test_nccl_failure")
-    assert failed["mpi_rank"].to_list() == [culprit] and failed["test_host"].to_list() == [proc_of(truth, culprit)[0]]
+    assert failed["mpi_rank"].to_list() == [culprit]
+    assert failed["test_host"].to_list() == [proc_of(truth, culprit)[0]]
     assert tables["lines"].filter(pl.col("producer") == "nccl").height == 0
-    assert f"Process name: [[" in out.read_text() and f",1],{culprit}]" in out.read_text()
+    text = out.read_text()
+    assert "Process name: [[" in text and f",1],{culprit}]" in text
 
 
 def test_every_scenario_has_an_evidence_test():

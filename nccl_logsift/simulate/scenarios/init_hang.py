@@ -49,7 +49,7 @@ def truth(job, timeline) -> None:
         failed = [run.rank for run in timeline.runs if run.end_kind == "init_fail"]
         job.fault("bootstrap_failure", False, failed, comm=world,
                   detail="the other ranks gave up waiting for rank 0's ncclUniqueId in the c10d store")
-        job.fault("process_exit", False, failed, detail="the ranks that gave up raised DistBackendError and exited")
+        job.fault("process_exit", False, failed, detail="the ranks that gave up raised DistBackendError")
         return
     job.fault("init_incomplete", True, missing, comm=world,
               detail=f"{len(missing)} of {job.ranks} ranks never reached init_process_group / ncclCommInitRank")
