@@ -207,6 +207,7 @@ def cuda_rows(job: Job) -> pl.DataFrame:
     rows = resolve_rows(job, rows)
     rows = rows.with_columns(job_rank=pl.coalesce("job_rank", _local_rank_to_rank(job, rows)))
     rows = _xid_of_failed_gpu(job, rows)
+    rows = _error_of_faulted_gpu(rows)
     # PyTorch's report of a NCCL CUDA failure ("unhandled cuda error") joins the group of that rank's message.
     unkeyed = rows.filter(pl.col("key").is_null())
     if unkeyed.height:
@@ -302,6 +303,16 @@ def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("_suspect", "_suspect_host")
     )
+
+
+def _error_of_faulted_gpu(rows: pl.DataFrame) -> pl.DataFrame:
+    """A CUDA error no label places (std::terminate's ``what():`` line on a shared stream) belongs to the GPU the
+    driver reported, when the Xid lines name exactly one rank."""
+    faulted = rows.filter((pl.col("origin") == "xid") & pl.col("job_rank").is_not_null())["job_rank"].unique()
+    if faulted.len() != 1:
+        return rows
+    loose = (pl.col("origin") == "torch") & pl.col("job_rank").is_null() & pl.col("host").is_null()
+    return rows.with_columns(job_rank=pl.when(loose).then(pl.lit(faulted[0])).otherwise(pl.col("job_rank")))
 
 
 def process_gpus(job: Job) -> pl.DataFrame:

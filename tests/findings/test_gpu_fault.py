@@ -75,3 +75,11 @@ def test_driver_shutting_down_in_the_watchdog_is_not_a_gpu_fault(tmp_path):
         "CUDA error: driver shutting down\n"
     )
     assert run(CudaError, load_job([str(log)])) == []
+
+
+def test_an_unlabelled_what_line_takes_the_rank_of_the_gpu_the_driver_names(tmp_path):
+    # PyTorch 2.0 on a bare stream: "what():  CUDA error: …" carries no rank; the Xid line's pid names it.
+    job, truth = simulate(tmp_path, "gpu-fault", layout="interleaved", nccl_version="2.14", seed=5)
+    assert "NVRM: Xid" in (tmp_path / "gpu-fault.log").read_text()
+    (found,) = run(CudaError, job)
+    assert list(found.ranks) == truth["faults"][0]["ranks"] and "CUDA error: an illegal memory access" in found.title
