@@ -285,12 +285,17 @@ def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
 
 def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     """An Xid nothing else placed belongs to the rank with a CUDA error whose GPU has that busId (the same
-    busId on another host of a multi-node job is the only other candidate, and it reported nothing)."""
+    busId on another host of a multi-node job is the only other candidate, and it reported nothing). With no
+    busIds in the log (NCCL_DEBUG unset), it belongs to the one rank that reported a CUDA error, if one did."""
     loose = (pl.col("origin") == "xid") & pl.col("job_rank").is_null()
-    gpus = process_gpus(job)
-    if gpus.is_empty() or rows.filter(loose).is_empty():
+    if rows.filter(loose).is_empty():
         return rows
     failed = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank")
+    gpus = process_gpus(job)
+    if gpus.is_empty():
+        only = failed["job_rank"].unique()
+        return rows.with_columns(job_rank=pl.when(loose).then(pl.lit(only[0]) if only.len() == 1 else None)
+                                 .otherwise(pl.col("job_rank")))
     gpu_of = gpus.select("gpu_bus", "host", job_rank="global_rank")
     suspects = failed.unique().join(gpu_of, on="job_rank", how="inner")
     suspects = suspects.unique("gpu_bus", keep="none")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from nccl_logsift.findings.context import load_job
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 from nccl_logsift.resolve.exits import assemble_exits
-from nccl_logsift.findings.context import load_job
+from nccl_logsift.simulate import Options, write
 
 WATCHDOG = (
     "[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
@@ -52,3 +55,28 @@ def test_deepspeeds_sigkill_handler_reports_the_failed_worker_by_local_rank(tmp_
         (0, 1, None, "train.py"),
         (1, -6, "SIGABRT", "train.py"),
     ]
+
+
+# Simulated jobs run without NCCL_DEBUG: only PyTorch's watchdog and tracebacks, Python's exceptions and the
+# launcher's exit reports are left, across launchers and releases.
+@pytest.mark.parametrize(
+    "scenario,layout,nccl",
+    [
+        ("gpu-fault", "srun", "2.18"),
+        ("gpu-fault", "torchrun", "2.27"),
+        ("debug-mismatch", "interleaved", "2.21"),
+        ("debug-mismatch", "srun", "2.14"),
+        ("segfault", "torchrun", "2.14"),
+        ("collective-mismatch", "srun", "2.21"),
+        ("rank-stall", "torchrun", "2.27"),
+        ("init-hang", "srun", "2.18"),
+    ],
+)
+def test_simulated_jobs_without_nccl_lines_are_diagnosed_per_their_truth(tmp_path, scenario, layout, nccl):
+    out, truth = tmp_path / "job.log", tmp_path / "truth.json"
+    sim = write(Options(scenario=scenario, layout=layout, nccl_version=nccl, nccl_debug=False, seed=2), str(out), str(truth))
+    assert " NCCL INFO " not in out.read_text()
+    report = to_dict(analyze([str(out)]))
+    primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
+    wanted = [(f["kind"], f["ranks"]) for f in sim.truth["faults"] if f["primary"]]
+    assert primaries == wanted
