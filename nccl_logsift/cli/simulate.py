@@ -58,16 +58,16 @@ def _scenario_names() -> list[str]:
 @click.option("--noise/--no-noise", default=True, show_default=True,
               help="Add what shares the stream in practice: progress lines, tqdm bars, Python warnings, torn lines.")
 @click.option("--nccl-debug/--no-nccl-debug", default=True, show_default=True,
-              help="Whether the job ran with NCCL_DEBUG=INFO; without it NCCL prints nothing, and only PyTorch's, "
-                   "Python's and the launcher's lines are left.")
+              help="Whether the job ran with NCCL_DEBUG=INFO; without it NCCL prints nothing, and only "
+                   "PyTorch's, Python's and the launcher's lines are left.")
 @click.option("--torn-rate", type=click.FloatRange(0.0, 0.5), default=None, metavar="P",
               help="Probability per line that another process's output is glued into it (interleaved layout; default 0.002 with --noise).")
 @click.option("-o", "--output", metavar="PATH",
               help="Where to write: a file, '-' for standard output, or a directory for --layout per-rank.")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also write the ground truth (what happened, to which ranks) as JSON to FILE.")
-def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_version, layout, seed, size, noise,
-             nccl_debug, torn_rate, output, truth_path):
+def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_version, layout, seed, size,
+             noise, nccl_debug, torn_rate, output, truth_path):
     """Simulate the logs of a distributed training job, with a fault injected where you choose.
 
     Writes what NCCL, PyTorch and the launcher print for every rank, in the exact line formats of the
@@ -111,7 +111,8 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
     if truth_path is not None and not Path(truth_path).parent.is_dir():
         raise click.BadParameter(f"directory {Path(truth_path).parent} does not exist", param_hint="'--truth'")
     options = Options(scenario=name, ranks=ranks, nodes=nodes, ops=ops, nccl_version=nccl_version, torch_version=torch_version,
-                      layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate, nccl_debug=nccl_debug)
+                      layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate,
+                      nccl_debug=nccl_debug)
     try:
         write(options, output, truth_path)
     except OptionError as exc:

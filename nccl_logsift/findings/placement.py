@@ -285,8 +285,8 @@ def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
 
 def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     """An Xid nothing else placed belongs to the rank with a CUDA error whose GPU has that busId (the same
-    busId on another host of a multi-node job is the only other candidate, and it reported nothing). With no
-    busIds in the log (NCCL_DEBUG unset), it belongs to the one rank that reported a CUDA error, if one did."""
+    busId on another host of a multi-node job is the only other candidate, and it reported nothing). With
+    no busIds in the log (NCCL_DEBUG unset), it belongs to the one rank that reported a CUDA error, if any."""
     loose = (pl.col("origin") == "xid") & pl.col("job_rank").is_null()
     if rows.filter(loose).is_empty():
         return rows

@@ -46,7 +46,7 @@ class Options:
     size: int | None = None  # bytes of log to stream (COLL-heavy steady state before the fault)
     noise: bool = True
     torn_rate: float | None = None  # probability per line of a torn+glued line in interleaved output
-    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, the log holds PyTorch's, Python's and the launcher's lines only
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, only PyTorch's, Python's and the launcher's lines are left
 
 
 @dataclass(slots=True)
@@ -210,7 +210,8 @@ def build_job(options: Options) -> Job:
     parallel = choose_parallel(options.ranks, gpus, scenario.needs_pp)
     cluster = Cluster(hosts, procs, [], [], parallel)
     base = datetime(2025, 6, 2, 14, 0, 0) + timedelta(seconds=rng.randrange(0, 6 * 3600))
-    job = Job(options, scenario, nccl, torch, cluster, {}, StepShape(), 0, Faults(), rng, base, nccl_debug=options.nccl_debug)
+    job = Job(options, scenario, nccl, torch, cluster, {}, StepShape(), 0, Faults(), rng, base,
+              nccl_debug=options.nccl_debug)
     if scenario.setup:
         scenario.setup(job)
     _build_comms(job)

@@ -74,7 +74,8 @@ def test_deepspeeds_sigkill_handler_reports_the_failed_worker_by_local_rank(tmp_
 )
 def test_simulated_jobs_without_nccl_lines_are_diagnosed_per_their_truth(tmp_path, scenario, layout, nccl):
     out, truth = tmp_path / "job.log", tmp_path / "truth.json"
-    sim = write(Options(scenario=scenario, layout=layout, nccl_version=nccl, nccl_debug=False, seed=2), str(out), str(truth))
+    options = Options(scenario=scenario, layout=layout, nccl_version=nccl, nccl_debug=False, seed=2)
+    sim = write(options, str(out), str(truth))
     assert " NCCL INFO " not in out.read_text()
     report = to_dict(analyze([str(out)]))
     primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
