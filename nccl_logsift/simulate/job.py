@@ -46,7 +46,7 @@ class Options:
     size: int | None = None  # bytes of log to stream (COLL-heavy steady state before the fault)
     noise: bool = True
     torn_rate: float | None = None  # probability per line of a torn+glued line in interleaved output
-    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, only PyTorch's, Python's and the launcher's lines are left
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, only PyTorch, Python and launcher lines are left
 
 
 @dataclass(slots=True)
