@@ -53,7 +53,9 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
     "app_errors": (
         *_KEYS, "error_class", "detail", "oom_alloc", "gpu_index", "cuda_error", "nccl_error", "nccl_error_code",
         "barrier_rank", "barrier_key", "world_size", "worker_count", "clients_joined", "clients_expected",
-        "spawn_index", "signal_name", "exit_code", "event",
+        "spawn_index", "signal_name", "exit_code", "event", "fp_rank", "fp_seq", "fp_op", "fp_shape",
+        "fp_dtypes", "peer_rank", "peer_seq", "peer_op", "peer_shape", "peer_dtypes", "xid", "xid_pci",
+        "xid_pid", "xid_host",
     ),
     "calls": (
         *_KEYS, "op", "count", "datatype", "redop", "root", "comm", "nranks", "comm_id", "rank", "cuda_dev", "parent",
@@ -76,7 +78,7 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "nccltests": (
         *_KEYS, "test_name", "rank", "test_pid", "test_host", "device", "size", "count", "dtype", "redop", "root",
-        "oop_busbw", "ip_busbw", "status", "test_error", "detail", "event",
+        "oop_busbw", "ip_busbw", "status", "test_error", "test_src", "last_error", "detail", "event",
     ),
     "network": (
         *_KEYS, "net_name", "interfaces", "ifname", "address", "gdr", "gdr_gpu", "hca", "distance", "distance_op",

@@ -59,6 +59,9 @@ def _scenario_names() -> list[str]:
               help="Stream about this much log (e.g. 1GB): steady-state training steps are repeated before the fault.")
 @click.option("--noise/--no-noise", default=True, show_default=True,
               help="Add what shares the stream in practice: progress lines, tqdm bars, Python warnings, torn lines.")
+@click.option("--nccl-debug/--no-nccl-debug", default=True, show_default=True,
+              help="Whether the job ran with NCCL_DEBUG=INFO; without it NCCL prints nothing, and only "
+                   "PyTorch's, Python's and the launcher's lines are left.")
 @click.option("--torn-rate", type=click.FloatRange(0.0, 0.5), default=None, metavar="P",
               help="Probability per line that another process's output is glued into it (interleaved layout; default 0.002 with --noise).")
 @click.option("-o", "--output", metavar="PATH",
@@ -76,8 +79,8 @@ def _scenario_names() -> list[str]:
 @click.option("--flight-recorder-buffer", "flight_buffer", type=click.IntRange(1), default=2000,
               show_default=True, metavar="N",
               help="TORCH_FR_BUFFER_SIZE: the dumps keep each rank's newest N entries.")
-def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_version, layout, seed, size, noise, torn_rate,
-             output, truth_path, flight_dir, flight_format, flight_buffer):
+def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_version, layout, seed, size, noise,
+             nccl_debug, torn_rate, output, truth_path, flight_dir, flight_format, flight_buffer):
     """Simulate the logs of a distributed training job, with a fault injected where you choose.
 
     Writes what NCCL, PyTorch and the launcher print for every rank, in the exact line formats of the
@@ -123,7 +126,7 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
         raise click.BadParameter(f"directory {Path(truth_path).parent} does not exist", param_hint="'--truth'")
     options = Options(scenario=name, ranks=ranks, nodes=nodes, ops=ops,
                       nccl_version=nccl_version or default_nccl_version(SCENARIOS[name]), torch_version=torch_version,
-                      layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate)
+                      layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate, nccl_debug=nccl_debug)
     try:
         sim = write(options, output, truth_path, flight_dir, flight_format, flight_buffer)
     except OptionError as exc:

@@ -40,6 +40,14 @@ from nccl_logsift.resolve.communicators import with_seq
 # CUDA error strings that are teardown noise, not a failure: the process is already exiting.
 BENIGN_CUDA = ("driver shutting down",)
 OOM = re.compile(r"out of memory|CUDA out of memory|OutOfMemory", re.I)
+# CUDA errors that mean the GPU itself failed (Xid 79, off the bus, shows as "unknown error", Xid 48/94/95 as
+# ECC errors), not the program: the node needs draining, not a code fix.
+HARDWARE_CUDA = (
+    "unknown error",
+    "uncorrectable ECC error encountered",
+    "uncorrectable NVLink error detected during the execution",
+)
+CUDA_WHAT = r"^\s*CUDA error: (.+?)\s*$"  # the first line of a c10::Error from C10_CUDA_CHECK
 UNHANDLED_CUDA = 1  # ncclUnhandledCudaError in '-> N' chains
 
 
@@ -60,10 +68,15 @@ class CudaError(Rule):
     How it is detected:
         The errors table's ``cuda`` and ``alloc`` messages (WARN and INFO forms), ``-> 1`` chains of
         processes that printed no CUDA message themselves, and PyTorch's ``cuda_oom`` / ``cuda_error``
-        exceptions (plus "unhandled cuda error" NCCL errors) from ``app_errors``. Findings are grouped by
+        exceptions (plus "unhandled cuda error" NCCL errors) from ``app_errors``; the CUDA error a
+        ProcessGroupNCCL watchdog thread died of (``watchdog thread terminated with exception: CUDA error:
+        unknown error``, or ``what():  CUDA error: …`` after ``terminate called``), which is how a GPU fault
+        shows when NCCL prints nothing; and NVRM Xid lines copied into the log (``NVRM: Xid (PCI:0000:3b:00):
+        79, …``), tied to the rank whose NCCL busId is that PCI address. Findings are grouped by
         the error string; out-of-memory variants form one group. ``driver shutting down`` is exit noise and
         ignored. An OOM that a rank logs only after its own watchdog timeout is reported as an error, not a
-        root cause (a failed collective often leaves an absurd allocation behind).
+        root cause (a failed collective often leaves an absurd allocation behind). The ranks that wait for
+        the failed one time out later: their watchdog timeouts are consequences.
 
     Example:
         ``dgx391:3788705:3788793 [0] include/alloc.h:225 NCCL WARN Cuda failure 2 'out of memory'`` followed
@@ -100,15 +113,18 @@ class CudaError(Rule):
             details = _details(group)
             title = f"{who} {what}{details}"
             severity = self.severity
-            late = _after_timeout(group, timeouts)
+            # A driver line copied into the log says nothing by its position: the processes' own lines do.
+            own = group.filter(pl.col("origin") != "xid")
+            late = own.height > 0 and _after_timeout(own, timeouts)
             if late:
                 severity = Severity.ERROR
                 title += " — after the watchdog timeout, so probably a consequence of the hang, not its cause"
             primary = group.filter(pl.col("origin") != "chain")
             ev = pl.concat([evidence(primary.head(4)), evidence(group.filter(pl.col("origin") == "chain").head(2))])
+            hardware = key in HARDWARE_CUDA or group.filter(pl.col("origin") == "xid").height > 0
             yield self.finding(
                 job, title, evidence_rows=ev, ranks=ranks, hosts=hosts, severity=severity,
-                comm=_comm_at(job, group), advice=_cuda_advice(key),
+                comm=_comm_at(job, group), advice=_cuda_advice(key, hardware),
             )
 
 
@@ -153,8 +169,15 @@ def cuda_rows(job: Job) -> pl.DataFrame:
     if not apps.is_empty() and "event" in apps.columns:
         nccl_text = pl.col("nccl_error").fill_null("") if "nccl_error" in apps.columns else pl.lit("")
         code = pl.col("nccl_error_code").fill_null("") if "nccl_error_code" in apps.columns else pl.lit("")
-        app = apps.filter(
+        # A CUDA error the watchdog thread died of reaches the log only as std::terminate's "what():  CUDA
+        # error: …" when PyTorch (<= 2.1) printed no watchdog line of its own.
+        detail = pl.col("detail") if "detail" in apps.columns else pl.lit(None, pl.String)
+        what = detail.fill_null("").str.extract(CUDA_WHAT, 1)
+        app = apps.with_columns(
+            cuda_error=pl.when(pl.col("event") == "cpp_what").then(what).otherwise(pl.col("cuda_error"))
+        ).filter(
             pl.col("event").is_in(("cuda_oom", "cuda_error"))
+            | ((pl.col("event") == "cpp_what") & pl.col("cuda_error").is_not_null())
             | ((pl.col("event") == "nccl_error") & nccl_text.str.contains("unhandled cuda error"))
             | ((pl.col("event") == "nccl_error_code") & (code == "ncclUnhandledCudaError"))
         ).filter(~pl.col("cuda_error").fill_null("").is_in(BENIGN_CUDA))
@@ -163,14 +186,18 @@ def cuda_rows(job: Job) -> pl.DataFrame:
                 origin=pl.lit("torch"),
                 message=pl.coalesce(pl.col("cuda_error"), pl.col("oom_alloc").map_elements(lambda s: f"tried to allocate {s}", return_dtype=pl.String)),
                 key=pl.when(pl.col("event") == "cuda_oom").then(pl.lit("out of memory"))
-                .when(pl.col("event") == "cuda_error").then(pl.col("cuda_error"))
+                .when(pl.col("event").is_in(("cuda_error", "cpp_what"))).then(pl.col("cuda_error"))
                 .otherwise(pl.lit(None, pl.String)),
             ))
+        frames.append(_xid_rows(job, apps))
+    frames.append(_watchdog_cuda_rows(job))
+    frames = [f for f in frames if not f.is_empty()]
     if not frames:
         return pl.DataFrame()
     keep = [
         "source_id", "line_no", "part", "host", "pid", "tid", "origin", "message", "key", "event", "error_kind",
         "torch_rank", "mpi_rank", "task", "local_rank", "global_rank", "gpu_index", "oom_alloc", "bytes", "cuda_error",
+        "alt_key", "xid", "xid_pci", "xid_bus",
     ]
     rows = pl.concat(
         [f.select([pl.col(c) if c in f.columns else pl.lit(None).alias(c) for c in keep]) for f in frames],
@@ -179,6 +206,8 @@ def cuda_rows(job: Job) -> pl.DataFrame:
     rows = with_seq(rows)
     rows = resolve_rows(job, rows)
     rows = rows.with_columns(job_rank=pl.coalesce("job_rank", _local_rank_to_rank(job, rows)))
+    rows = _xid_of_failed_gpu(job, rows)
+    rows = _error_of_faulted_gpu(rows)
     # PyTorch's report of a NCCL CUDA failure ("unhandled cuda error") joins the group of that rank's message.
     unkeyed = rows.filter(pl.col("key").is_null())
     if unkeyed.height:
@@ -187,11 +216,119 @@ def cuda_rows(job: Job) -> pl.DataFrame:
         default = fallback[0] if fallback.len() else "unhandled CUDA error (reported by PyTorch)"
         rows = (
             rows.join(by_rank.rename({"key": "_rk"}), on="job_rank", how="left", maintain_order="left")
-            .with_columns(key=pl.coalesce("key", "_rk", pl.lit(default)))
+            # An Xid of a rank with no CUDA error of its own is a group of its own, named after the event.
+            .with_columns(key=pl.coalesce("key", "_rk", "alt_key", pl.lit(default)))
             .drop("_rk")
         )
     rows = rows.with_columns(key=pl.when(pl.col("key").str.contains(OOM.pattern)).then(pl.lit("out of memory")).otherwise(pl.col("key")))
     return rows
+
+
+def _watchdog_cuda_rows(job: Job) -> pl.DataFrame:
+    """CUDA errors the ProcessGroupNCCL watchdog died of (``[PG 0 Rank 3] Process group watchdog thread
+    terminated with exception: CUDA error: unknown error``): a GPU fault found while polling the work's
+    events, with no NCCL line and no timeout before it. The PG rank is global in the default group."""
+    torch = job.table("torch")
+    if torch.is_empty() or "detail" not in torch.columns:
+        return pl.DataFrame()
+    rows = torch.filter(pl.col("event") == "watchdog_terminated").with_columns(
+        cuda_error=pl.col("detail").str.extract(CUDA_WHAT, 1)
+    ).filter(pl.col("cuda_error").is_not_null() & ~pl.col("cuda_error").is_in(BENIGN_CUDA))
+    if rows.is_empty():
+        return pl.DataFrame()
+    default_pg = pl.col("pg_id").fill_null(0) == 0 if "pg_id" in rows.columns else pl.lit(True)
+    return rows.with_columns(
+        torch_rank=pl.coalesce("torch_rank", pl.when(default_pg).then(pl.col("pg_rank"))).cast(pl.Int64),
+        origin=pl.lit("torch"), message=pl.col("cuda_error"), key=pl.col("cuda_error"),
+    )
+
+
+def _xid_rows(job: Job, apps: pl.DataFrame) -> pl.DataFrame:
+    """NVRM Xid lines, given the rank of the process on that GPU: the PCI address is the busId NCCL printed
+    (``0000:3b:00`` is 3b000), on the line's host when known, else wherever that busId is unique in the job.
+    """
+    if "xid_pci" not in apps.columns:
+        return pl.DataFrame()
+    rows = apps.filter(pl.col("event") == "gpu_xid")
+    if rows.is_empty():
+        return pl.DataFrame()
+    what = pl.concat_str([pl.lit("Xid "), pl.col("xid").cast(pl.String), pl.lit(": ")]).fill_null(pl.lit(""))
+    rows = rows.with_columns(
+        gpu_bus=(pl.col("xid_pci").str.replace_all(r"[:.]", "") + "0").str.to_integer(base=16, strict=False),
+        host=pl.coalesce("xid_host", "host") if "host" in rows.columns else pl.col("xid_host"),
+        origin=pl.lit("xid"),
+        message=what + pl.col("detail").fill_null("").str.strip_chars(" :"),
+        key=pl.lit(None, pl.String),
+    ).with_columns(alt_key=pl.format("GPU fault ({})", pl.col("message").str.strip_chars_end(".")))
+    gpus = process_gpus(job)
+    if gpus.is_empty():
+        return rows.rename({"gpu_bus": "xid_bus"})
+    # The pid the driver blamed is the process's own (when printed); else the GPU, on the line's host or
+    # wherever in the job that busId is unique.
+    by_pid = gpus.unique("pid", keep="none").select(_pid="pid", _by_pid="global_rank", _pid_host="host")
+    on_host = gpus.unique(["host", "gpu_bus"], keep="none").select("host", "gpu_bus", _on_host="global_rank")
+    unique = gpus.unique("gpu_bus", keep="none").select("gpu_bus", pl.col("global_rank").alias("_anywhere"))
+    rows = (
+        rows.with_columns(_pid=pl.col("xid_pid").str.strip_chars("'").str.to_integer(strict=False))
+        .join(by_pid, on="_pid", how="left", maintain_order="left")
+        .with_columns(host=pl.coalesce("host", "_pid_host"))
+        .join(on_host, on=["host", "gpu_bus"], how="left", maintain_order="left")
+        .join(unique, on="gpu_bus", how="left", maintain_order="left")
+    )
+    rank = pl.coalesce("_by_pid", "_on_host", pl.when(pl.col("host").is_null()).then(pl.col("_anywhere")))
+    return (
+        rows.with_columns(global_rank=rank.cast(pl.Int64))
+        .drop("_pid", "_by_pid", "_pid_host", "_on_host", "_anywhere")
+        .rename({"gpu_bus": "xid_bus"})
+    )
+
+
+def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
+    """An Xid nothing else placed belongs to the rank with a CUDA error whose GPU has that busId (the same
+    busId on another host of a multi-node job is the only other candidate, and it reported nothing). With
+    no busIds in the log (NCCL_DEBUG unset), it belongs to the one rank that reported a CUDA error, if any."""
+    loose = (pl.col("origin") == "xid") & pl.col("job_rank").is_null()
+    if rows.filter(loose).is_empty():
+        return rows
+    failed = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank")
+    gpus = process_gpus(job)
+    if gpus.is_empty():
+        only = failed["job_rank"].unique()
+        return rows.with_columns(job_rank=pl.when(loose).then(pl.lit(only[0]) if only.len() == 1 else None)
+                                 .otherwise(pl.col("job_rank")))
+    gpu_of = gpus.select("gpu_bus", "host", job_rank="global_rank")
+    suspects = failed.unique().join(gpu_of, on="job_rank", how="inner")
+    suspects = suspects.unique("gpu_bus", keep="none")
+    suspects = suspects.select(xid_bus="gpu_bus", _suspect="job_rank", _suspect_host="host")
+    return (
+        rows.join(suspects, on="xid_bus", how="left", maintain_order="left")
+        .with_columns(
+            job_rank=pl.when(loose).then(pl.col("_suspect")).otherwise(pl.col("job_rank")),
+            host=pl.when(loose).then(pl.coalesce("host", "_suspect_host")).otherwise(pl.col("host")),
+        )
+        .drop("_suspect", "_suspect_host")
+    )
+
+
+def _error_of_faulted_gpu(rows: pl.DataFrame) -> pl.DataFrame:
+    """A CUDA error no label places (std::terminate's ``what():`` line on a shared stream) belongs to the GPU the
+    driver reported, when the Xid lines name exactly one rank."""
+    faulted = rows.filter((pl.col("origin") == "xid") & pl.col("job_rank").is_not_null())["job_rank"].unique()
+    if faulted.len() != 1:
+        return rows
+    loose = (pl.col("origin") == "torch") & pl.col("job_rank").is_null() & pl.col("host").is_null()
+    return rows.with_columns(job_rank=pl.when(loose).then(pl.lit(faulted[0])).otherwise(pl.col("job_rank")))
+
+
+def process_gpus(job: Job) -> pl.DataFrame:
+    """host, pid, global_rank and the busId NCCL printed, as a number (``0000:3b:00.0`` is 3b000)."""
+    procs = job.processes
+    if procs.is_empty() or "bus_id" not in procs.columns:
+        return pl.DataFrame()
+    return procs.select(
+        "host", "pid", "global_rank",
+        gpu_bus=pl.col("bus_id").str.replace_all(r"[:.]", "").str.to_integer(base=16, strict=False),
+    ).drop_nulls("gpu_bus")
 
 
 def _local_rank_to_rank(job: Job, rows: pl.DataFrame) -> pl.Expr:
@@ -247,6 +384,9 @@ def _details(group: pl.DataFrame) -> str:
     nccl = group.filter((pl.col("origin") == "nccl") & pl.col("cuda_error").is_not_null())
     if nccl.height and not bits:
         bits.append(f"NCCL: Cuda failure '{nccl['cuda_error'][0]}'")
+    xid = group.filter(pl.col("origin") == "xid")
+    if xid.height and not xid["key"][0].startswith("GPU fault ("):  # else the title names it already
+        bits.append(f"the driver logged {xid['message'][0].rstrip('.')} on PCI {xid['xid_pci'][0]}")
     return f" ({'; '.join(bits)})" if bits else ""
 
 
@@ -263,7 +403,13 @@ def _comm_at(job: Job, group: pl.DataFrame) -> str | None:
     return None
 
 
-def _cuda_advice(key: str) -> str:
+def _cuda_advice(key: str, hardware: bool = False) -> str:
+    if hardware:
+        return (
+            "Treat it as a GPU fault: drain that node (or GPU) from the scheduler, check `dmesg` / "
+            "`nvidia-smi -q` there for Xid, ECC and PCIe errors, and restart the job without it (from its "
+            "last checkpoint)."
+        )
     if key == "out of memory":
         return (
             "Free GPU memory on that rank: reduce batch/activation memory, set "

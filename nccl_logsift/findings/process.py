@@ -20,7 +20,7 @@ from typing import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.findings.progress import describe_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
@@ -619,6 +619,12 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
             if r["job_rank"] is not None and pl.Series([text]).str.contains(NCCL_OR_CUDA)[0]:
                 what = "raising " + r["error_class"] + (f" ({r['nccl_error']})" if r.get("nccl_error") else "")
                 found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
+    failed_tests = nccl_tests_failures(job)
+    if "job_rank" in failed_tests.columns:
+        failed_tests = failed_tests.filter(pl.col("job_rank").is_not_null())
+    for r in failed_tests.iter_rows(named=True):
+        what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
+        found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     tests = job.table("nccltests")
     if not tests.is_empty() and "event" in tests.columns and "test_pid" in tests.columns and not job.processes.is_empty():
         failures = (
@@ -634,6 +640,46 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
                 what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
                 found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     return found
+
+
+TEST_FAILURES = ("test_nccl_failure", "test_cuda_failure", "test_timeout")
+
+
+@per_job
+def nccl_tests_failures(job: Job) -> pl.DataFrame:
+    """nccl-tests' own failure lines (``host: Test NCCL failure file:line 'error / last error'``, CUDA
+    failures, timeouts) with ``job_rank``: the launcher label of the line; else the rank of the one process
+    on that host whose ``.. host pid P: Test failure`` trace follows, read from the test's device list
+    (``#  Rank 2 Group 0 Pid P on host``); else the first failed process of mpirun's exit block, when the
+    device list puts it on that host."""
+    tests = job.table("nccltests")
+    if tests.is_empty() or "event" not in tests.columns:
+        return pl.DataFrame()
+    failures = with_job_rank(job, tests.filter(pl.col("event").is_in(TEST_FAILURES)))
+    if failures.is_empty():
+        return failures
+    host = pl.col("test_host").str.split(".").list.first()
+    devices = tests.filter(pl.col("event") == "device").select(
+        host.alias("_h"), pl.col("test_pid").alias("_pid"), pl.col("rank").cast(pl.Int64).alias("_dev_rank")
+    ).drop_nulls().unique(["_h", "_pid"])
+    traces = tests.filter((pl.col("event") == "test_failure") & pl.col("test_pid").is_not_null()).select(
+        host.alias("_h"), pl.col("test_pid").alias("_pid")
+    ).unique()
+    # Only a host with one failing process says which one printed the failure.
+    traced = traces.join(devices, on=["_h", "_pid"], how="inner").unique("_h", keep="none")
+    traced = traced.select("_h", _traced="_dev_rank")
+    exits = job.table("exits")
+    if not exits.is_empty():
+        first = assemble_exits(exits).filter(pl.col("root_cause") & pl.col("rank").is_not_null())
+        placed = first.select(_dev_rank="rank").join(devices.unique("_dev_rank"), on="_dev_rank", how="inner")
+        traced = pl.concat([traced, placed.select("_h", _traced="_dev_rank")])
+        traced = traced.unique("_h", keep="first", maintain_order=True)
+    return (
+        failures.with_columns(_h=host)
+        .join(traced, on="_h", how="left", maintain_order="left")
+        .with_columns(job_rank=pl.coalesce("job_rank", "_traced"))
+        .drop("_h", "_traced")
+    )
 
 
 RULES: tuple[type[Rule], ...] = (ProcessExit,)

@@ -13,6 +13,7 @@ grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -456,11 +457,15 @@ class CollectiveMismatch(Rule):
         COLL lines are aligned per communicator by position (ordinal); the first position where the members
         disagree on (op, count, datatype, redop, root) is the divergence, and the minority signature names
         the culprits. For point-to-point pairs, both sides sending (or both receiving) at the same position
-        is a deadlock. From PyTorch: watchdog timeouts of one process group at the same SeqNum with
-        different OpType or sizes. With as many ranks on each side (two ranks), both sides are named and
-        neither is blamed. A divergence is critical when the job shows a hang (watchdog, abort, WARN, failed
-        exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions of it
-        and no process destroys it; otherwise a warning only: a COLL line lost to interleaved output shifts
+        is a deadlock. From PyTorch: the collective-fingerprint reports of TORCH_DISTRIBUTED_DEBUG=DETAIL
+        (``Detected mismatch between collectives on ranks. Rank R is running collective: …, but Rank K is
+        running collective: …``), where every rank's fingerprint is known from its own report or its peers',
+        and the fingerprints (op, shapes, dtypes, sequence number) held by fewer ranks name the culprits (with
+        no majority, as with two ranks, every side is named and neither is blamed); these reports, when
+        present, are the finding. Else watchdog timeouts of one process group at the same SeqNum with
+        different OpType or sizes. A divergence is critical when the job shows a hang (watchdog, abort, WARN,
+        failed exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions of
+        it and no process destroys it; otherwise a warning only: a COLL line lost to interleaved output shifts
         the counted positions the same way.
 
     Example:
@@ -479,6 +484,12 @@ class CollectiveMismatch(Rule):
     severity = Severity.CRITICAL
 
     def check(self, job: Job) -> Iterator[Finding]:
+        reported = list(self._from_fingerprints(job))
+        if reported:
+            # PyTorch compared the fingerprints itself before running the collective: what NCCL or the
+            # watchdog logged afterwards is fallout (ranks stopped at different points as they raised).
+            yield from reported
+            return
         found = list(self._from_collectives(job))
         yield from found
         covered = {r for f in found for r in f.ranks}
@@ -567,6 +578,48 @@ class CollectiveMismatch(Rule):
         deviants = mine.filter(pl.col("op") != pl.col("expected"))
         return deviants if 0 < deviants.height < mine.height else None
 
+    def _from_fingerprints(self, job: Job) -> Iterator[Finding]:
+        """TORCH_DISTRIBUTED_DEBUG=DETAIL reports: each rank that raised names its own fingerprint and the
+        first rank (in group order) whose fingerprint differs; fingerprints fewer ranks hold are the odd ones.
+        """
+        prints = fingerprints(job)
+        if prints.is_empty():
+            return
+        per_sig = prints.group_by("sig", maintain_order=True).agg(pl.col("rank"), pl.len())
+        per_sig = per_sig.sort("len", descending=True, maintain_order=True)
+        top = per_sig["len"].first()
+        tied = per_sig.filter(pl.col("len") == top).height > 1
+        # With two ranks (or a tie) nothing says which side is wrong: every side is named.
+        odd_sigs = per_sig["sig"] if tied else per_sig["sig"].slice(1)
+        odd = prints.filter(pl.col("sig").is_in(odd_sigs.implode()))
+        usual = prints.filter(~pl.col("sig").is_in(odd_sigs.implode()))
+        ranks = sorted(odd["rank"].to_list())
+        first = odd.row(0, named=True)
+        # One sequence number for all: say it once; else each side's is part of the difference.
+        seqs = prints["seq"].drop_nulls().unique()
+        at = f" at SequenceNumber {seqs[0]}" if seqs.len() == 1 else ""
+        show = functools.partial(_fingerprint_text, with_seq=not at)
+        if tied:
+            examples = prints.unique("sig", keep="first", maintain_order=True)
+            example = {row["sig"]: row for row in examples.iter_rows(named=True)}
+            sides = "; ".join(
+                f"rank(s) {_ranks_text(sorted(r))} ran {show(example[sig])}"
+                for sig, r in per_sig.select("sig", "rank").iter_rows()
+            )
+            title = f"{DETAIL} found mismatched collectives{at} and no majority: {sides}"
+        else:
+            title = (
+                f"{DETAIL} found mismatched collectives{at}: rank(s) {_ranks_text(ranks)} ran {show(first)} "
+                f"while {usual.height} rank(s) ran {show(usual.row(0, named=True))}"
+            )
+        reports = fingerprint_reports(job)
+        culprit = pl.col("reporter").is_in(ranks)
+        ev = pl.concat([reports.filter(culprit).head(3), reports.filter(~culprit).head(2)])
+        yield self.finding(
+            job, title, evidence_rows=ev.select("source_id", "line_no", "part"), ranks=ranks,
+            seq=first["seq"], op=first["op"], advice=self._advice(),
+        )
+
     def _from_torch(self, job: Job) -> Iterator[Finding]:
         rows = timeouts(job)
         if rows.is_empty():
@@ -616,6 +669,63 @@ class CollectiveMismatch(Rule):
             "collective skipped or added on one rank, or different tensor shapes. Re-run with "
             "TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch compare collective fingerprints across ranks."
         )
+
+
+@per_job
+def fingerprint_reports(job: Job) -> pl.DataFrame:
+    """ProcessGroupWrapper's mismatch reports, with ``reporter`` (its global rank) and ``peer`` (the global
+    rank it compared itself with). The ranks printed are ranks of the process group; a launcher or
+    ``[rankN]:`` label maps the reporter's to a global rank, and a peer's maps through the labelled reports.
+    """
+    apps = job.table("app_errors")
+    if apps.is_empty() or "fp_rank" not in apps.columns:
+        return pl.DataFrame()
+    rows = apps.filter((pl.col("event") == "collective_mismatch") & pl.col("fp_rank").is_not_null())
+    if rows.is_empty():
+        return pl.DataFrame()
+    rows = job.ranked(rows).with_columns(pl.col("fp_rank").cast(pl.Int64), pl.col("peer_rank").cast(pl.Int64))
+    labelled = rows.filter(pl.col("job_rank").is_not_null()).select(pg_rank="fp_rank", global_rank="job_rank")
+    labelled = labelled.unique("pg_rank")
+    # No label, or labels equal to the printed ranks (the default group): the printed ranks are global.
+    same = labelled.is_empty() or bool((labelled["pg_rank"] == labelled["global_rank"]).all())
+    to_global = labelled.rename({"pg_rank": "_r"})
+
+    def mapped(column: str, name: str) -> pl.Expr:
+        return pl.coalesce("global_rank", pl.col(column) if same else pl.lit(None, pl.Int64)).alias(name)
+
+    rows = rows.join(to_global.rename({"_r": "fp_rank"}), on="fp_rank", how="left", maintain_order="left")
+    rows = rows.with_columns(reporter=pl.coalesce("job_rank", mapped("fp_rank", "reporter")))
+    rows = rows.drop("global_rank")
+    rows = rows.join(to_global.rename({"_r": "peer_rank"}), on="peer_rank", how="left", maintain_order="left")
+    return rows.with_columns(mapped("peer_rank", "peer")).drop("global_rank")
+
+
+@per_job
+def fingerprints(job: Job) -> pl.DataFrame:
+    """One fingerprint per global rank (rank, seq, op, shape, dtypes, sig): what a rank says of itself wins
+    over what its peers say of it (2.0 printed a peer's fingerprint without its tensors)."""
+    reports = fingerprint_reports(job)
+    if reports.is_empty():
+        return pl.DataFrame()
+    cols = ("seq", "op", "shape", "dtypes")
+    own = reports.select(rank="reporter", said_by=pl.lit(0), **{c: f"fp_{c}" for c in cols})
+    told = reports.filter(pl.col("peer").is_not_null())
+    told = told.select(rank="peer", said_by=pl.lit(1), **{c: f"peer_{c}" for c in cols})
+    prints = pl.concat([own, told], how="vertical_relaxed").filter(pl.col("rank").is_not_null())
+    prints = prints.sort("said_by", maintain_order=True).unique("rank", keep="first", maintain_order=True)
+    sig = pl.concat_str([pl.col(c).cast(pl.String).fill_null("?") for c in cols], separator="|")
+    return prints.with_columns(sig=sig).drop("said_by")
+
+
+DETAIL = "TORCH_DISTRIBUTED_DEBUG=DETAIL"
+
+
+def _fingerprint_text(row: dict, with_seq: bool = True) -> str:
+    parts = [f"shape [{row['shape']}]"] if row.get("shape") is not None else []
+    if row.get("dtypes"):
+        parts.append(row["dtypes"])
+    seq = f" at SequenceNumber {row['seq']}" if with_seq and row.get("seq") is not None else ""
+    return f"{row['op']}{'(' + ', '.join(parts) + ')' if parts else ''}{seq}"
 
 
 class WatchdogTimeout(Rule):

@@ -376,6 +376,80 @@ def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- LS201
+# ProcessGroupNCCL/c10d store lines a rank prints before its NCCL communicator exists
+# (grammars/torch/pg_init.toml, c10d_store.toml).
+BEFORE_COMM_EVENTS = (
+    "pg_options", "pg_environment", "device_guess", "c10d", "store_connect_failed", "store_connect_timeout",
+    "store_server_failed", "store_socket_init_failed",
+)
+
+
+@dataclass(frozen=True)
+class Absence:
+    """Ranks that never reached the rendezvous, proved by the errors of the peers that waited for them."""
+
+    absent: tuple[int, ...]
+    waiting: tuple[int, ...]
+    what: str  # what the waiting ranks did, for the title
+    rows: pl.DataFrame  # the peers' error lines
+
+
+@per_job
+def absent_at_init(job: Job) -> Absence | None:
+    """Who never arrived, named by absence: the ranks that waited for rank 0's ncclUniqueId in the c10d store
+    (rank 0 publishes it when it creates the communicator; in the default group, group ranks are global)
+    while rank 0 shows no sign of having been there (no NCCL line, no process-group line of its own); or the
+    ranks missing from a store server's ``J/E clients joined``, when the ranks seen leave exactly E-J out."""
+    apps = job.table("app_errors")
+    if apps.is_empty() or "event" not in apps.columns:
+        return None
+    default_pg = pl.col("barrier_key").fill_null("0") == "0"
+    waited = apps.filter((pl.col("event") == "unique_id_store_error") & default_pg)
+    if waited.height:
+        who = with_ranks(job, waited).select(pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64)))
+        waiting = sorted({int(r) for r in who.to_series().drop_nulls()})
+        if waiting and 0 not in waiting and 0 not in _at_rendezvous(job):
+            detail = waited["detail"].drop_nulls()
+            why = f" ({detail[0]})" if detail.len() else ""
+            what = f"waited for its ncclUniqueId in the c10d store and gave up{why}"
+            return Absence((0,), tuple(waiting), what, waited)
+    clients = apps.filter(pl.col("event") == "store_clients_timeout")
+    if clients.height:
+        joined, expected = int(clients["clients_joined"].min()), int(clients["clients_expected"].max())
+        seen = _seen_ranks(job)
+        absent = sorted(set(range(expected)) - seen)
+        if absent and len(absent) == expected - joined:
+            present = sorted(seen & set(range(expected)))
+            what = f"joined the c10d store ({joined} of {expected} clients); the server timed out"
+            return Absence(tuple(absent), tuple(present), what, clients)
+    return None
+
+
+def _at_rendezvous(job: Job) -> set[int]:
+    """Ranks with a sign of having reached communicator creation: an NCCL line of their process, or a line of
+    ProcessGroupNCCL in the default group from after it (the options a ProcessGroupNCCL prints when it is
+    constructed come before: with lazy init the communicator is created at the first collective)."""
+    torch = job.table("torch")
+    ranks: set[int] = set()
+    if not torch.is_empty() and "pg_rank" in torch.columns:
+        after = torch.filter((pl.col("pg_id").fill_null(0) == 0) & ~pl.col("event").is_in(BEFORE_COMM_EVENTS))
+        ranks |= {int(r) for r in after["pg_rank"].drop_nulls()}
+    if not job.processes.is_empty():
+        ranks |= {int(r) for r in job.processes["global_rank"].drop_nulls()}
+    return ranks
+
+
+def _seen_ranks(job: Job) -> set[int]:
+    """Every global rank with any line in the logs: processes, launcher labels, PyTorch rank prefixes."""
+    seen = _at_rendezvous(job) | set(known_ranks(job)["rank"].to_list())
+    seen |= set(job.torch_ranks["rank"].to_list())
+    lines = job.lines
+    labels = [pl.col(c).cast(pl.Int64) for c in ("task", "mpi_rank") if c in lines.columns]
+    if labels:
+        seen |= {int(r) for r in lines.select(pl.coalesce(*labels)).to_series().drop_nulls().unique()}
+    return seen
+
+
 class InitIncomplete(Rule):
     """Communicator init never completed: some ranks never joined, the others wait for them.
 
@@ -400,7 +474,13 @@ class InitIncomplete(Rule):
         an error when the ranks they wait for are known, critical when nobody failed or is missing.
         Stalled subgroup communicators (new_group, point-to-point pairs) are summed up in one finding. From PyTorch's store-based barrier (``Waiting in store based barrier
         … (world_size=W, worker_count=K …)``, ≤ 2.1): the W-K ranks that never reported are named when the
-        reporters leave exactly that many out. Before 2.18.3 there is no START line: a process that printed
+        reporters leave exactly that many out. Named by absence from the peers' rendezvous errors: ranks that
+        gave up waiting for rank 0's ncclUniqueId in the c10d store (``[2] is setting up NCCL communicator and
+        retrieving ncclUniqueId from [0] … got error: Socket Timeout``) while rank 0 logged no NCCL or
+        ProcessGroupNCCL line make rank 0 the culprit; a store server's ``Timed out after N seconds waiting
+        for clients. J/E clients joined`` names the ranks no line of the logs comes from when they are exactly
+        E-J. The peers' errors are then consequences.
+        Before 2.18.3 there is no START line: a process that printed
         ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
 
     Example:
@@ -420,9 +500,37 @@ class InitIncomplete(Rule):
     severity = Severity.CRITICAL
 
     def check(self, job: Job) -> Iterator[Finding]:
+        yield from self._from_absence(job)
         yield from self._from_init_lines(job)
         yield from self._from_store_barrier(job)
         yield from self._from_pre_start_versions(job)
+
+    # ------------------------------------------------------------------ named by the peers that waited
+    def _from_absence(self, job: Job) -> Iterator[Finding]:
+        found = absent_at_init(job)
+        if found is None:
+            return
+        title = (
+            f"{rank_word(found.absent)} never arrived at the rendezvous: "
+            f"{plural(len(found.waiting), 'rank')} ({ranks_text(found.waiting)}) {found.what}"
+        )
+        yield self.finding(job, title, evidence_rows=evidence(found.rows.head(4)), ranks=list(found.absent),
+                           advice=self._advice_absent(found))
+
+    @staticmethod
+    def _advice_absent(found: Absence) -> str:
+        if found.absent == (0,):
+            return (
+                "Find out what rank 0 was doing instead of creating the communicator: work done on rank 0 "
+                "only after init_process_group (a dataset download or preprocessing, a checkpoint "
+                "conversion) while the others start training; dump its stack (py-spy dump --pid PID), and "
+                "move such work before init_process_group or behind a barrier with a long enough timeout."
+            )
+        return (
+            f"Find out why {rank_word(found.absent)} never connected: check that their processes were "
+            "started (launcher output, node health) and reach MASTER_ADDR:MASTER_PORT with the same "
+            "WORLD_SIZE."
+        )
 
     # ------------------------------------------------------------------ NCCL Init START without COMPLETE
     def _from_init_lines(self, job: Job) -> Iterator[Finding]:
@@ -524,7 +632,7 @@ class InitIncomplete(Rule):
                 if finding:
                     yield finding
         clients = apps.filter(pl.col("event") == "store_clients_timeout")
-        if clients.height:
+        if clients.height and absent_at_init(job) is None:
             joined = int(clients["clients_joined"].min())
             expected = int(clients["clients_expected"].max())
             title = (
@@ -725,6 +833,16 @@ class BootstrapFailure(Rule):
                 else:
                     cause = f"getting the ncclUniqueId from rank 0 through the c10d store failed: {first.get('detail')}"
                 who = names(job, ranks) if ranks else f"{plural(group.height, 'process')}"
+                absence = absent_at_init(job) if event == "unique_id_store_error" else None
+                if absence is not None:
+                    # Rank 0 never came to publish the id: the store worked, these ranks only waited for it.
+                    yield self.finding(
+                        job,
+                        f"{who}: rendezvous failed, {cause}, as {rank_word(absence.absent)} never arrived",
+                        evidence_rows=evidence(group.head(4)), ranks=ranks, severity=Severity.ERROR,
+                        advice="These ranks waited; look at the rank that never arrived first.",
+                    )
+                    continue
                 yield self.finding(
                     job, f"{who}: rendezvous failed, {cause}", evidence_rows=evidence(group.head(4)), ranks=ranks,
                     advice=(

@@ -13,7 +13,11 @@ Four kinds of evidence say that a process ended badly (``origin``):
 * ``slurm``: ``srun: error: <host>: task(s) <list>: <reason>``; a task list such as ``4-6,9`` becomes one
   row per task, the task being the rank.
 * ``shell``, ``pals``, ``mpirun``: bash job-control lines (``line 68: 2523565 Aborted (core dumped) ...``),
-  Cray PALS ``rank N died from signal S`` and Open MPI ``mpirun noticed that process rank N ...``.
+  Cray PALS ``rank N died from signal S`` and Open MPI ``mpirun noticed that process rank N ...``; and
+  Open MPI's (or PRRTE's) non-zero status block, whose ``Process name: [[jobid,1],N]`` and ``Exit code:``
+  lines name the first process that failed.
+* ``deepspeed``: DeepSpeed's launcher, ``[launch.py:N:sigkill_handler] [<command>] exits with return code =
+  N``: the node's first failed worker, whose command's ``--local_rank=L`` names it.
 
 The same process can be reported by several origins; rows are not merged across origins.
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-ORIGINS = ("torchrun_summary", "elastic", "slurm", "shell", "pals", "mpirun")
+ORIGINS = ("torchrun_summary", "elastic", "slurm", "shell", "pals", "mpirun", "deepspeed")
 
 # Linux signal numbers (x86-64 and arm64 agree on these).
 SIGNAL_NAMES = {
@@ -96,6 +100,8 @@ def assemble_exits(exits: pl.DataFrame) -> pl.DataFrame:
         _single(rows.filter(pl.col("event") == "shell_job_exit"), "shell"),
         _single(rows.filter(pl.col("event") == "pals_exit"), "pals"),
         _single(rows.filter(pl.col("event") == "mpirun_exit"), "mpirun"),
+        _mpirun_block(rows.filter(pl.col("event").is_in(("mpi_process_name", "mpi_exit_code")))),
+        _deepspeed(rows.filter(pl.col("event") == "deepspeed_exit")),
     ]
     out = pl.concat([p.select([pl.col(c).cast(t) for c, t in OUTPUT.items()]) for p in parts], how="vertical")
     return out.sort("source_id", "line_no", "origin", "rank", nulls_last=True)
@@ -179,6 +185,48 @@ def _slurm(rows: pl.DataFrame) -> pl.DataFrame:
         origin=pl.lit("slurm"),
         reason=_squeeze(pl.col("exit_reason")),
         script=pl.lit(None, dtype=pl.String),
+    )
+
+
+def _mpirun_block(rows: pl.DataFrame) -> pl.DataFrame:
+    """Open MPI's "detected that one or more processes exited with non-zero status" block: the first failed
+    process is the ``Process name: [[jobid,1],rank]`` line and the ``Exit code:`` line right after it."""
+    rows = rows.sort(ORDER).with_columns(
+        next_event=pl.col("event").shift(-1).over(STREAM, order_by=ORDER),
+        next_code=pl.col("exit_code").shift(-1).over(STREAM, order_by=ORDER),
+    )
+    named = rows.filter((pl.col("event") == "mpi_process_name") & (pl.col("next_event") == "mpi_exit_code"))
+    return named.with_columns(
+        time=pl.lit(None, dtype=pl.String),
+        host=pl.col("host"),
+        rank=pl.col("exit_rank"),
+        exit_code=pl.col("next_code"),
+        pid=pl.lit(None, dtype=pl.Int64),
+        signal=pl.lit(None, dtype=pl.String),
+        root_cause=pl.lit(True),  # "The first process to do so was:"
+        origin=pl.lit("mpirun"),
+        reason=pl.format("exited with non-zero status {}", pl.col("next_code")),
+        script=pl.lit(None, dtype=pl.String),
+    )
+
+
+LOCAL_RANK_ARG = r"'--local_rank=(\d+)'"  # how DeepSpeed's launcher passes a worker its local rank
+
+
+def _deepspeed(rows: pl.DataFrame) -> pl.DataFrame:
+    """DeepSpeed's sigkill_handler: the node's first failed worker, named by its command's --local_rank."""
+    code = pl.col("exit_code")
+    return rows.with_columns(
+        time=pl.lit(None, dtype=pl.String),
+        host=pl.coalesce(pl.col("exit_host"), pl.col("host")),
+        rank=pl.coalesce(pl.col("exit_rank"), pl.col("task"), pl.col("torch_rank")),
+        local_rank=pl.coalesce("exit_local_rank", pl.col("script").str.extract(LOCAL_RANK_ARG, 1).cast(int)),
+        pid=pl.col("exit_pid"),
+        signal=_signal_of_exit_code(code),
+        root_cause=pl.lit(True),
+        origin=pl.lit("deepspeed"),
+        reason=pl.format("exits with return code = {}", code),
+        script=pl.col("script").str.extract(r"'([^']+\.py)'", 1),
     )
 
 

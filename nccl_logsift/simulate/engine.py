@@ -64,7 +64,7 @@ class RankRun:
     t: float = 0.0
     pc: int = 0
     end: float | None = None  # when the process ended (None: still hanging when the log stops)
-    # exit | crash | exception | vanished | init_fail | nccl_error | async_error | watchdog | killed
+    # exit | crash | exception | raised | vanished | init_fail | nccl_error | async_error | watchdog | killed
     # | cancelled
     end_kind: str = ""
     exit_code: int = 0  # >= 0 exit status, < 0 killed by that signal
@@ -86,6 +86,7 @@ class Faults:
     dead_comms: set[int] = field(default_factory=set)  # communicators on which no operation ever completes
     net_peer: dict[int, int] = field(default_factory=dict)  # rank reporting a transport error -> its peer
     async_delay: float = 1.2  # seconds from an async NCCL error to the watchdog noticing it
+    watchdog: bool = True  # a PyTorch watchdog reports operations that never complete (not in nccl-tests)
 
 
 @dataclass(slots=True)
@@ -213,6 +214,11 @@ class Engine:
                 run.state = "store_wait"
                 run.pc += 1
                 return
+            elif it.kind == "raise":  # the script raises (or the process aborts) here: text in story.raised
+                run.t += it.gap
+                run.state = "raise"
+                run.pc += 1
+                return
             elif it.kind == "exit":
                 run.t += it.gap
                 run.state = "exit"
@@ -319,6 +325,12 @@ class Engine:
         self.bulk_waiting.clear()
 
     # ---------------------------------------------------------------------------------- the endings
+    def _raised_with(self, run: RankRun):
+        """The ``together`` key of the raise item a rank stopped at (None if it did not stop at one)."""
+        if run.state != "raise":
+            return None
+        return (self.programs[run.rank][run.pc - 1].what or {}).get("together")
+
     def _finish(self, start: float) -> Timeline:
         candidates: list[tuple[float, int, str]] = []
         for run in self.runs:
@@ -332,15 +344,30 @@ class Engine:
                 # Nothing on the node reports it (no launcher line, no exit code): not a first failure the
                 # launchers react to; the others find out by their timeouts (and NCCL's RAS, 2.24.3+).
                 run.end, run.end_kind, run.exit_code = run.t, "vanished", -9
-            elif run.state == "raise":
+            elif run.state == "raise" and self.programs[run.rank][run.pc - 1].what is None:
+                # An uncaught Python exception whose last line is the item's text.
                 run.end, run.end_kind, run.exit_code = run.t, "exception", 1
                 candidates.append((run.t, run.rank, "exception"))
+            elif run.state == "raise":
+                it = self.programs[run.rank][run.pc - 1]
+                what = it.what or {}
+                t = run.t
+                if what.get("together") is not None:
+                    # A check every member takes part in (a gloo all-gather) fails on all of them at once.
+                    t = max(r.t for r in self.runs if self._raised_with(r) == what["together"])
+                    t += self.rng.uniform(0.001, 0.03)
+                code = -it.signal if it.signal else what.get("exit_code", 1)
+                run.end, run.end_kind, run.exit_code = t, "raised", code
+                candidates.append((t, run.rank, "raised"))
             elif run.state == "store_wait":
                 t = run.t + self.timeout + self.rng.uniform(0.0, 0.2)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1
                 candidates.append((t, run.rank, "init_fail"))
             elif run.state == "init_fail":
-                t = run.t + self.rng.uniform(0.3, 1.5)
+                issue = run.failed_issue
+                kind = self.faults.init_fail.get((run.rank, issue.comm)) if issue is not None else None
+                # store->get of the ncclUniqueId gives up at the process group's timeout; NCCL fails at once.
+                t = run.t + (self.timeout if kind == "unique_id" else 0.0) + self.rng.uniform(0.3, 1.5)
                 run.end, run.end_kind, run.exit_code = t, "init_fail", 1
                 candidates.append((t, run.rank, "init_fail"))
         # Transport failures: the reporter's op never completes and its watchdog sees the async error.
@@ -358,7 +385,7 @@ class Engine:
             candidates.append((t, reporter, "async_error"))
         # Watchdogs on every rank left with operations that never completed.
         for run in self.runs:
-            if run.end is not None:
+            if run.end is not None or not self.faults.watchdog:
                 continue
             pending = [i for i in run.issues if i.done is None and i.pos > 0]
             if not pending:

@@ -46,6 +46,7 @@ class Options:
     size: int | None = None  # bytes of log to stream (COLL-heavy steady state before the fault)
     noise: bool = True
     torn_rate: float | None = None  # probability per line of a torn+glued line in interleaved output
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, only PyTorch, Python and launcher lines are left
 
 
 @dataclass(slots=True)
@@ -80,6 +81,8 @@ class Job:
     truth: list[TruthFault] = field(default_factory=list)
     notes: dict = field(default_factory=dict)  # scenario scratch space for its truth/story hooks
     bulk_steps: int = 0
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, NCCL prints nothing (a plain benchmark run)
+    python: bool = True  # the ranks run a Python training script (its warnings and progress lines are noise)
 
     # ------------------------------------------------------------------------------- lookups
     @property
@@ -209,7 +212,8 @@ def build_job(options: Options) -> Job:
     parallel = choose_parallel(options.ranks, gpus, scenario.needs_pp)
     cluster = Cluster(hosts, procs, [], [], parallel)
     base = datetime(2025, 6, 2, 14, 0, 0) + timedelta(seconds=rng.randrange(0, 6 * 3600))
-    job = Job(options, scenario, nccl, torch, cluster, {}, StepShape(), 0, Faults(), rng, base)
+    job = Job(options, scenario, nccl, torch, cluster, {}, StepShape(), 0, Faults(), rng, base,
+              nccl_debug=options.nccl_debug)
     if scenario.setup:
         scenario.setup(job)
     _build_comms(job)

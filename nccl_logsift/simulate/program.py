@@ -58,7 +58,9 @@ class Item:
     step: int = -1  # training step the item belongs to (-1: setup / teardown)
     signal: int = 0  # crash: the signal that kills the process
     fail: str = ""  # a failure the scenario injected: "net_error" on an op ("" = none)
-    text: str = ""  # print: a line the script prints (stdout); raise: the uncaught exception's last line
+    text: str = ""  # print: a line the script prints (stdout); raise without what: the uncaught exception's
+    # last line
+    what: dict | None = None  # raise: what the process reports as it dies (story.Narrator.raised reads it)
 
 
 @dataclass(slots=True)

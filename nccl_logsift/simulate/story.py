@@ -98,7 +98,10 @@ class Narrator:
         for run in self.tl.runs:
             self.process(run)
         self.launcher()
-        return sorted(self.story.records, key=lambda r: (r.t, r.order))
+        records = self.story.records
+        if not self.job.nccl_debug:
+            records = [r for r in records if r.chan != "nccl"]
+        return sorted(records, key=lambda r: (r.t, r.order))
 
     def process(self, run: RankRun) -> None:
         job = self.job
@@ -106,7 +109,7 @@ class Narrator:
         proc = job.cluster.procs[rank]
         end = run.end if run.end is not None else self.tl.end
         t0 = run.issues[0].t - 2.0 if run.issues else max(0.0, (run.end or 1.0) - 1.0)
-        if job.options.noise:
+        if job.options.noise and job.python:
             self.story.add(max(0.0, t0 - 1.5), rank, "err", "\n".join(noise.python_warnings(self.site, self.rng)))
             first_op = next((i.t for i in run.issues if i.pos > 0), None)
             if rank == 0 and first_op is not None:
@@ -123,6 +126,9 @@ class Narrator:
             if issue.pos == 0:
                 t = issue.t
                 kind = failure.get((rank, comm.index), "")
+                if kind == "unique_id":  # PyTorch waits for rank 0's ncclUniqueId before calling NCCL at all
+                    self.init_failure(run, issue, kind, t)
+                    continue
                 if not started:
                     started = True
                     t = self.process_start(rank, t, kind)
@@ -168,6 +174,8 @@ class Narrator:
                 self.emit(rank, t, [info("ras", data["text"])])
         for w in run.watchdogs:
             self.watchdog(run, w)
+        if run.end_kind == "raised":
+            self.raised(run)
         self.ending(run)
 
     def process_start(self, rank: int, t: float, failure: str) -> float:
@@ -181,7 +189,7 @@ class Narrator:
     # ----------------------------------------------------------------------------------- steps
     def steps(self, run: RankRun, end: float) -> None:
         job = self.job
-        if run.rank != 0 or not job.options.noise:
+        if run.rank != 0 or not job.options.noise or not job.python:
             return
         total = job.steps + job.bulk_steps
         prev = None
@@ -204,6 +212,11 @@ class Narrator:
         comm = job.cluster.comms[issue.comm]
         role = f"init:{comm.index}"
         proc = job.cluster.procs[rank]
+        if kind == "unique_id":
+            t = run.end or issue.t
+            lines = self.torch.unique_id_exception(comm.rank_of(rank))
+            self.story.add(t - 0.05, rank, "err", "\n".join(lines))
+            return
         if kind == "oom":
             t = self.emit(rank, issue.t + 0.4, self.nccl.init_after_bootstrap(comm, rank, role, connect=False)[:3])
             msgs = self.nccl.cuda_oom(role)
@@ -264,6 +277,31 @@ class Narrator:
         self.c10_block(rank, w.t, block)
         if w is run.watchdogs[-1]:
             self.abort_comms(rank, (run.end or w.t) - 0.02)
+
+    def raised(self, run: RankRun) -> None:
+        """What a process that raised (or aborted) at a ``raise`` item printed (the item says what)."""
+        job, rank = self.job, run.rank
+        what = job.programs[rank][run.pc - 1].what or {}
+        t = run.end or run.t
+        if what.get("kind") == "fingerprint":
+            self.story.add(t, rank, "err", "\n".join(self.torch.fingerprint_exception(what["reports"][rank])))
+        elif what.get("kind") == "nccl_tests":
+            # NCCLCHECK's line, then TESTCHECK's trace of each frame it returns through (nccl-tests common.h).
+            proc = job.cluster.procs[rank]
+            host = proc.host.name
+            lines = [f"{host}: Test NCCL failure {what['src']} '{what['error']}'"]
+            lines += [f" .. {host} pid {proc.pid}: Test failure {src}" for src in what["trace"]]
+            self.story.add(t, rank, "out", "\n".join(lines))
+        elif what.get("kind") == "gpu_fault":
+            pg = job.cluster.pgs[0]
+            pg_rank = self.pg_rank(pg, rank)
+            block = self.torch.cuda_watchdog_block(pg=pg, pg_local_id=0, pg_rank=pg_rank, error=what["error"])
+            self.c10_block(rank, t, block)
+            if what.get("xid"):
+                # A node health check (or the job's epilogue) copies the kernel's NVRM line into the output.
+                d = self.when(t - 0.4)
+                stamp = f"{d:%a %b} {d.day:2d} {d:%H:%M:%S %Y}"  # dmesg -T
+                self.story.add(self.tl.end, LAUNCHER, "launcher", f"[{stamp}] {what['xid']}")
 
     def c10_block(self, rank: int, t: float, block: list[tuple[str, str]]) -> None:
         proc = self.job.cluster.procs[rank]

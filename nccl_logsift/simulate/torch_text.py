@@ -33,6 +33,9 @@ MESSAGES = {
     "first_pg": "{pgp} First PG on this rank to signal dumping.",  # [11]
 }
 MESSAGE_LINE = {"caught": "timeout", "first_pg": "dump"}  # message key -> key of TorchProfile.lines
+# How ProcessGroupWrapper prints a fingerprint's device types (the tensors' options, as real reports show).
+DEVICE_TYPES = ("TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), "
+                "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))")
 
 
 def glog_c10(when: datetime, severity: str, line: int, timed: bool) -> str:
@@ -165,6 +168,65 @@ class TorchText:
                                  "checkForNCCLErrorsInternal")
         return lines
 
+    def cuda_watchdog_block(self, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int,
+                            error: str) -> list[tuple[str, str]]:
+        """A CUDA error the watchdog hits while polling its work's events (a GPU fault): the watchdog thread
+        dies with the CUDA error and takes the process down, with no timeout or NCCL error report first."""
+        reason = "\n".join((
+            f"CUDA error: {error}",
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+            "below might be incorrect.",
+            "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+            "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        ))
+        return self._terminate(reason, self.pg_prefix(pg, pg_local_id, pg_rank), f"[Rank {pg_rank}]", "error",
+                               "c10_cuda_check_implementation")
+
+    def fingerprint(self, fp: dict, peer: bool) -> str:
+        """ProcessGroupWrapper's CollectiveFingerPrint as its operator<< prints it (DETAIL debug mode).
+
+        1.13 prints no sequence number; 2.0 adds it but prints the peer's fingerprint without its tensors
+        (num_tensors was not deserialised, fixed by pytorch PR #100213 in 2.1)."""
+        seq = f"SequenceNumber={fp['seq']}" if self.p.series != "1.13" else ""
+        if peer and self.p.series == "2.0":
+            return f"CollectiveFingerPrint({seq}OpType={fp['op']})"
+        head = f"{seq}, " if seq else ""
+        shape = ", ".join(map(str, fp["shape"]))
+        return (f"CollectiveFingerPrint({head}OpType={fp['op']}, TensorShape=[{shape}], "
+                f"TensorDtypes={fp['dtype']}, TensorDeviceTypes={DEVICE_TYPES})")
+
+    def fingerprint_exception(self, report: dict) -> list[str]:
+        """The traceback of a rank whose collective check failed (ProcessGroupWrapper.cpp, verify_tensors)."""
+        mine, other = report["mine"], report["other"]
+        text = (f"Detected mismatch between collectives on ranks. Rank {report['rank']} is running "
+                f"collective: {self.fingerprint(mine, False)}, but Rank {report['peer']} is running "
+                f"collective: {self.fingerprint(other, True)}.")
+        if self.p.series not in ("1.13", "2.0"):  # compute_collective_diff, 2.1+
+            diff = []
+            if mine["seq"] != other["seq"]:
+                diff.append(f"\t Sequence number: {mine['seq']}vs {other['seq']}")
+            if mine["op"] != other["op"]:
+                diff.append(f"  Op type: {mine['op']}vs {other['op']}")
+            if mine["shape"] != other["shape"]:
+                sizes = ["".join(map(str, fp["shape"])) for fp in (mine, other)]
+                diff.append(f"  Tensor Tensor shapes: {sizes[0]}vs {sizes[1]}")
+            if mine["dtype"] != other["dtype"]:
+                diff.append(f"  Tensor Tensor dtypes: {mine['dtype']}vs {other['dtype']}")
+            text += "Collectives differ in the following aspects: " + "".join(diff)
+        site = self.site
+        rng = self.rng
+        return ["Traceback (most recent call last):",
+                f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>', "    main()",
+                f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main',
+                f"    {report['call']}",
+                f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, '
+                "in wrapper",
+                "    return func(*args, **kwargs)",
+                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(2300, 2900)}, '
+                f'in {report["fn"]}',
+                f"    work = group.{report['fn']}(",
+                f"RuntimeError: {text}"]
+
     # ------------------------------------------------------------------------- Python exceptions
     def uncaught_exception(self, exception: str) -> list[str]:
         """The traceback of an exception raised at the script's top level before any distributed call (an
@@ -203,6 +265,24 @@ class TorchText:
         detail = NCCL_RESULTS[code]
         lines += [f"{detail[1]}: {detail[2]}", "Last error:", last_error]
         return lines
+
+    def unique_id_exception(self, rank: int) -> list[str]:
+        """A rank's first collective creates the NCCL communicator (lazy init): it waits in the c10d store for
+        the ncclUniqueId rank 0 publishes, and gives up at the store timeout (ProcessGroupNCCL.cpp,
+        broadcastUniqueNCCLID). Some releases spell it "retreiving"; the older profiles here print that."""
+        site = self.site
+        verb = "retreiving" if self.p.series in ("1.13", "2.0", "2.1") else "retrieving"
+        return ["Traceback (most recent call last):",
+                '  File "/workspace/train.py", line 231, in <module>', "    main()",
+                '  File "/workspace/train.py", line 131, in main',
+                "    model = DDP(model, device_ids=[local_rank])",
+                f'  File "{site}/torch/nn/parallel/distributed.py", line 798, in __init__',
+                "    _verify_param_shape_across_processes(self.process_group, parameters)",
+                f'  File "{site}/torch/distributed/utils.py", line 269, in '
+                "_verify_param_shape_across_processes",
+                "    return dist._verify_params_across_processes(process_group, tensors, logger)",
+                f"{self.p.exception_class}: [{rank}] is setting up NCCL communicator and {verb} ncclUniqueId "
+                "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"]
 
     def store_barrier_wait(self, rank: int, world: int, joined: int) -> str:
         timeout = "0:30:00" if self.p.timeout_ms >= 1800000 else "0:10:00"

@@ -218,9 +218,43 @@ def test_healthy_runs_end_in_destroy_without_warnings(tmp_path):
     assert destroyed == sum(len(c["init_completed"]) for c in truth["communicators"])
 
 
+def test_a_detail_mismatch_is_reported_by_every_rank_and_the_culprits_own_fingerprint_differs(tmp_path):
+    out, truth, tables = _setup(tmp_path, "debug-mismatch")
+    culprit = primary(truth)["ranks"][0]
+    reports = tables["app_errors"].filter(pl.col("event") == "collective_mismatch")
+    assert sorted(reports["fp_rank"].to_list()) == list(range(8))
+    prints = reports["fp_op"] + reports["fp_shape"] + reports["fp_dtypes"]
+    own = dict(zip(reports["fp_rank"].to_list(), prints.to_list()))
+    assert [r for r in own if own[r] != own[(culprit + 1) % 8]] == [culprit]
+    assert set(reports.filter(pl.col("fp_rank") != culprit)["peer_rank"].to_list()) == {culprit}
+
+
+def test_a_gpu_fault_shows_only_as_the_culprits_watchdog_cuda_error(tmp_path):
+    out, truth, tables = _setup(tmp_path, "gpu-fault", nccl_version="2.27")
+    culprit = primary(truth)["ranks"][0]
+    cuda = pl.col("detail").str.starts_with("CUDA error: ")
+    died = tables["torch"].filter((pl.col("event") == "watchdog_terminated") & cuda)
+    assert died["pg_rank"].to_list() == [culprit]
+    # the others' watchdogs die of their timeouts in the collective the culprit never reached
+    waited = tables["torch"].filter(pl.col("event") == "watchdog_timeout")["pg_rank"].unique().sort()
+    assert waited.to_list() == [r for r in range(8) if r != culprit]
+    assert " NCCL WARN " not in out.read_text()
+
+
+def test_an_nccl_tests_failure_is_printed_by_the_failing_ranks_host_without_nccl_lines(tmp_path):
+    out, truth, tables = _setup(tmp_path, "nccl-tests-failure", layout="mpirun")
+    culprit = primary(truth)["ranks"][0]
+    failed = tables["nccltests"].filter(pl.col("event") == "test_nccl_failure")
+    assert failed["mpi_rank"].to_list() == [culprit]
+    assert failed["test_host"].to_list() == [proc_of(truth, culprit)[0]]
+    assert tables["lines"].filter(pl.col("producer") == "nccl").height == 0
+    text = out.read_text()
+    assert "Process name: [[" in text and f",1],{culprit}]" in text
+
+
 def test_every_scenario_has_an_evidence_test():
     covered = {"rank-stall", "uneven-data", "segfault", "extra-collective", "collective-mismatch", "pp-deadlock",
                "init-hang", "bootstrap-failure", "ib-error", "cuda-oom", "duplicate-gpu", "veth-interface",
                "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank",
-               "healthy", "import-error", "node-death"}
+               "healthy", "import-error", "node-death", "debug-mismatch", "gpu-fault", "nccl-tests-failure"}
     assert covered == set(SCENARIOS)

@@ -38,7 +38,7 @@ _MODULES = (
     "healthy", "rank_stall", "extra_collective", "collective_mismatch", "uneven_data", "init_hang",
     "bootstrap_failure", "veth_interface", "ib_error", "socket_fallback", "gdr_disabled", "p2p_disabled",
     "duplicate_gpu", "hostname_collision", "cuda_oom", "segfault", "slow_rank", "pp_deadlock", "import_error",
-    "node_death",
+    "node_death", "debug_mismatch", "gpu_fault", "nccl_tests_failure",
 )
 
 

@@ -1,0 +1,84 @@
+"""LS201 init-incomplete naming a rank by its absence; the waiting peers' errors (LS202) become consequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from builders import run
+from nccl_logsift.findings.context import load_job
+from nccl_logsift.findings.startup import BootstrapFailure, InitIncomplete
+from nccl_logsift.model import Severity
+from nccl_logsift.pipeline import analyze
+from nccl_logsift.render.json import to_dict
+from nccl_logsift.simulate import Options, write
+
+UNIQUE_ID = (
+    "torch.distributed.DistBackendError: [{r}] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+    "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"
+)
+
+
+# PyTorch 2.1 ("retreiving") and 2.2 create the communicator at the first collective; launcher layouts with
+# rank labels (srun, torchrun, mpirun) and without (interleaved, per-rank files).
+@pytest.mark.parametrize(
+    "layout,torch",
+    [("srun", "2.1"), ("interleaved", "2.2"), ("torchrun", "2.2"), ("mpirun", "2.1"), ("per-rank", "2.2")],
+)
+def test_rank_0_that_never_published_the_unique_id_is_the_root_cause(tmp_path, layout, torch):
+    out, truth = tmp_path / "job", tmp_path / "truth.json"
+    sim = write(
+        Options(scenario="init-hang", layout=layout, nccl_version="2.18", torch_version=torch, seed=0),
+        str(out),
+        str(truth),
+    )
+    assert sim.job.notes.get("unique_id"), "the seed no longer picks the rank-0 variant"
+    report = to_dict(analyze([str(out)]))
+    assert [(f["code"], f["ranks"]) for f in report["findings"] if f["primary"]] == [("LS201", [0])]
+    waited = [f for f in report["findings"] if f["code"] == "LS202"]
+    assert waited and all(f["severity"] == "error" and f["ranks"] == list(range(1, 8)) for f in waited)
+
+
+def test_store_clients_that_never_joined_are_named_by_absence(tmp_path):
+    log = tmp_path / "store.log"
+    log.write_text(
+        "\n".join(
+            [
+                "0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 2/4 clients joined.",
+                "1: [W socket.cpp:663] [c10d] The client socket has failed to connect to [gpu-a]:29500 (errno: 111 - Connection refused).",
+                "0: Traceback (most recent call last):",
+            ]
+        )
+        + "\n"
+    )
+    (found,) = run(InitIncomplete, load_job([str(log)]))
+    assert found.ranks == (2, 3) and found.severity is Severity.CRITICAL
+    assert "2 of 4 clients" in found.title
+
+
+def test_the_clients_left_out_are_not_guessed_when_the_count_disagrees(tmp_path):
+    log = tmp_path / "store.log"
+    log.write_text(
+        "0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 3/4 clients joined.\n"
+    )
+    (found,) = run(InitIncomplete, load_job([str(log)]))
+    assert found.ranks == () and "1 never connected" in found.title
+
+
+def test_a_store_error_while_rank_0_was_there_stays_a_bootstrap_failure(tmp_path):
+    """Its PG options line alone would not do: PyTorch prints it before the (lazy) communicator exists."""
+    # Rank 0 created its communicator (NCCL logged its init): the store itself failed the others.
+    log = tmp_path / "store.log"
+    log.write_text(
+        "\n".join(
+            [
+                "0: gpu-a:4242:4242 [0] NCCL INFO ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 nranks 4 cudaDev 0 nvmlDev 0 "
+                "busId 18000 commId 0x7bbff3add302d34a - Init START",
+                *(f"{r}: " + UNIQUE_ID.format(r=r) for r in (1, 2, 3)),
+            ]
+        )
+        + "\n"
+    )
+    job = load_job([str(log)])
+    assert [f.title for f in run(InitIncomplete, job) if "never arrived" in f.title] == []
+    (failed,) = run(BootstrapFailure, job)
+    assert failed.ranks == (1, 2, 3) and failed.severity is Severity.CRITICAL

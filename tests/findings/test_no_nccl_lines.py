@@ -1,0 +1,83 @@
+"""Logs with no NCCL line at all (NCCL_DEBUG unset): PyTorch's, Python's and the launcher's lines alone diagnose."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_logsift.findings.context import load_job
+from nccl_logsift.pipeline import analyze
+from nccl_logsift.render.json import to_dict
+from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.simulate import Options, write
+
+WATCHDOG = (
+    "[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=1800000) ran for "
+    "18000{r}2 milliseconds before timing out."
+)
+SIGKILL = (
+    "[2025-06-02 14:{m}:01,002] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+    "'--local_rank={l}', '--deepspeed', 'ds.json'] exits with return code = {c}"
+)
+
+
+def deepspeed_log(tmp_path):
+    """DeepSpeed over pdsh, 2 nodes x 2 GPUs: rank 2 (gpu-b, local rank 0) raises a CUDA error, ranks 0 and 1 time
+    out waiting for it, each node's launcher reports its first failed worker."""
+    lines = [
+        "gpu-a: [2025-06-02 14:00:01,123] [INFO] [launch.py:146:main] WORLD INFO DICT: {'gpu-a': [0, 1], 'gpu-b': [0, 1]}",
+        "gpu-b: [rank2]: Traceback (most recent call last):",
+        'gpu-b: [rank2]:   File "/workspace/train.py", line 88, in <module>',
+        "gpu-b: [rank2]:     loss.backward()",
+        "gpu-b: [rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "gpu-b: [2025-06-02 14:00:59,000] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 4242",
+        "gpu-b: " + SIGKILL.format(m="00", l=0, c=1),
+        "gpu-a: " + WATCHDOG.format(r=0),
+        "gpu-a: " + WATCHDOG.format(r=1),
+        "gpu-a: " + SIGKILL.format(m="30", l=1, c=-6),
+    ]
+    log = tmp_path / "deepspeed.log"
+    log.write_text("\n".join(lines) + "\n")
+    return str(log)
+
+
+def test_the_rank_that_raised_is_the_root_cause_and_the_timeouts_follow(tmp_path):
+    report = to_dict(analyze([deepspeed_log(tmp_path)]))
+    assert [(f["code"], f["ranks"]) for f in report["findings"] if f["primary"]] == [("LS401", [2])]
+    timeouts = [f for f in report["findings"] if f["code"] == "LS103" or f["kind"] == "watchdog_timeout"]
+    assert all(not f["primary"] for f in timeouts)
+
+
+def test_deepspeeds_sigkill_handler_reports_the_failed_worker_by_local_rank(tmp_path):
+    exits = assemble_exits(load_job([deepspeed_log(tmp_path)]).table("exits"))
+    ds = exits.filter(exits["origin"] == "deepspeed").sort("line_no")
+    assert ds.select("local_rank", "exit_code", "signal", "script").rows() == [
+        (0, 1, None, "train.py"),
+        (1, -6, "SIGABRT", "train.py"),
+    ]
+
+
+# Simulated jobs run without NCCL_DEBUG: only PyTorch's watchdog and tracebacks, Python's exceptions and the
+# launcher's exit reports are left, across launchers and releases.
+@pytest.mark.parametrize(
+    "scenario,layout,nccl",
+    [
+        ("gpu-fault", "srun", "2.18"),
+        ("gpu-fault", "torchrun", "2.27"),
+        ("debug-mismatch", "interleaved", "2.21"),
+        ("debug-mismatch", "srun", "2.14"),
+        ("segfault", "torchrun", "2.14"),
+        ("collective-mismatch", "srun", "2.21"),
+        ("rank-stall", "torchrun", "2.27"),
+        ("init-hang", "srun", "2.18"),
+    ],
+)
+def test_simulated_jobs_without_nccl_lines_are_diagnosed_per_their_truth(tmp_path, scenario, layout, nccl):
+    out, truth = tmp_path / "job.log", tmp_path / "truth.json"
+    options = Options(scenario=scenario, layout=layout, nccl_version=nccl, nccl_debug=False, seed=2)
+    sim = write(options, str(out), str(truth))
+    assert " NCCL INFO " not in out.read_text()
+    report = to_dict(analyze([str(out)]))
+    primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
+    wanted = [(f["kind"], f["ranks"]) for f in sim.truth["faults"] if f["primary"]]
+    assert primaries == wanted
