@@ -31,10 +31,18 @@ _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _MATCH = "__all"
 _LAUNCHER_ROUNDS = 3
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
+# Pieces a physical line is cut into at most (part 0 to 255).
+MAX_PARTS = 256
+# The longest host name (RFC 1035: 253 characters in dotted form).
+HOST_CHARS = 253
 # An NCCL envelope head anywhere in a line: used to find where a second process's line was glued in.
 # A PyTorch C++ line ([rank4]:[E ProcessGroupNCCL.cpp:563] ...) glued into another line is cut there too.
+# The host starts only at the first letter or digit of its run of host characters: from any later start
+# the run ends at the same place, so the match would fail there too, after scanning the run again (a
+# run of n characters cost n²/2 steps). The lookbehind reads back over dots and dashes only.
 _GLUED_HEAD = regex.compile(
-    r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*):\d+:\d+ "
+    r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?"
+    r"(?<![A-Za-z0-9_][.\-]*+)(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*+):\d+:\d+ "
     r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
     r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
 )
@@ -51,6 +59,8 @@ class ParseState:
     envelope_lines: int = 0
     unparsed_envelope_lines: int = 0
     torn_fragments: int = 0
+    # Glued envelope heads left inside the last piece of a line cut into MAX_PARTS pieces already.
+    glued_uncut: int = 0
     # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
     # known, so a parser that started mid-file (parse/parallel.py) reports them to be checked.
     unknown_glued_hosts: set[str] = field(default_factory=set)
@@ -64,6 +74,7 @@ class ParseState:
         self.envelope_lines += other.envelope_lines
         self.unparsed_envelope_lines += other.unparsed_envelope_lines
         self.torn_fragments += other.torn_fragments
+        self.glued_uncut += other.glued_uncut
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,16 +247,25 @@ class LineParser:
             cuts = self._cut_points(row["rest"])
             if not cuts:
                 continue
+            if len(cuts) >= MAX_PARTS:
+                # ``part`` is a byte in every table and in the calls' sort keys (parse/calls.py seq_of): the
+                # heads after the last part stay in its text, counted.
+                self.state.glued_uncut += len(cuts) - (MAX_PARTS - 1)
+                cuts = cuts[: MAX_PARTS - 1]
             bounds = [0, *cuts, len(row["rest"])]
-            lead = len(row["text"].encode()) - len(row["rest"].encode())
+            # Byte offsets piece by piece, each piece encoded once: encoding the whole prefix before every
+            # piece cost n² for a line of n glued envelopes.
+            offset = row["byte_offset"] + len(row["text"].encode()) - len(row["rest"].encode())
             for part, (start, end) in enumerate(zip(bounds, bounds[1:])):
                 piece = dict(row)
+                piece["msg"] = None  # matched again below; a copy of the line's message per piece costs n²
                 piece["rest"] = row["rest"][start:end]
                 # The first piece keeps the launcher prefix of the physical line; the others start at their envelope.
                 piece["text"] = row["text"][: len(row["text"]) - len(row["rest"]) + end] if part == 0 else piece["rest"]
                 piece["part"] = part
                 piece["torn"] = True
-                piece["byte_offset"] = row["byte_offset"] + (0 if part == 0 else lead + len(row["rest"][:start].encode()))
+                piece["byte_offset"] = row["byte_offset"] if part == 0 else offset
+                offset += len(piece["rest"].encode())
                 if part:
                     piece["row"] = next_row
                     next_row += 1
@@ -284,7 +304,10 @@ class LineParser:
             if host not in self.state.known_hosts:
                 self.state.unknown_glued_hosts.add(host)
                 # The torn tail of the previous line is glued to the host name ("...CUMEM/rex3006c0s1b1n0:...").
-                shift = next((k for k in range(1, len(host)) if host[k:] in self.state.known_hosts), None)
+                # Only the last HOST_CHARS characters can be a known host: a run of host characters can
+                # be megabytes long, and each suffix tried is a copy.
+                first = max(1, len(host) - HOST_CHARS)
+                shift = next((k for k in range(first, len(host)) if host[k:] in self.state.known_hosts), None)
                 if shift is None:
                     if start and not text[start - 1].isspace():
                         continue
