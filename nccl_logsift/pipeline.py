@@ -79,6 +79,20 @@ class ParseSummary:
     torn_fragments: int
     unparsed_shapes: list[tuple[str, int]]
     extra: dict = field(default_factory=dict)
+    # Kept but not whole: numbers too large for their column (null), glued heads past the last part of a
+    # line (left in its text), lines longer than the limit (cut, io/lines.py MAX_LINE_BYTES).
+    values_out_of_range: int = 0
+    glued_uncut: int = 0
+    long_lines_cut: int = 0
+
+    def damage(self) -> list[str]:
+        """What the parser kept but not whole, as short sentences (empty when nothing was)."""
+        counts = [
+            (self.values_out_of_range, "number(s) too large for their column read as unknown (null)"),
+            (self.glued_uncut, "glued NCCL/PyTorch line head(s) left uncut, past 256 on one line"),
+            (self.long_lines_cut, "line(s) longer than 1 MiB cut to their first 1 MiB"),
+        ]
+        return [f"{count:,} {what}" for count, what in counts if count]
 
     @property
     def lines(self) -> int:
@@ -267,6 +281,8 @@ class TableStream:
             unparsed_envelope_lines=state.unparsed_envelope_lines,
             torn_fragments=state.torn_fragments,
             unparsed_shapes=state.unparsed_shapes.most_common(20),
+            values_out_of_range=state.values_out_of_range,
+            glued_uncut=state.glued_uncut,
         )
 
 

@@ -21,7 +21,7 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     ranks = rank_states(job)
     notes = tuple(f"{i.path}: {i.problem}" for i in summary.inputs if i.problem) + tuple(
         f"{s.path}: {s.reason}" for s in summary.skipped
-    )
+    ) + tuple(summary.damage())
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
     return Report(
         inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,

@@ -140,9 +140,11 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
             calls=pl.len(),
         )
     reliable = stats.group_by("comm_uid").agg(
-        use=(pl.col("steady") & (pl.col("min_opcount") <= 1)).all() & (pl.col("calls").max() > 1)
+        use=(pl.col("steady") & (pl.col("min_opcount") <= 1).fill_null(False)).all() & (pl.col("calls").max() > 1)
     )
-    by_opcount = reliable.filter(pl.col("use"))["comm_uid"].to_list()
+    # An opCount that did not fit its column is null (parse/kinds.py): such a communicator is placed by ordinal.
+    unread = coll.filter(pl.col("opcount").is_null())["comm_uid"].unique()
+    by_opcount = reliable.filter(pl.col("use") & ~pl.col("comm_uid").is_in(unread.implode()))["comm_uid"].to_list()
     return coll.with_columns(
         position=pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
     )
@@ -189,8 +191,9 @@ def comm_progress(job: Job) -> list[CommProgress]:
 
 def progress_of(last: pl.DataFrame) -> list[CommProgress]:
     """A :class:`CommProgress` per communicator of ``last`` (rows of :func:`members_last_calls`), in its order."""
+    # A size that did not fit its column is null (parse/kinds.py): the members seen are then the size.
     return [
-        CommProgress(uid, int(group["nranks"].max()), group)
+        CommProgress(uid, int(group["nranks"].max() or group.height), group)
         for (uid,), group in last.group_by("comm_uid", maintain_order=True)
     ]
 

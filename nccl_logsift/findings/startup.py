@@ -875,7 +875,9 @@ def interfaces(job: Job) -> list[Iface]:
     net = job.table("network")
     if net.is_empty() or "event" not in net.columns:
         return []
-    rows = net.filter(pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices")) & pl.col("host").is_not_null())
+    # A pid that did not fit its column is null (parse/kinds.py): its line names no process to attribute.
+    rows = net.filter(pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices"))
+                      & pl.col("host").is_not_null() & pl.col("pid").is_not_null())
     out = []
     role_of = {"bootstrap_interface": "bootstrap", "socket_devices": "socket", "ib_devices": "oob"}
     for r in rows.iter_rows(named=True):

@@ -21,7 +21,7 @@ import regex
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.grammar.schema import Grammar, Layer, Pattern, group_names
 from nccl_logsift.io.lines import LineChunk
-from nccl_logsift.parse.kinds import cast_field
+from nccl_logsift.parse.kinds import cast_field, unfit
 from nccl_logsift.grammar.schema import MESSAGE_KEYS
 from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
 
@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _MATCH = "__all"
 _LAUNCHER_ROUNDS = 3
+# Per row, the launcher and the envelope fields whose number did not fit its column (kept apart: the
+# envelope of a glued line's first piece is matched again, its launcher prefix is not).
+_UNFIT = {Layer.LAUNCHER: "__unfit_launcher", Layer.ENVELOPE: "__unfit_envelope"}
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
 # Pieces a physical line is cut into at most (part 0 to 255).
 MAX_PARTS = 256
@@ -59,6 +62,8 @@ class ParseState:
     envelope_lines: int = 0
     unparsed_envelope_lines: int = 0
     torn_fragments: int = 0
+    # Numbers that did not fit their column and became null (pid 99999999999999999999, opCount of 17 hex digits).
+    values_out_of_range: int = 0
     # Glued envelope heads left inside the last piece of a line cut into MAX_PARTS pieces already.
     glued_uncut: int = 0
     # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
@@ -75,6 +80,7 @@ class ParseState:
         self.unparsed_envelope_lines += other.unparsed_envelope_lines
         self.torn_fragments += other.torn_fragments
         self.glued_uncut += other.glued_uncut
+        self.values_out_of_range += other.values_out_of_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,11 @@ class _Prefix:
             pl.when(pl.col("__hit")).then(pl.lit(value)).otherwise(pl.col(key)).alias(key)
             for key, value in pattern.set.items()
         ]
+        unfit_fields = [u for name in fields if (u := unfit(pl.col("__g").struct.field(name), kinds[name])) is not None]
+        if unfit_fields:
+            counter = _UNFIT[grammar.layer]
+            lost = pl.sum_horizontal(unfit_fields).cast(pl.UInt32)
+            updates.append(pl.when(pl.col("__hit")).then(pl.col(counter) + lost).otherwise(pl.col(counter)).alias(counter))
         consumed = pl.col("__g").struct.field(_MATCH).str.len_chars()
         if "keep" in groups:
             consumed = consumed - pl.col("__g").struct.field("keep").str.len_chars().fill_null(0)
@@ -196,7 +207,9 @@ class LineParser:
             rest=pl.col("prefix") + " NCCL INFO"
         )
         frame = self._match_envelopes(self._strip_launchers(frame))
-        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "")
+        # A head with a number too large for its column goes to the general parser, which counts it per line.
+        fits = pl.sum_horizontal(list(_UNFIT.values())) == 0
+        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "") & fits
         columns = [c for c in self.schemas.prefix_columns if c in frame.columns]
         parsed = frame.select("prefix", pl.when(clean).then(pl.lit("nccl")).alias("producer"), *columns)
         if learn:
@@ -208,10 +221,11 @@ class LineParser:
         missing["producer"] = pl.String()
         return frame.with_columns(
             [pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing.items() if name not in frame.columns]
+            + [pl.lit(0, dtype=pl.UInt32).alias(name) for name in _UNFIT.values() if name not in frame.columns]
         )
 
     def _strip_launchers(self, frame: pl.DataFrame) -> pl.DataFrame:
-        frame = self._with_prefix_columns(frame)
+        frame = self._with_prefix_columns(frame).with_columns(pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.LAUNCHER]))
         # Prefixes stack (k8s timestamp + torchrun tag + [rankN]:), in any order: strip in rounds.
         for _ in range(_LAUNCHER_ROUNDS):
             before = frame["rest"]
@@ -221,7 +235,9 @@ class LineParser:
         return frame.drop("__hit", strict=False)
 
     def _match_envelopes(self, frame: pl.DataFrame) -> pl.DataFrame:
-        frame = self._with_prefix_columns(frame).with_columns(msg=pl.lit(None, dtype=pl.String))
+        frame = self._with_prefix_columns(frame).with_columns(
+            pl.lit(None, dtype=pl.String).alias("msg"), pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.ENVELOPE])
+        )
         return _applied(frame, self._envelopes).drop("__hit", strict=False)
 
     # ------------------------------------------------------------------ torn and glued lines
@@ -351,6 +367,8 @@ class LineParser:
                         continue
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
+                    self.state.values_out_of_range += extracted["__unfit"].sum()
+                    extracted = extracted.drop("__unfit")
                     assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)
                 if marked.height < pool.height:
@@ -378,6 +396,9 @@ class LineParser:
         columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
         columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
         columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
+        unfit_fields = [u for g in groups if g in kinds and (u := unfit(pl.col("__g").struct.field(g), kinds[g])) is not None]
+        columns.append(pl.sum_horizontal(unfit_fields).cast(pl.UInt32).alias("__unfit") if unfit_fields
+                       else pl.lit(0, pl.UInt32).alias("__unfit"))
         return out.with_columns(columns).drop("__g")
 
     # ------------------------------------------------------------------ the lines table and counts
@@ -401,6 +422,7 @@ class LineParser:
     def _account(self, frame: pl.DataFrame, lines: pl.DataFrame) -> None:
         state = self.state
         state.lines += lines.height
+        state.values_out_of_range += int(frame.select(pl.sum_horizontal(list(_UNFIT.values())).sum()).item() or 0)
         state.family_counts.update(dict(lines.group_by("family").len().iter_rows()))
         enveloped = lines.filter(pl.col("producer").is_not_null())
         state.envelope_lines += enveloped.height

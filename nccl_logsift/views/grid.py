@@ -79,7 +79,8 @@ def _nccl_groups(job: Job, findings: list[Finding], progress) -> list[_Members]:
     for comm in progress:
         last = comm.last
         mine = calls.filter(pl.col("comm_uid") == comm.uid)
-        member = {int(r): i for i, r in enumerate(last["rank"].to_list())}
+        # A rank that did not fit its column is null (parse/kinds.py): that member has no calls of its own.
+        member = {int(r): i for i, r in enumerate(last["rank"].to_list()) if r is not None}
         own = {
             (member[r], p): op for r, p, op in mine.select("rank", "position", "op").iter_rows()
             if r in member and op is not None
