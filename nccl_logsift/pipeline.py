@@ -283,6 +283,7 @@ class TableStream:
             unparsed_shapes=state.unparsed_shapes.most_common(20),
             values_out_of_range=state.values_out_of_range,
             glued_uncut=state.glued_uncut,
+            long_lines_cut=state.long_lines_cut,
         )
 
 

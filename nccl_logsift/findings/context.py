@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nccl_logsift.io.lines import COMPRESSED_MAGIC
+from nccl_logsift.io.lines import COMPRESSED_MAGIC, MAX_LINE_BYTES
 from nccl_logsift.model import Evidence
 from nccl_logsift.resolve.communicators import with_seq
 
@@ -145,7 +145,8 @@ def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
                 return [None] * len(offsets)
             for offset in sorted(set(offsets)):
                 handle.seek(offset)
-                found[offset] = handle.readline().decode("utf-8", errors="replace").rstrip("\r\n")
+                # A line is read no further than the parser kept of it (io/lines.py MAX_LINE_BYTES).
+                found[offset] = handle.readline(MAX_LINE_BYTES).decode("utf-8", errors="replace").rstrip("\r\n")
     except OSError:
         return [None] * len(offsets)
     return [found[offset] for offset in offsets]

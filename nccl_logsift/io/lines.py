@@ -37,6 +37,9 @@ _BINARY_CONTROL_RATIO = 0.05
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 # Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
 PADDING = 16
+# Longer lines are cut to this many bytes (parse/chunks.py counts them); the reader holds at most one byte
+# more of a line, so that a line of gigabytes without a newline costs no more memory than a chunk.
+MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,7 @@ class LineReader:
         live = None if self.max_wait is None else _timed_blocks(stream, self.chunk_bytes, self.max_wait)
         pending = padded(0)  # the start of a line whose end has not been read yet
         offset = 0
+        skipped = 0  # bytes of the pending line dropped past MAX_LINE_BYTES + 1
         first = True
         while True:
             buffer, filled, error = self._read(stream, live, pending)
@@ -249,11 +253,28 @@ class LineReader:
                     return
             if eof:
                 data = pending
+                self.stats.bytes += skipped
             else:
                 newline = split.last_newline(buffer, len(pending), filled)  # pending holds none
                 if newline < 0:  # one huge line (or a live block without a newline): keep reading until it ends
                     pending = buffer[:filled]
+                    if filled > _LINE_HEAD:
+                        pending = _line_head(buffer, filled)
+                        skipped += filled - len(pending)
                     continue
+                if skipped:  # the cut line ends at the first newline: its head is a block of its own
+                    end = split.next_newline(buffer, len(pending))
+                    head = padded(len(pending) + 1)
+                    head[:-1] = pending
+                    head[-1] = ord("\n")
+                    self.stats.bytes += end + 1 + skipped
+                    yield offset, head
+                    offset += end + 1 + skipped
+                    skipped = 0
+                    buffer, filled, newline = buffer[end + 1 :], filled - end - 1, newline - end - 1
+                    if newline < 0:
+                        pending = buffer[:filled]
+                        continue
                 data, pending = buffer[: newline + 1], buffer[newline + 1 : filled]
             if len(data):
                 self.stats.bytes += len(data)
@@ -295,6 +316,22 @@ class LineReader:
                 self.stats.compression = codec
                 return pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), codec)
         return raw
+
+
+# Bytes of a line too long kept by the reader: more than MAX_LINE_BYTES, so that the parser sees it is
+# too long, and room to end on a whole UTF-8 character.
+_LINE_HEAD = MAX_LINE_BYTES + 4
+
+
+def _line_head(buffer: np.ndarray, filled: int) -> np.ndarray:
+    """The first bytes of a line too long (buffer[:filled], no newline), copied out of its buffer: about
+    _LINE_HEAD of them, ending before a UTF-8 continuation byte so that no character is cut in two."""
+    keep = min(filled, _LINE_HEAD)
+    while keep > MAX_LINE_BYTES + 1 and keep < filled and buffer[keep] & 0xC0 == 0x80:
+        keep -= 1
+    head = padded(keep)
+    head[:] = buffer[:keep]
+    return head
 
 
 def split_lines(

@@ -64,6 +64,8 @@ class ParseState:
     torn_fragments: int = 0
     # Numbers that did not fit their column and became null (pid 99999999999999999999, opCount of 17 hex digits).
     values_out_of_range: int = 0
+    # Lines longer than io.lines.MAX_LINE_BYTES, cut to it (parse/chunks.py).
+    long_lines_cut: int = 0
     # Glued envelope heads left inside the last piece of a line cut into MAX_PARTS pieces already.
     glued_uncut: int = 0
     # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
@@ -81,6 +83,7 @@ class ParseState:
         self.torn_fragments += other.torn_fragments
         self.glued_uncut += other.glued_uncut
         self.values_out_of_range += other.values_out_of_range
+        self.long_lines_cut += other.long_lines_cut
 
 
 @dataclass(frozen=True, slots=True)
