@@ -336,9 +336,10 @@ class Analysis:
 
     def __init__(self, stream: TableStream, budget: int | None = None):
         from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
-        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink
+        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, PlainLines
 
         self.stream = stream
+        self._plain = PlainLines()
         # Columns the diagnosis never reads are dropped as each batch is written, not held to the end.
         self.sink = MemorySink(DIAGNOSIS_COLUMNS)
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
@@ -351,6 +352,8 @@ class Analysis:
             self._folder = ThreadPoolExecutor(1, thread_name_prefix="logsift-digest")
         self._folding = self._folder.submit(self.digest.add, batch.calls)
         for name, frame in batch.tables.items():
+            if name == "lines":
+                frame = self._plain.needed(frame)
             if name != "collectives":
                 self.sink.write(name, frame)
 
