@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -76,3 +77,16 @@ def test_a_number_that_fits_is_not_counted(run_cli, tmp_path):
     out = tmp_path / "tables"
     assert run_cli("parse", str(path), "-o", str(out)).exit_code == 0
     assert json.loads((out / "manifest.json").read_text())["unparsed"]["values_out_of_range"] == 0
+
+
+def test_html_of_a_timed_log_whose_every_rank_is_beyond_int64_has_no_timeline_and_no_error(run_cli, tmp_path):
+    # slow_rank_4ranks.log carries NCCL 2.26+ timestamps: the timeline is drawn, from ranks that are all null.
+    from conftest import FIXTURES
+
+    text = (FIXTURES / "slow_rank_4ranks.log").read_text()
+    path = tmp_path / "ranks.log"
+    path.write_text(re.sub(r"( rank )\d+", r"\g<1>99999999999999999999", text))
+    out = tmp_path / "page.html"
+    result = run_cli("analyze", str(path), "--format", "html", "-o", str(out))
+    assert result.exit_code == 0
+    assert "No timeline: no timed collective line could be placed on a rank." in out.read_text()
