@@ -869,6 +869,11 @@ class Iface:
     part: int
 
 
+# "[0]eth0:10.0.0.1<0>": a try starts at a "[" and never reads past the next one, so a long run of text costs
+# its length once (an address group that could cross "[" retried the rest of the run from every "[").
+_IFACE_PAIR = re.compile(r"\[\d+\]([^\s:\[<]+):([^\s<\[]+)<\d+>")
+
+
 @per_job
 def interfaces(job: Job) -> list[Iface]:
     """Every interface a process said it uses: bootstrap, NET/Socket data, IB out-of-band."""
@@ -884,7 +889,7 @@ def interfaces(job: Job) -> list[Iface]:
         role = role_of[r["event"]]
         pairs = []
         if r["event"] != "ib_devices" and r.get("interfaces") and r.get("ifname") is None:
-            pairs = re.findall(r"\[\d+\]([^\s:\[]+):([^\s<]+)<\d+>", r["interfaces"])
+            pairs = _IFACE_PAIR.findall(r["interfaces"])
         elif r.get("ifname"):
             pairs = [(r["ifname"], r.get("address"))]
         for i, (ifname, address) in enumerate(pairs):
