@@ -127,7 +127,8 @@ class PlainLines:
             first = first.join(self._seen, on=labels, how="anti", nulls_equal=True)
         if first.is_empty():
             return kept
-        self._seen = first.select(labels) if self._seen is None else pl.concat([self._seen, first.select(labels)])
+        seen = first.select(labels)
+        self._seen = seen if self._seen is None else pl.concat([self._seen, seen])
         return pl.concat([kept, first]).sort("source_id", "line_no", "part")
 
 

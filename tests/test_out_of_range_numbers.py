@@ -12,13 +12,15 @@ INIT = ("h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x5555cf86c9b0 rank {rank} nr
 
 
 def coll(op: str, opcount: str, nranks: str = "2") -> str:
-    return (f"h:1:1 [0] NCCL INFO {op}: opCount {opcount} sendbuff 0x7f0d00000000 recvbuff 0x7f0d00000000 count 1 "
-            f"datatype 4 op 0 root 0 comm 0x5555cf86c9b0 [nranks={nranks}] stream 0x5555cf872650")
+    return (f"h:1:1 [0] NCCL INFO {op}: opCount {opcount} sendbuff 0x7f0d00000000 recvbuff 0x7f0d00000000 "
+            f"count 1 datatype 4 op 0 root 0 comm 0x5555cf86c9b0 [nranks={nranks}] stream 0x5555cf872650")
 
 
 # Each log, and how many of its values do not fit their column.
 LOGS = {
-    "pid_beyond_int64": (["h:99999999999999999999:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"], 1),
+    "pid_beyond_int64": (
+        ["h:99999999999999999999:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"], 1
+    ),
     "opcount_beyond_int64": ([INIT.format(rank=0), coll("AllGather", "8000000000000000"),
                               coll("Broadcast", "8000000000000000")], 2),
     "opcount_all_ones": ([INIT.format(rank=0), coll("AllGather", "ffffffffffffffff"),
@@ -26,7 +28,9 @@ LOGS = {
     "opcount_of_19_digits": ([INIT.format(rank=0), coll("AllGather", "123456789abcdef0123"),
                               coll("Broadcast", "123456789abcdef0123")], 2),
     "nranks_beyond_int64": ([INIT.format(rank=0), coll("AllGather", "0", "99999999999999999999")], 1),
-    "rank_beyond_int64": ([INIT.format(rank=9223372036854775808), coll("AllGather", "0"), coll("Broadcast", "1")], 1),
+    "rank_beyond_int64": (
+        [INIT.format(rank=9223372036854775808), coll("AllGather", "0"), coll("Broadcast", "1")], 1
+    ),
 }
 
 

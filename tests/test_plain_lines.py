@@ -8,8 +8,8 @@ import sys
 import tempfile
 
 import polars as pl
-
 from conftest import FIXTURES, ROOT
+
 from nccl_logsift.pipeline import ParseOptions, analyze
 from nccl_logsift.tables import PlainLines
 
@@ -51,8 +51,10 @@ def test_the_diagnosis_of_every_fixture_is_the_same_without_the_plain_lines(monk
     monkeypatch.setattr(PlainLines, "needed", lambda self, frame: frame)
     whole = [analyze([str(p)], ParseOptions(workers=1), views=False) for p in logs]
     for log, a, b in zip(logs, kept, whole):
-        assert (a.verdict, [f.title for f in a.findings]) == (b.verdict, [f.title for f in b.findings]), log.name
-        assert [[e.text for e in f.evidence] for f in a.findings] == [[e.text for e in f.evidence] for f in b.findings]
+        titles_a, titles_b = [f.title for f in a.findings], [f.title for f in b.findings]
+        assert (a.verdict, titles_a) == (b.verdict, titles_b), log.name
+        quoted = [[[e.text for e in f.evidence] for f in report.findings] for report in (a, b)]
+        assert quoted[0] == quoted[1], log.name
 
 
 _TRAINING = """
@@ -66,9 +68,9 @@ for start in range(0, n, 10000):
 
 
 def _peak_mb(lines: int) -> float:
-    """Peak RSS of ``analyze -`` reading a healthy job's log followed by ``lines`` lines of training output."""
-    feed = subprocess.Popen([sys.executable, "-c", _TRAINING, str(lines), str(FIXTURES / "healthy_8ranks.log")],
-                            stdout=subprocess.PIPE)
+    """Peak RSS of ``analyze -`` reading a healthy job's log, then ``lines`` lines of training output."""
+    healthy = str(FIXTURES / "healthy_8ranks.log")
+    feed = subprocess.Popen([sys.executable, "-c", _TRAINING, str(lines), healthy], stdout=subprocess.PIPE)
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen([sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
                                 stdin=feed.stdout, stdout=out, stderr=subprocess.DEVNULL, cwd=ROOT)

@@ -146,7 +146,8 @@ def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
             for offset in sorted(set(offsets)):
                 handle.seek(offset)
                 # A line is read no further than the parser kept of it (io/lines.py MAX_LINE_BYTES).
-                found[offset] = handle.readline(MAX_LINE_BYTES).decode("utf-8", errors="replace").rstrip("\r\n")
+                line = handle.readline(MAX_LINE_BYTES)
+                found[offset] = line.decode("utf-8", errors="replace").rstrip("\r\n")
     except OSError:
         return [None] * len(offsets)
     return [found[offset] for offset in offsets]

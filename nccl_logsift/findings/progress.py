@@ -140,11 +140,12 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
             calls=pl.len(),
         )
     reliable = stats.group_by("comm_uid").agg(
-        use=(pl.col("steady") & (pl.col("min_opcount") <= 1).fill_null(False)).all() & (pl.col("calls").max() > 1)
+        use=(pl.col("steady") & (pl.col("min_opcount") <= 1).fill_null(False)).all()
+        & (pl.col("calls").max() > 1)
     )
-    # An opCount that did not fit its column is null (parse/kinds.py): such a communicator is placed by ordinal.
-    unread = coll.filter(pl.col("opcount").is_null())["comm_uid"].unique()
-    by_opcount = reliable.filter(pl.col("use") & ~pl.col("comm_uid").is_in(unread.implode()))["comm_uid"].to_list()
+    # An opCount too large for its column is null (parse/kinds.py): such a communicator is placed by ordinal.
+    unread = coll.filter(pl.col("opcount").is_null())["comm_uid"].unique().implode()
+    by_opcount = reliable.filter(pl.col("use") & ~pl.col("comm_uid").is_in(unread))["comm_uid"].to_list()
     return coll.with_columns(
         position=pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
     )

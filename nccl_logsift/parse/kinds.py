@@ -29,7 +29,8 @@ def cast_field(expr: pl.Expr, kind: FieldKind) -> pl.Expr:
     return expr
 
 
-_NUMBER = {FieldKind.INT: r"^[-+]?[0-9]+$", FieldKind.HEX: r"^(?:0x)?[0-9A-Fa-f]+$", FieldKind.PTR: r"^(?:0x)?[0-9A-Fa-f]+$"}
+_HEX_DIGITS = r"^(?:0x)?[0-9A-Fa-f]+$"
+_NUMBER = {FieldKind.INT: r"^[-+]?[0-9]+$", FieldKind.HEX: _HEX_DIGITS, FieldKind.PTR: _HEX_DIGITS}
 
 
 def unfit(expr: pl.Expr, kind: FieldKind) -> pl.Expr | None:

@@ -62,7 +62,7 @@ class ParseState:
     envelope_lines: int = 0
     unparsed_envelope_lines: int = 0
     torn_fragments: int = 0
-    # Numbers that did not fit their column and became null (pid 99999999999999999999, opCount of 17 hex digits).
+    # Numbers too large for their column, read as null (pid 99999999999999999999, opCount of 17 hex digits).
     values_out_of_range: int = 0
     # Lines longer than io.lines.MAX_LINE_BYTES, cut to it (parse/chunks.py).
     long_lines_cut: int = 0
@@ -117,11 +117,12 @@ class _Prefix:
             pl.when(pl.col("__hit")).then(pl.lit(value)).otherwise(pl.col(key)).alias(key)
             for key, value in pattern.set.items()
         ]
-        unfit_fields = [u for name in fields if (u := unfit(pl.col("__g").struct.field(name), kinds[name])) is not None]
-        if unfit_fields:
+        lost = [unfit(pl.col("__g").struct.field(name), kinds[name]) for name in fields]
+        lost = [u for u in lost if u is not None]
+        if lost:
             counter = _UNFIT[grammar.layer]
-            lost = pl.sum_horizontal(unfit_fields).cast(pl.UInt32)
-            updates.append(pl.when(pl.col("__hit")).then(pl.col(counter) + lost).otherwise(pl.col(counter)).alias(counter))
+            added = pl.col(counter) + pl.sum_horizontal(lost).cast(pl.UInt32)
+            updates.append(pl.when(pl.col("__hit")).then(added).otherwise(pl.col(counter)).alias(counter))
         consumed = pl.col("__g").struct.field(_MATCH).str.len_chars()
         if "keep" in groups:
             consumed = consumed - pl.col("__g").struct.field("keep").str.len_chars().fill_null(0)
@@ -224,11 +225,12 @@ class LineParser:
         missing["producer"] = pl.String()
         return frame.with_columns(
             [pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing.items() if name not in frame.columns]
-            + [pl.lit(0, dtype=pl.UInt32).alias(name) for name in _UNFIT.values() if name not in frame.columns]
+            + [pl.lit(0, pl.UInt32).alias(name) for name in _UNFIT.values() if name not in frame.columns]
         )
 
     def _strip_launchers(self, frame: pl.DataFrame) -> pl.DataFrame:
-        frame = self._with_prefix_columns(frame).with_columns(pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.LAUNCHER]))
+        fresh = pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.LAUNCHER])  # the prefixes are stripped from scratch
+        frame = self._with_prefix_columns(frame).with_columns(fresh)
         # Prefixes stack (k8s timestamp + torchrun tag + [rankN]:), in any order: strip in rounds.
         for _ in range(_LAUNCHER_ROUNDS):
             before = frame["rest"]
@@ -399,9 +401,10 @@ class LineParser:
         columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
         columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
         columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
-        unfit_fields = [u for g in groups if g in kinds and (u := unfit(pl.col("__g").struct.field(g), kinds[g])) is not None]
-        columns.append(pl.sum_horizontal(unfit_fields).cast(pl.UInt32).alias("__unfit") if unfit_fields
-                       else pl.lit(0, pl.UInt32).alias("__unfit"))
+        lost = [unfit(pl.col("__g").struct.field(g), kinds[g]) for g in groups if g in kinds]
+        lost = [u for u in lost if u is not None]
+        unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
+        columns.append(unfit_count.alias("__unfit"))
         return out.with_columns(columns).drop("__g")
 
     # ------------------------------------------------------------------ the lines table and counts
@@ -425,7 +428,8 @@ class LineParser:
     def _account(self, frame: pl.DataFrame, lines: pl.DataFrame) -> None:
         state = self.state
         state.lines += lines.height
-        state.values_out_of_range += int(frame.select(pl.sum_horizontal(list(_UNFIT.values())).sum()).item() or 0)
+        unfit_values = frame.select(pl.sum_horizontal(list(_UNFIT.values())).sum()).item()
+        state.values_out_of_range += int(unfit_values or 0)
         state.family_counts.update(dict(lines.group_by("family").len().iter_rows()))
         enveloped = lines.filter(pl.col("producer").is_not_null())
         state.envelope_lines += enveloped.height
