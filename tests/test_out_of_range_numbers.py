@@ -94,3 +94,48 @@ def test_html_of_a_timed_log_whose_every_rank_is_beyond_int64_has_no_timeline_an
     result = run_cli("analyze", str(path), "--format", "html", "-o", str(out))
     assert result.exit_code == 0
     assert "No timeline: no timed collective line could be placed on a rank." in out.read_text()
+
+
+START = ("gpu-node-211:2702238:2702305 [0] NCCL INFO ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 "
+         "nranks {nranks} cudaDev 0 nvmlDev 0 busId 1b000 commId 0x7bbff3add302d34a - Init START")
+# Sizes that fit 64 bits but no job has: the rules that list a world's silent ranks must not enumerate them.
+HUGE = {
+    "init_of_8e15_ranks": [START.format(nranks=8000000000000000)],
+    "init_of_a_size_beyond_int64": [START.format(nranks=99999999999999999999)],
+}
+
+
+def _huge_torch_labels() -> list[str]:
+    """collective_mismatch_4ranks.log with every PyTorch [rankN]: label naming rank 8e15 (the world size)."""
+    from conftest import FIXTURES
+
+    text = (FIXTURES / "collective_mismatch_4ranks.log").read_text()
+    return re.sub(r"\[rank\d+", "[rank8000000000000000", text).splitlines()
+
+
+HUGE["torch_labels_of_rank_8e15"] = _huge_torch_labels()
+
+
+@pytest.mark.parametrize("name", list(HUGE))
+def test_a_huge_size_or_rank_gives_an_answer_in_bounded_memory(tmp_path, name):
+    # In a process of its own with 3 GB of address space: enumerating 8e15 ranks filled 24 GB before.
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    path = tmp_path / f"{name}.log"
+    path.write_text("\n".join(HUGE[name]) + "\n")
+    out = tmp_path / "page.html"
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    for fmt in ("json", "html"):
+        command = [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", fmt, "-o", str(out)]
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, preexec_fn=limited, timeout=120,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr[-1500:]
+        assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr
+    assert out.read_text().rstrip().endswith("</html>")

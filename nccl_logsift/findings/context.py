@@ -13,6 +13,15 @@ from nccl_logsift.model import Evidence
 from nccl_logsift.resolve.communicators import with_seq
 
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
+# The most ranks a job is taken to have. Rules enumerate the ranks of a world or a communicator to find the
+# silent ones, so a size beyond this in a log is damage, not a job: "nranks 8000000000000000" (it fits a
+# 64-bit column) asked for petabytes.
+MAX_RANKS = 1 << 20
+
+
+def rank_range(size: int | None) -> range:
+    """The ranks 0 .. size-1 of a size read from a log; none when the size is unknown or beyond MAX_RANKS."""
+    return range(size) if size is not None and 0 < size <= MAX_RANKS else range(0)
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ class Job:
             self.processes["world_size"].max() if not self.processes.is_empty() else None,
             self.torch_ranks.height and self.torch_ranks["rank"].max() + 1,
         ]
-        sizes = [s for s in sizes if s]
+        sizes = [s for s in sizes if s and s <= MAX_RANKS]
         return int(max(sizes)) if sizes else None
 
     @functools.cached_property

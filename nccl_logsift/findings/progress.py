@@ -19,7 +19,7 @@ from typing import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job, per_job
+from nccl_logsift.findings.context import Job, per_job, rank_range
 from nccl_logsift.model import Finding, Kind, Severity
 
 # PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
@@ -383,7 +383,7 @@ class RankBehind(Rule):
                     evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
             if not laggards and pg.split(" ")[0] == DEFAULT_PG and world and len(reporters) * 2 > world:
                 # A rank whose watchdog fired in another group was waiting there, not stuck outside NCCL.
-                laggards = sorted(set(range(world)) - reporters - waiting)
+                laggards = sorted(set(rank_range(world)) - reporters - waiting)
             laggards = [r for r in laggards if r not in reported]
             if not laggards:
                 continue
