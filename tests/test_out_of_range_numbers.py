@@ -114,6 +114,19 @@ def _huge_torch_labels() -> list[str]:
 
 
 HUGE["torch_labels_of_rank_8e15"] = _huge_torch_labels()
+HUGE["slurm_task_range_of_8e15"] = ["srun: error: nid001207: tasks 0-8000000000000000: Terminated"]
+
+
+def test_a_rank_beyond_int64_in_a_ring_and_a_task_list_is_null(run_cli, tmp_path):
+    from conftest import FIXTURES
+
+    text = (FIXTURES / "collective_mismatch_4ranks.log").read_text()
+    text = re.sub(r"(Channel \d+/\d+ :)( \d+)+", r"\1 99999999999999999999 1", text)
+    path = tmp_path / "ring.log"
+    path.write_text(text + "srun: error: nid001207: tasks 99999999999999999999: Terminated\n")
+    out = tmp_path / "page.html"
+    result = run_cli("analyze", str(path), "--format", "html", "-o", str(out))
+    assert result.exit_code == 0 and out.read_text().rstrip().endswith("</html>")
 
 
 @pytest.mark.parametrize("name", list(HUGE))

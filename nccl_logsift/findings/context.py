@@ -10,13 +10,9 @@ import polars as pl
 
 from nccl_logsift.io.lines import COMPRESSED_MAGIC, MAX_LINE_BYTES
 from nccl_logsift.model import Evidence
-from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.communicators import MAX_RANKS, with_seq
 
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
-# The most ranks a job is taken to have. Rules enumerate the ranks of a world or a communicator to find the
-# silent ones, so a size beyond this in a log is damage, not a job: "nranks 8000000000000000" (it fits a
-# 64-bit column) asked for petabytes.
-MAX_RANKS = 1 << 20
 
 
 def rank_range(size: int | None) -> range:

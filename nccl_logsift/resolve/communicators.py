@@ -20,6 +20,10 @@ import polars as pl
 SEQ = "seq"
 PROCESS = ["host", "pid"]
 INSTANCE = ["host", "pid", "comm", "generation"]
+# The most ranks a job is taken to have. The diagnosis enumerates the ranks of a world, a communicator or a
+# launcher's task range to find the silent ones, so a size beyond this in a log is damage, not a job:
+# "nranks 8000000000000000" (it fits a 64-bit column) asked for petabytes.
+MAX_RANKS = 1 << 20
 
 
 def with_seq(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
