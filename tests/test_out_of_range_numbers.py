@@ -146,9 +146,9 @@ def test_a_huge_size_or_rank_gives_an_answer_in_bounded_memory(tmp_path, name):
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
     for fmt in ("json", "html"):
-        command = [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", fmt, "-o", str(out)]
-        proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, preexec_fn=limited, timeout=120,
-                              check=False)
+        command = [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", fmt]
+        proc = subprocess.run([*command, "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
+                              preexec_fn=limited, timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr[-1500:]
         assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr
     assert out.read_text().rstrip().endswith("</html>")
