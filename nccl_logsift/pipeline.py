@@ -17,11 +17,13 @@ import polars as pl
 
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, RawChunk, ReadStats, split_lines
+from nccl_logsift.io.lines import (
+    DEFAULT_CHUNK_BYTES, MAX_LINE_BYTES, LineReader, RawChunk, ReadStats, split_lines,
+)
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
 from nccl_logsift.parse.chunks import ChunkParser
-from nccl_logsift.parse.lineparser import LineParser
+from nccl_logsift.parse.lineparser import MAX_PARTS, LineParser
 from nccl_logsift.parse import parallel
 from nccl_logsift.parse.parallel import (
     Segment, SegmentPool, file_segments, missed_hosts, parse_segment, shift_lines, sniff, worker_count,
@@ -89,8 +91,9 @@ class ParseSummary:
         """What the parser kept but not whole, as short sentences (empty when nothing was)."""
         counts = [
             (self.values_out_of_range, "number(s) too large for their column read as unknown (null)"),
-            (self.glued_uncut, "glued NCCL/PyTorch line head(s) left uncut, past 256 on one line"),
-            (self.long_lines_cut, "line(s) longer than 1 MiB cut to their first 1 MiB"),
+            (self.glued_uncut, f"glued NCCL/PyTorch line head(s) left uncut past {MAX_PARTS} parts of a line"),
+            (self.long_lines_cut, f"line(s) longer than {MAX_LINE_BYTES >> 20} MiB cut to their first "
+                                  f"{MAX_LINE_BYTES >> 20} MiB"),
         ]
         return [f"{count:,} {what}" for count, what in counts if count]
 

@@ -37,8 +37,8 @@ _BINARY_CONTROL_RATIO = 0.05
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 # Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
 PADDING = 16
-# Longer lines are cut to this many bytes (parse/chunks.py counts them); the reader holds at most one byte
-# more of a line, so that a line of gigabytes without a newline costs no more memory than a chunk.
+# Longer lines are cut to this many bytes (parse/chunks.py counts them); the reader holds at most a few
+# bytes more of a line (_LINE_HEAD), so a line of gigabytes without a newline costs the memory of a chunk.
 MAX_LINE_BYTES = 1 << 20
 
 
@@ -238,7 +238,7 @@ class LineReader:
         live = None if self.max_wait is None else _timed_blocks(stream, self.chunk_bytes, self.max_wait)
         pending = padded(0)  # the start of a line whose end has not been read yet
         offset = 0
-        skipped = 0  # bytes of the pending line dropped past MAX_LINE_BYTES + 1
+        skipped = 0  # bytes of the pending line dropped after its head (_line_head)
         first = True
         while True:
             buffer, filled, error = self._read(stream, live, pending)

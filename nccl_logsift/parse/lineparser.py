@@ -372,7 +372,7 @@ class LineParser:
                         continue
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
-                    self.state.values_out_of_range += extracted["__unfit"].sum()
+                    self.state.values_out_of_range += int(extracted["__unfit"].sum())
                     extracted = extracted.drop("__unfit")
                     assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)
