@@ -89,9 +89,10 @@ class ParseSummary:
 
     def damage(self) -> list[str]:
         """What the parser kept but not whole, as short sentences (empty when nothing was)."""
+        glued = f"glued NCCL/PyTorch line head(s) left uncut past {MAX_PARTS} parts of a line"
         counts = [
             (self.values_out_of_range, "number(s) too large for their column read as unknown (null)"),
-            (self.glued_uncut, f"glued NCCL/PyTorch line head(s) left uncut past {MAX_PARTS} parts of a line"),
+            (self.glued_uncut, glued),
             (self.long_lines_cut, f"line(s) longer than {MAX_LINE_BYTES >> 20} MiB cut to their first "
                                   f"{MAX_LINE_BYTES >> 20} MiB"),
         ]
