@@ -17,13 +17,15 @@ import polars as pl
 
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.io.lines import DEFAULT_CHUNK_BYTES, LineReader, RawChunk, ReadStats, split_lines
+from nccl_logsift.io.lines import (
+    DEFAULT_CHUNK_BYTES, MAX_LINE_BYTES, LineReader, RawChunk, ReadStats, split_lines,
+)
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
 from nccl_logsift.errors import InputError
 from nccl_logsift.flight.discover import DumpCollector, partition
 from nccl_logsift.model import InputProblem, ProblemKind
 from nccl_logsift.parse.chunks import ChunkParser
-from nccl_logsift.parse.lineparser import LineParser
+from nccl_logsift.parse.lineparser import MAX_PARTS, LineParser
 from nccl_logsift.parse import parallel
 from nccl_logsift.parse.parallel import (
     Segment, SegmentPool, file_segments, missed_hosts, parse_segment, shift_lines, sniff, worker_count,
@@ -89,6 +91,22 @@ class ParseSummary:
     torn_fragments: int
     unparsed_shapes: list[tuple[str, int]]
     extra: dict = field(default_factory=dict)
+    # Kept but not whole: numbers too large for their column (null), glued heads past the last part of a
+    # line (left in its text), lines longer than the limit (cut, io/lines.py MAX_LINE_BYTES).
+    values_out_of_range: int = 0
+    glued_uncut: int = 0
+    long_lines_cut: int = 0
+
+    def damage(self) -> list[str]:
+        """What the parser kept but not whole, as short sentences (empty when nothing was)."""
+        glued = f"glued NCCL/PyTorch line head(s) left uncut past {MAX_PARTS} parts of a line"
+        counts = [
+            (self.values_out_of_range, "number(s) too large for their column read as unknown (null)"),
+            (self.glued_uncut, glued),
+            (self.long_lines_cut, f"line(s) longer than {MAX_LINE_BYTES >> 20} MiB cut to their first "
+                                  f"{MAX_LINE_BYTES >> 20} MiB"),
+        ]
+        return [f"{count:,} {what}" for count, what in counts if count]
 
     @property
     def lines(self) -> int:
@@ -292,6 +310,9 @@ class TableStream:
             unparsed_envelope_lines=state.unparsed_envelope_lines,
             torn_fragments=state.torn_fragments,
             unparsed_shapes=state.unparsed_shapes.most_common(20),
+            values_out_of_range=state.values_out_of_range,
+            glued_uncut=state.glued_uncut,
+            long_lines_cut=state.long_lines_cut,
         )
 
 
@@ -357,9 +378,10 @@ class Analysis:
 
     def __init__(self, stream: TableStream, budget: int | None = None):
         from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
-        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink
+        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, PlainLines
 
         self.stream = stream
+        self._plain = PlainLines()
         # Columns the diagnosis never reads are dropped as each batch is written, not held to the end.
         self.sink = MemorySink(DIAGNOSIS_COLUMNS)
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
@@ -372,6 +394,8 @@ class Analysis:
             self._folder = ThreadPoolExecutor(1, thread_name_prefix="logsift-digest")
         self._folding = self._folder.submit(self.digest.add, batch.calls)
         for name, frame in batch.tables.items():
+            if name == "lines":
+                frame = self._plain.needed(frame)
             if name != "collectives":
                 self.sink.write(name, frame)
 

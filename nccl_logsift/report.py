@@ -23,7 +23,7 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     inputs = tuple(InputInfo(i.path, i.bytes, i.lines, i.unparsed_lines, i.problems) for i in read)
     job_summary = summarize_job(job)
     ranks = rank_states(job)
-    notes = tuple(f"{i.path}: {p.describe()}" for i in inputs for p in i.problems)
+    notes = tuple(f"{i.path}: {p.describe()}" for i in inputs for p in i.problems) + tuple(summary.damage())
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
     dumps = audit_dumps(job)
     return Report(

@@ -104,6 +104,40 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
     "versions": (*_KEYS, "version", "cuda", "product"),
 }
 
+# Of the lines no family claims and no envelope carries (plain ``text`` and ``blank``: most of a training
+# log), an analysis keeps only those a rule reads: the first frame of a traceback at the script's top level
+# (findings/process.py), and the first line of each combination of launcher labels (the ranks a log names:
+# Job.torch_ranks). The others are counted (parse summary) but not kept: 10M lines of training output
+# held 2 GB.
+MODULE_FRAME = r"in <module>\s*$"
+LINE_LABELS = ("torch_rank", "mpi_rank", "task", "local_rank")
+
+
+class PlainLines:
+    """Drops the plain lines of each ``lines`` frame that no rule reads (see MODULE_FRAME); remembers the
+    launcher labels seen so far, so that a label's first line is kept once per run."""
+
+    def __init__(self) -> None:
+        self._seen: pl.DataFrame | None = None
+
+    def needed(self, lines: pl.DataFrame) -> pl.DataFrame:
+        if lines.is_empty() or "family" not in lines.columns or "text" not in lines.columns:
+            return lines
+        plain = pl.col("family").is_in(["text", "blank"]) & pl.col("producer").is_null()
+        read = plain & pl.col("text").str.contains(MODULE_FRAME)
+        labels = [c for c in LINE_LABELS if c in lines.columns]
+        kept = lines.filter(~plain | read)
+        if not labels:
+            return kept
+        first = lines.filter(plain & ~read).unique(labels, keep="first", maintain_order=True)
+        if self._seen is not None:
+            first = first.join(self._seen, on=labels, how="anti", nulls_equal=True)
+        if first.is_empty():
+            return kept
+        seen = first.select(labels)
+        self._seen = seen if self._seen is None else pl.concat([self._seen, seen])
+        return pl.concat([kept, first]).sort("source_id", "line_no", "part")
+
 
 @dataclass(frozen=True, slots=True)
 class RankMaps:

@@ -125,6 +125,9 @@ def _manifest(summary: ParseSummary, sink: ParquetSink) -> dict:
             "envelope_lines": summary.envelope_lines,
             "unparsed_envelope_lines": summary.unparsed_envelope_lines,
             "torn_fragments": summary.torn_fragments,
+            "values_out_of_range": summary.values_out_of_range,
+            "glued_uncut": summary.glued_uncut,
+            "long_lines_cut": summary.long_lines_cut,
             "top_shapes": [{"shape": s, "lines": n} for s, n in summary.unparsed_shapes],
         },
     }
@@ -143,6 +146,8 @@ def _print_summary(summary: ParseSummary, output: Path) -> None:
         f"Read {len(summary.inputs)} input(s), {summary.lines:,} lines; "
         f"{summary.envelope_lines:,} NCCL/PyTorch lines, {summary.unparsed_envelope_lines:,} unparsed ({rate:.2%})."
     )
+    for damage in summary.damage():
+        err.print(f"[yellow]note[/] {_shown(damage)}")
     console.print(f"Tables written to {_shown(str(output))}/")
     tables = Table("table", "rows")
     for name, rows in sorted(summary.table_rows.items()):

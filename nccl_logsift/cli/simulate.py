@@ -138,12 +138,14 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
 
 
 def default_nccl_version(scenario) -> str:
-    """The default release, or the first one whose logs can show the scenario (slow-rank needs timestamps)."""
-    from nccl_logsift.simulate.versions import DEFAULT_NCCL, version_key
+    """The default release, or the first simulated one whose logs can show the scenario (slow-rank needs INFO
+    timestamps, node-death NCCL's RAS)."""
+    from nccl_logsift.simulate.versions import DEFAULT_NCCL, NCCL_PROFILES, nccl_profile, version_key
 
-    if scenario.min_nccl and version_key(scenario.min_nccl) > version_key(DEFAULT_NCCL):
-        return scenario.min_nccl
-    return DEFAULT_NCCL
+    if not scenario.min_nccl or version_key(scenario.min_nccl) <= version_key(DEFAULT_NCCL):
+        return DEFAULT_NCCL
+    able = [s for s in NCCL_PROFILES if version_key(nccl_profile(s).version) >= version_key(scenario.min_nccl)]
+    return min(able, key=lambda s: version_key(nccl_profile(s).version)) if able else scenario.min_nccl
 
 
 def wrote_text(job, output: str, truth_path: str | None) -> str:

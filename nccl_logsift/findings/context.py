@@ -9,11 +9,16 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nccl_logsift.io.lines import COMPRESSED_MAGIC
+from nccl_logsift.io.lines import COMPRESSED_MAGIC, MAX_LINE_BYTES
 from nccl_logsift.model import Evidence
-from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.communicators import MAX_RANKS, with_seq
 
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
+
+
+def rank_range(size: int | None) -> range:
+    """The ranks 0 .. size-1 of a size read from a log; none when the size is unknown or beyond MAX_RANKS."""
+    return range(size) if size is not None and 0 < size <= MAX_RANKS else range(0)
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ class Job:
             self.processes["world_size"].max() if not self.processes.is_empty() else None,
             self.torch_ranks.height and self.torch_ranks["rank"].max() + 1,
         ]
-        sizes = [s for s in sizes if s]
+        sizes = [s for s in sizes if s and s <= MAX_RANKS]
         return int(max(sizes)) if sizes else None
 
     @functools.cached_property
@@ -185,7 +190,9 @@ def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
                 return [None] * len(offsets)
             for offset in sorted(set(offsets)):
                 handle.seek(offset)
-                found[offset] = handle.readline().decode("utf-8", errors="replace").rstrip(" \t\r\n\0")
+                # A line is read no further than the parser kept of it (io/lines.py MAX_LINE_BYTES).
+                line = handle.readline(MAX_LINE_BYTES)
+                found[offset] = line.decode("utf-8", errors="replace").rstrip(" \t\r\n\0")
     except OSError:
         return [None] * len(offsets)
     return [found[offset] for offset in offsets]

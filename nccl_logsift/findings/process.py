@@ -24,6 +24,7 @@ from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.findings.progress import describe_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
+from nccl_logsift.tables import MODULE_FRAME
 
 LOCATION = ["source_id", "line_no", "part"]
 
@@ -564,7 +565,7 @@ def _uncaught(job: Job) -> list[dict]:
     first_frames = tracebacks.select("source_id", (pl.col("line_no") + 1).alias("line_no")).join(
         lines.filter(pl.col("part") == 0).select("source_id", "line_no", "text"), on=["source_id", "line_no"], how="left"
     )
-    top = first_frames.filter(pl.col("text").fill_null("").str.contains(r"in <module>\s*$")).select(
+    top = first_frames.filter(pl.col("text").fill_null("").str.contains(MODULE_FRAME)).select(
         "source_id", (pl.col("line_no") - 1).alias("line_no")
     )
     tracebacks = tracebacks.join(top, on=["source_id", "line_no"], how="semi")

@@ -20,7 +20,7 @@ from typing import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job, per_job
+from nccl_logsift.findings.context import Job, per_job, rank_range
 from nccl_logsift.model import Finding, Kind, Severity
 
 # PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
@@ -141,9 +141,12 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
             calls=pl.len(),
         )
     reliable = stats.group_by("comm_uid").agg(
-        use=(pl.col("steady") & (pl.col("min_opcount") <= 1)).all() & (pl.col("calls").max() > 1)
+        use=(pl.col("steady") & (pl.col("min_opcount") <= 1).fill_null(False)).all()
+        & (pl.col("calls").max() > 1)
     )
-    by_opcount = reliable.filter(pl.col("use"))["comm_uid"].to_list()
+    # An opCount too large for its column is null (parse/kinds.py): such a communicator is placed by ordinal.
+    unread = coll.filter(pl.col("opcount").is_null())["comm_uid"].unique().implode()
+    by_opcount = reliable.filter(pl.col("use") & ~pl.col("comm_uid").is_in(unread))["comm_uid"].to_list()
     return coll.with_columns(
         position=pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
     )
@@ -190,8 +193,9 @@ def comm_progress(job: Job) -> list[CommProgress]:
 
 def progress_of(last: pl.DataFrame) -> list[CommProgress]:
     """A :class:`CommProgress` per communicator of ``last`` (rows of :func:`members_last_calls`), in its order."""
+    # A size that did not fit its column is null (parse/kinds.py): the members seen are then the size.
     return [
-        CommProgress(uid, int(group["nranks"].max()), group)
+        CommProgress(uid, int(group["nranks"].max() or group.height), group)
         for (uid,), group in last.group_by("comm_uid", maintain_order=True)
     ]
 
@@ -404,7 +408,7 @@ class RankBehind(Rule):
                     evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
             if not laggards and pg.split(" ")[0] == DEFAULT_PG and world and len(reporters) * 2 > world:
                 # A rank whose watchdog fired in another group was waiting there, not stuck outside NCCL.
-                laggards = sorted(set(range(world)) - reporters - waiting)
+                laggards = sorted(set(rank_range(world)) - reporters - waiting)
             laggards = [r for r in laggards if r not in reported]
             if not laggards:
                 continue

@@ -27,7 +27,7 @@ from typing import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job, per_job
+from nccl_logsift.findings.context import Job, per_job, rank_range
 from nccl_logsift.findings.transport import n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
@@ -264,7 +264,8 @@ def stalled_inits(job: Job) -> list[InitState]:
     )
     for (uid,), group in stalled.group_by("comm_uid"):
         members = group.filter(pl.col("init_started"))
-        nranks = int(members["nranks"].max())
+        # A size too large for its column is null (parse/kinds.py): the members seen are then the size.
+        nranks = int(members["nranks"].max() or members.height)
         is_world = world is not None and nranks == world
         failed_seq = (
             members.select(*PROC, "start_seq", "global_rank", "rank")
@@ -277,7 +278,7 @@ def stalled_inits(job: Job) -> list[InitState]:
         state.failed = sorted(int(r) for r in failed_seq.filter(pl.col("hit").fill_null(False))["global_rank"].drop_nulls())
         state.waiting = sorted(int(r) for r in failed_seq.filter(~pl.col("hit").fill_null(False))["global_rank"].drop_nulls())
         present = set(int(r) for r in members["rank"].drop_nulls())
-        state.missing = sorted(set(range(nranks)) - present)
+        state.missing = sorted(set(rank_range(nranks)) - present)
         if state.missing and is_world:
             _explain_missing(job, state, failures, ranks)
         else:
@@ -650,13 +651,14 @@ class InitIncomplete(Rule):
         waits = group.filter(pl.col("event").is_in(("store_barrier", "store_barrier_timeout")))
         if waits.is_empty():
             return None
-        world = int(waits["world_size"].max())
-        count = int(waits["worker_count"].max())
+        world, count = waits["world_size"].max(), waits["worker_count"].max()
+        if world is None or count is None:  # too large for their column (parse/kinds.py): nothing to compare
+            return None
         timed_out = waits.filter(pl.col("event") == "store_barrier_timeout")
         if count >= world:
             return None
         reporters = set(int(r) for r in group["barrier_rank"].drop_nulls())
-        absent = sorted(set(range(world)) - reporters)
+        absent = sorted(set(rank_range(world)) - reporters)
         ranks = absent if len(absent) == world - count else []
         who = rank_word(ranks) if ranks else plural(world - count, "rank")
         state = "timed out" if timed_out.height else "waited"
@@ -987,20 +989,27 @@ class Iface:
     part: int
 
 
+# "[0]eth0:10.0.0.1<0>": a try starts at a "[" and never reads past the next one, so a long run of text costs
+# its length once (an address group that could cross "[" retried the rest of the run from every "[").
+_IFACE_PAIR = re.compile(r"\[\d+\]([^\s:\[<]+):([^\s<\[]+)<\d+>")
+
+
 @per_job
 def interfaces(job: Job) -> list[Iface]:
     """Every interface a process said it uses: bootstrap, NET/Socket data, IB out-of-band."""
     net = job.table("network")
     if net.is_empty() or "event" not in net.columns:
         return []
-    rows = net.filter(pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices")) & pl.col("host").is_not_null())
+    # A pid that did not fit its column is null (parse/kinds.py): its line names no process to attribute.
+    rows = net.filter(pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices"))
+                      & pl.col("host").is_not_null() & pl.col("pid").is_not_null())
     out = []
     role_of = {"bootstrap_interface": "bootstrap", "socket_devices": "socket", "ib_devices": "oob"}
     for r in rows.iter_rows(named=True):
         role = role_of[r["event"]]
         pairs = []
         if r["event"] != "ib_devices" and r.get("interfaces") and r.get("ifname") is None:
-            pairs = re.findall(r"\[\d+\]([^\s:\[]+):([^\s<]+)<\d+>", r["interfaces"])
+            pairs = _IFACE_PAIR.findall(r["interfaces"])
         elif r.get("ifname"):
             pairs = [(r["ifname"], r.get("address"))]
         for i, (ifname, address) in enumerate(pairs):

@@ -178,6 +178,11 @@ def transport_rows(job: Job) -> pl.DataFrame:
         same_host=pl.when(pl.col("peer_host").is_not_null()).then((pl.col("peer_host") == pl.col("host")) & ~same_dev)
     )
 
+# The address of each "[0]eth0:10.0.0.1<0>": a try starts at a "[" and stops at the next, so a long list costs
+# its length once (a try from every ":" that read to the end of the text cost its square).
+_IFACE_ADDRESS = re.compile(r"\[\d+\][^\s:\[<]+:([^\s<\[]+)<\d+>")
+
+
 def address_hosts(job: Job) -> dict[str, set[str]]:
     """IP address (or host name) -> hosts that printed it as a bootstrap, socket or OOB interface."""
     out: dict[str, set[str]] = {}
@@ -186,7 +191,7 @@ def address_hosts(job: Job) -> dict[str, set[str]]:
         for host, addr, ifaces in net.select("host", "address", "interfaces").iter_rows():
             if not host:
                 continue
-            for a in [addr] + re.findall(r":([^\s<]+)<\d+>", ifaces or ""):
+            for a in [addr] + _IFACE_ADDRESS.findall(ifaces or ""):
                 if a:
                     out.setdefault(a, set()).add(host)
     for host in (job.processes["host"].to_list() if not job.processes.is_empty() else []):

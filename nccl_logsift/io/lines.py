@@ -46,6 +46,9 @@ _TEXT_CONTROLS = np.array([8, 9, 10, 11, 12, 13, 27], dtype=np.uint8)  # BS, TAB
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 # Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
 PADDING = 16
+# Longer lines are cut to this many bytes (parse/chunks.py counts them); the reader holds at most a few
+# bytes more of a line (_LINE_HEAD), so a line of gigabytes without a newline costs the memory of a chunk.
+MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +261,7 @@ class LineReader:
         live = None if self.max_wait is None else _timed_blocks(stream, self.chunk_bytes, self.max_wait)
         pending = padded(0)  # the start of a line whose end has not been read yet
         offset = 0
+        skipped = 0  # bytes of the pending line dropped after its head (_line_head)
         first = True
         cr_only = False
         while True:
@@ -279,11 +283,28 @@ class LineReader:
                 fresh[fresh == 13] = 10
             if eof:
                 data = self._without_padding(pending)
+                self.stats.bytes += skipped
             else:
                 newline = split.last_newline(buffer, len(pending), filled)  # pending holds none
                 if newline < 0:  # one huge line (or a live block without a newline): keep reading until it ends
                     pending = buffer[:filled]
+                    if filled > _LINE_HEAD:
+                        pending = _line_head(buffer, filled)
+                        skipped += filled - len(pending)
                     continue
+                if skipped:  # the cut line ends at the first newline: its head is a block of its own
+                    end = split.next_newline(buffer, len(pending))
+                    head = padded(len(pending) + 1)
+                    head[:-1] = pending
+                    head[-1] = ord("\n")
+                    self.stats.bytes += end + 1 + skipped
+                    yield offset, head
+                    offset += end + 1 + skipped
+                    skipped = 0
+                    buffer, filled, newline = buffer[end + 1 :], filled - end - 1, newline - end - 1
+                    if newline < 0:
+                        pending = buffer[:filled]
+                        continue
                 data, pending = buffer[: newline + 1], buffer[newline + 1 : filled]
             if len(data):
                 self.stats.bytes += len(data)
@@ -349,6 +370,22 @@ def _broken(error: BaseException, offset: int) -> InputProblem:
         return InputProblem(kind, offset=offset, reason=error.reason)
     reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
     return InputProblem(ProblemKind.UNREADABLE, offset=offset, reason=reason)
+
+
+# Bytes of a line too long kept by the reader: more than MAX_LINE_BYTES, so that the parser sees it is
+# too long, and room to end on a whole UTF-8 character.
+_LINE_HEAD = MAX_LINE_BYTES + 4
+
+
+def _line_head(buffer: np.ndarray, filled: int) -> np.ndarray:
+    """The first bytes of a line too long (buffer[:filled], no newline), copied out of its buffer: about
+    _LINE_HEAD of them, ending before a UTF-8 continuation byte so that no character is cut in two."""
+    keep = min(filled, _LINE_HEAD)
+    while keep > MAX_LINE_BYTES + 1 and keep < filled and buffer[keep] & 0xC0 == 0x80:
+        keep -= 1
+    head = padded(keep)
+    head[:] = buffer[:keep]
+    return head
 
 
 def split_lines(

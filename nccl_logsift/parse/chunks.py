@@ -12,13 +12,13 @@ import os
 import queue
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 import numpy as np
 import polars as pl
 
-from nccl_logsift.io.lines import LineChunk, RawChunk
+from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import LineParser, hosts_of
@@ -37,9 +37,10 @@ SCAN_THREADS = min(4, max(2, os.cpu_count() or 1))
 class Scanned:
     """A chunk with what the fast path found in it, and the hosts of the new prefixes it parsed."""
 
-    chunk: RawChunk
+    chunk: RawChunk  # with its lines longer than MAX_LINE_BYTES cut
     found: fastcoll.FastRows
     hosts: list[str] = field(default_factory=list)
+    cut: int = 0  # lines cut
 
 
 class ChunkParser:
@@ -147,7 +148,9 @@ class ChunkParser:
     def add(self, chunk: RawChunk, scanned: Scanned | None = None) -> None:
         self._source_id = chunk.source_id
         scanned = scanned or self.scan(chunk)
+        chunk = scanned.chunk
         self.parser.state.known_hosts.update(scanned.hosts)
+        self.parser.state.long_lines_cut += scanned.cut
         found = scanned.found
         if len(found.index):
             piece = found.piece
@@ -213,11 +216,28 @@ class _Scanner:
         self._learned: list[str] = []
 
     def scan(self, chunk: RawChunk) -> Scanned:
+        chunk, cut = cut_long_lines(chunk)
         found = self.fast.read(chunk)
         hosts, self._learned = self._learned, []
-        return Scanned(chunk, found, hosts)
+        return Scanned(chunk, found, hosts, cut)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self.parser.parse_prefixes(prefixes, learn=False)
         self._learned += hosts_of(parsed)
         return parsed
+
+
+def cut_long_lines(chunk: RawChunk) -> tuple[RawChunk, int]:
+    """The chunk with every line longer than MAX_LINE_BYTES cut to that many bytes (less the bytes of a
+    UTF-8 character it would split), and how many were cut: the regexes, the text columns and the evidence
+    of a line cost several times its length (a line of 512 MB took 7 GB)."""
+    long = np.flatnonzero(chunk.ends - chunk.starts > MAX_LINE_BYTES)
+    if not len(long):
+        return chunk, 0
+    cut = chunk.starts[long] + MAX_LINE_BYTES
+    raw = chunk.view.raw
+    for _ in range(3):  # a character has at most 3 continuation bytes
+        cut -= (raw[cut] & 0xC0) == 0x80
+    ends = chunk.ends.copy()
+    ends[long] = cut
+    return replace(chunk, ends=ends), len(long)

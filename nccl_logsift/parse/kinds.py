@@ -29,6 +29,19 @@ def cast_field(expr: pl.Expr, kind: FieldKind) -> pl.Expr:
     return expr
 
 
+_HEX_DIGITS = r"^(?:0x)?[0-9A-Fa-f]+$"
+_NUMBER = {FieldKind.INT: r"^[-+]?[0-9]+$", FieldKind.HEX: _HEX_DIGITS, FieldKind.PTR: _HEX_DIGITS}
+
+
+def unfit(expr: pl.Expr, kind: FieldKind) -> pl.Expr | None:
+    """Whether captured text is a well-formed number that became null because it does not fit its column;
+    None for kinds that cannot overflow."""
+    shape = _NUMBER.get(kind)
+    if shape is None:
+        return None
+    return cast_field(expr, kind).is_null() & expr.str.contains(shape).fill_null(False)
+
+
 def typed_value(value: object, kind: FieldKind) -> object:
     """A sample's expected value in the same representation ``cast_field`` produces."""
     if value == "<null>":

@@ -21,7 +21,7 @@ import regex
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.grammar.schema import Grammar, Layer, Pattern, group_names
 from nccl_logsift.io.lines import LineChunk
-from nccl_logsift.parse.kinds import cast_field
+from nccl_logsift.parse.kinds import cast_field, unfit
 from nccl_logsift.grammar.schema import MESSAGE_KEYS
 from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
 
@@ -30,11 +30,22 @@ log = logging.getLogger(__name__)
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _MATCH = "__all"
 _LAUNCHER_ROUNDS = 3
+# Per row, the launcher and the envelope fields whose number did not fit its column (kept apart: the
+# envelope of a glued line's first piece is matched again, its launcher prefix is not).
+_UNFIT = {Layer.LAUNCHER: "__unfit_launcher", Layer.ENVELOPE: "__unfit_envelope"}
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
+# Pieces a physical line is cut into at most (part 0 to 255).
+MAX_PARTS = 256
+# The longest host name (RFC 1035: 253 characters in dotted form).
+HOST_CHARS = 253
 # An NCCL envelope head anywhere in a line: used to find where a second process's line was glued in.
 # A PyTorch C++ line ([rank4]:[E ProcessGroupNCCL.cpp:563] ...) glued into another line is cut there too.
+# The host starts only at the first letter or digit of its run of host characters: from any later start
+# the run ends at the same place, so the match would fail there too, after scanning the run again (a
+# run of n characters cost n²/2 steps). The lookbehind reads back over dots and dashes only.
 _GLUED_HEAD = regex.compile(
-    r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*):\d+:\d+ "
+    r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?"
+    r"(?<![A-Za-z0-9_][.\-]*+)(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*+):\d+:\d+ "
     r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
     r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
 )
@@ -51,6 +62,12 @@ class ParseState:
     envelope_lines: int = 0
     unparsed_envelope_lines: int = 0
     torn_fragments: int = 0
+    # Numbers too large for their column, read as null (pid 99999999999999999999, opCount of 17 hex digits).
+    values_out_of_range: int = 0
+    # Lines longer than io.lines.MAX_LINE_BYTES, cut to it (parse/chunks.py).
+    long_lines_cut: int = 0
+    # Glued envelope heads left inside the last piece of a line cut into MAX_PARTS pieces already.
+    glued_uncut: int = 0
     # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
     # known, so a parser that started mid-file (parse/parallel.py) reports them to be checked.
     unknown_glued_hosts: set[str] = field(default_factory=set)
@@ -64,6 +81,9 @@ class ParseState:
         self.envelope_lines += other.envelope_lines
         self.unparsed_envelope_lines += other.unparsed_envelope_lines
         self.torn_fragments += other.torn_fragments
+        self.glued_uncut += other.glued_uncut
+        self.values_out_of_range += other.values_out_of_range
+        self.long_lines_cut += other.long_lines_cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +117,12 @@ class _Prefix:
             pl.when(pl.col("__hit")).then(pl.lit(value)).otherwise(pl.col(key)).alias(key)
             for key, value in pattern.set.items()
         ]
+        lost = [unfit(pl.col("__g").struct.field(name), kinds[name]) for name in fields]
+        lost = [u for u in lost if u is not None]
+        if lost:
+            counter = _UNFIT[grammar.layer]
+            added = pl.col(counter) + pl.sum_horizontal(lost).cast(pl.UInt32)
+            updates.append(pl.when(pl.col("__hit")).then(added).otherwise(pl.col(counter)).alias(counter))
         consumed = pl.col("__g").struct.field(_MATCH).str.len_chars()
         if "keep" in groups:
             consumed = consumed - pl.col("__g").struct.field("keep").str.len_chars().fill_null(0)
@@ -185,7 +211,9 @@ class LineParser:
             rest=pl.col("prefix") + " NCCL INFO"
         )
         frame = self._match_envelopes(self._strip_launchers(frame))
-        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "")
+        # A head with a number too large for its column goes to the general parser, which counts it per line.
+        fits = pl.sum_horizontal(list(_UNFIT.values())) == 0
+        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "") & fits
         columns = [c for c in self.schemas.prefix_columns if c in frame.columns]
         parsed = frame.select("prefix", pl.when(clean).then(pl.lit("nccl")).alias("producer"), *columns)
         if learn:
@@ -197,10 +225,12 @@ class LineParser:
         missing["producer"] = pl.String()
         return frame.with_columns(
             [pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing.items() if name not in frame.columns]
+            + [pl.lit(0, pl.UInt32).alias(name) for name in _UNFIT.values() if name not in frame.columns]
         )
 
     def _strip_launchers(self, frame: pl.DataFrame) -> pl.DataFrame:
-        frame = self._with_prefix_columns(frame)
+        fresh = pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.LAUNCHER])  # the prefixes are stripped from scratch
+        frame = self._with_prefix_columns(frame).with_columns(fresh)
         # Prefixes stack (k8s timestamp + torchrun tag + [rankN]:), in any order: strip in rounds.
         for _ in range(_LAUNCHER_ROUNDS):
             before = frame["rest"]
@@ -210,7 +240,9 @@ class LineParser:
         return frame.drop("__hit", strict=False)
 
     def _match_envelopes(self, frame: pl.DataFrame) -> pl.DataFrame:
-        frame = self._with_prefix_columns(frame).with_columns(msg=pl.lit(None, dtype=pl.String))
+        frame = self._with_prefix_columns(frame).with_columns(
+            pl.lit(None, dtype=pl.String).alias("msg"), pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.ENVELOPE])
+        )
         return _applied(frame, self._envelopes).drop("__hit", strict=False)
 
     # ------------------------------------------------------------------ torn and glued lines
@@ -236,16 +268,25 @@ class LineParser:
             cuts = self._cut_points(row["rest"])
             if not cuts:
                 continue
+            if len(cuts) >= MAX_PARTS:
+                # ``part`` is a byte in every table and in the calls' sort keys (parse/calls.py seq_of): the
+                # heads after the last part stay in its text, counted.
+                self.state.glued_uncut += len(cuts) - (MAX_PARTS - 1)
+                cuts = cuts[: MAX_PARTS - 1]
             bounds = [0, *cuts, len(row["rest"])]
-            lead = len(row["text"].encode()) - len(row["rest"].encode())
+            # Byte offsets piece by piece, each piece encoded once: encoding the whole prefix before every
+            # piece cost n² for a line of n glued envelopes.
+            offset = row["byte_offset"] + len(row["text"].encode()) - len(row["rest"].encode())
             for part, (start, end) in enumerate(zip(bounds, bounds[1:])):
                 piece = dict(row)
+                piece["msg"] = None  # matched again below; a copy of the line's message per piece costs n²
                 piece["rest"] = row["rest"][start:end]
                 # The first piece keeps the launcher prefix of the physical line; the others start at their envelope.
                 piece["text"] = row["text"][: len(row["text"]) - len(row["rest"]) + end] if part == 0 else piece["rest"]
                 piece["part"] = part
                 piece["torn"] = True
-                piece["byte_offset"] = row["byte_offset"] + (0 if part == 0 else lead + len(row["rest"][:start].encode()))
+                piece["byte_offset"] = row["byte_offset"] if part == 0 else offset
+                offset += len(piece["rest"].encode())
                 if part:
                     piece["row"] = next_row
                     next_row += 1
@@ -284,7 +325,10 @@ class LineParser:
             if host not in self.state.known_hosts:
                 self.state.unknown_glued_hosts.add(host)
                 # The torn tail of the previous line is glued to the host name ("...CUMEM/rex3006c0s1b1n0:...").
-                shift = next((k for k in range(1, len(host)) if host[k:] in self.state.known_hosts), None)
+                # Only the last HOST_CHARS characters can be a known host: a run of host characters can
+                # be megabytes long, and each suffix tried is a copy.
+                first = max(1, len(host) - HOST_CHARS)
+                shift = next((k for k in range(first, len(host)) if host[k:] in self.state.known_hosts), None)
                 if shift is None:
                     if start and not text[start - 1].isspace():
                         continue
@@ -328,6 +372,8 @@ class LineParser:
                         continue
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
+                    self.state.values_out_of_range += int(extracted["__unfit"].sum())
+                    extracted = extracted.drop("__unfit")
                     assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)
                 if marked.height < pool.height:
@@ -355,6 +401,10 @@ class LineParser:
         columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
         columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
         columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
+        lost = [unfit(pl.col("__g").struct.field(g), kinds[g]) for g in groups if g in kinds]
+        lost = [u for u in lost if u is not None]
+        unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
+        columns.append(unfit_count.alias("__unfit"))
         return out.with_columns(columns).drop("__g")
 
     # ------------------------------------------------------------------ the lines table and counts
@@ -378,6 +428,8 @@ class LineParser:
     def _account(self, frame: pl.DataFrame, lines: pl.DataFrame) -> None:
         state = self.state
         state.lines += lines.height
+        unfit_values = frame.select(pl.sum_horizontal(list(_UNFIT.values())).sum()).item()
+        state.values_out_of_range += int(unfit_values or 0)
         state.family_counts.update(dict(lines.group_by("family").len().iter_rows()))
         enveloped = lines.filter(pl.col("producer").is_not_null())
         state.envelope_lines += enveloped.height

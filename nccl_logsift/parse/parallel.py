@@ -46,7 +46,7 @@ from nccl_logsift.io.lines import (
 from nccl_logsift.io.sources import Source
 from nccl_logsift.io.split import last_newline, next_newline
 from nccl_logsift.parse.chunks import ChunkParser
-from nccl_logsift.parse.lineparser import LineParser, ParseState
+from nccl_logsift.parse.lineparser import HOST_CHARS, LineParser, ParseState
 
 SEGMENT_BYTES = 16 << 20
 # Inputs smaller than this are parsed in the calling process: starting workers costs more than it saves.
@@ -294,7 +294,8 @@ def missed_hosts(result: SegmentTables, segment: Segment, known: set[str]) -> bo
     missed = known - segment.known_hosts
     if not missed or not result.state.unknown_glued_hosts:
         return False
-    return any(host[k:] in missed for host in result.state.unknown_glued_hosts for k in range(len(host)))
+    return any(host[k:] in missed for host in result.state.unknown_glued_hosts
+               for k in range(max(0, len(host) - HOST_CHARS), len(host)))
 
 
 def shift_lines(tables: dict[str, pl.DataFrame], before: int) -> dict[str, pl.DataFrame]:

@@ -20,6 +20,10 @@ import polars as pl
 SEQ = "seq"
 PROCESS = ["host", "pid"]
 INSTANCE = ["host", "pid", "comm", "generation"]
+# The most ranks a job is taken to have. The diagnosis enumerates the ranks of a world, a communicator or a
+# launcher's task range to find the silent ones, so a size beyond this in a log is damage, not a job:
+# "nranks 8000000000000000" (it fits a 64-bit column) asked for petabytes.
+MAX_RANKS = 1 << 20
 
 
 def with_seq(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
@@ -112,8 +116,9 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("fallback_uid")),
         uid_exact=pl.col("comm_id").is_not_null() | pl.col("parent_uid").str.starts_with("0x").fill_null(False),
     ).drop("fallback_uid", "parent_seq", "parent_uid")
+    # A typed literal: every size may be null (too large for its column, parse/kinds.py), no world then.
     world = table["nranks"].max()
-    worlds = table.filter(pl.col("nranks") == world).sort("start_seq")
+    worlds = table.filter(pl.col("nranks") == pl.lit(world, table.schema["nranks"])).sort("start_seq")
     process_rank = worlds.group_by(PROCESS, maintain_order=True).agg(global_rank=pl.col("rank").first())
     # A process that drives several GPUs (nccl-tests -g N; one process per node) holds several ranks of the
     # same world communicator, one per GPU: an instance's global rank is then the world rank of the process

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nccl_logsift.resolve.communicators import MAX_RANKS
+
 ORIGINS = ("torchrun_summary", "elastic", "slurm", "shell", "pals", "mpirun", "deepspeed")
 
 # Linux signal numbers (x86-64 and arm64 agree on these).
@@ -167,8 +169,11 @@ def _elastic(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _slurm(rows: pl.DataFrame) -> pl.DataFrame:
     item = pl.col("task_item")
-    start = item.str.extract(r"^(\d+)", 1).cast(pl.Int64)
-    end = item.str.extract(r"-(\d+)$", 1).cast(pl.Int64).fill_null(start)
+    # A task number too large for 64 bits is null, as the parser reads numbers (parse/kinds.py); a range of
+    # more than MAX_RANKS tasks is damage, and only its first task is taken.
+    start = item.str.extract(r"^(\d+)", 1).cast(pl.Int64, strict=False)
+    end = item.str.extract(r"-(\d+)$", 1).cast(pl.Int64, strict=False)
+    end = pl.when(end - start < MAX_RANKS).then(end).otherwise(start)
     per_task = (
         rows.with_columns(task_item=pl.col("exit_tasks").str.split(","))
         .explode("task_item")

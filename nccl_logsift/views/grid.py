@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.context import Job, rank_range
 from nccl_logsift.findings.progress import comm_progress, positioned, timeouts, work_states
 from nccl_logsift.model import CellState, Finding, Grid, GridColumn, GridRow, Kind
 
@@ -79,7 +79,8 @@ def _nccl_groups(job: Job, findings: list[Finding], progress) -> list[_Members]:
     for comm in progress:
         last = comm.last
         mine = calls.filter(pl.col("comm_uid") == comm.uid)
-        member = {int(r): i for i, r in enumerate(last["rank"].to_list())}
+        # A rank that did not fit its column is null (parse/kinds.py): that member has no calls of its own.
+        member = {int(r): i for i, r in enumerate(last["rank"].to_list()) if r is not None}
         own = {
             (member[r], p): op for r, p, op in mine.select("rank", "position", "op").iter_rows()
             if r in member and op is not None
@@ -136,7 +137,7 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
         finding = [f for f in findings if f.pg == pg and f.ranks]
         named = {r for f in finding for r in f.ranks}
         if world and str(pg).split(" ")[0] == "0":  # the default group holds every rank of the world
-            named |= set(range(world))
+            named |= set(rank_range(world))
         silent = sorted(named - set(ranks))
         if silent:
             for rank in silent:  # a rank that printed nothing about this group

@@ -30,6 +30,8 @@ def timeline(job: Job, findings: list[Finding], culprits: frozenset[int]) -> tup
         return None, "No timeline: the collective lines carry no timestamps (NCCL 2.26+ prints them; a collector such as kubectl --timestamps can add them)."
     clock = calls["clock"].first()
     calls = calls.filter(pl.col("job_rank").is_not_null()).select("job_rank", "host", "t_ms")
+    if calls.is_empty():  # every rank unknown: a rank too large for its column is null (parse/kinds.py)
+        return None, "No timeline: no timed collective line could be placed on a rank."
     events = _events(job, clock)
     by_node = calls["job_rank"].n_unique() > NODE_LANES_ABOVE
     lane = pl.col("host").fill_null("?") if by_node else pl.col("job_rank").cast(pl.String)

@@ -108,9 +108,10 @@ def _rings(job: Job) -> tuple[str, ...]:
     inst = job.table("communicators")
     if topo.is_empty() or "ring_order" not in topo.columns or inst.is_empty():
         return ()
-    dumps = topo.filter(pl.col("ring_order").is_not_null()).select(
-        "host", "pid", "channel", ranks=pl.col("ring_order").str.extract_all(r"\d+").cast(pl.List(pl.Int64)),
-    ).with_columns(n=pl.col("ranks").list.len())
+    # A rank too large for 64 bits is null, as the parser reads numbers (parse/kinds.py).
+    ranks = pl.col("ring_order").str.extract_all(r"\d+").cast(pl.List(pl.Int64), strict=False)
+    dumps = topo.filter(pl.col("ring_order").is_not_null()).select("host", "pid", "channel", ranks=ranks)
+    dumps = dumps.with_columns(n=pl.col("ranks").list.len())
     if dumps.is_empty():
         return ()
     largest = int(dumps["n"].max())
