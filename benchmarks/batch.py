@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     for workers in (int(w) for w in args.workers.split(",")):
         results.append(measure(archive, workers, args.cache, results[0].seconds if results else None))
     _print_table(results)
-    document = {"machine": host, "options": {"size": args.size, "jobs": args.jobs, "archive": str(archive)},
-                "results": [asdict(r) for r in results]}
+    document = {
+        "machine": host,
+        "options": {"size": args.size, "jobs": args.jobs, "archive": str(archive)},
+        "results": [asdict(r) for r in results],
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     console.print(f"Results written to {args.out}")
@@ -73,12 +76,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", default="2GB", help="Total log text of the archive (default 2GB).")
     parser.add_argument("--jobs", type=int, default=32, help="Jobs in the archive (default 32).")
-    parser.add_argument("--workers", default="1,2", help="Comma-separated worker counts to measure (default 1,2).")
-    parser.add_argument("--cache", type=Path, default=HERE / ".cache", help="Where the archive is kept and reused.")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "batch-latest.json", help="The JSON file to write.")
+    parser.add_argument(
+        "--workers", default="1,2", help="Comma-separated worker counts to measure (default 1,2)."
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=HERE / ".cache", help="Where the archive is kept and reused."
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "results" / "batch-latest.json", help="The JSON file to write."
+    )
     return parser
 
 
@@ -104,9 +115,26 @@ def build_archive(cache: Path, size: int, jobs: int) -> Path:
         log = job / "train.log"
         console.print(f"[bold]simulating[/] {job.name} ({per_job / 1e6:.0f} MB)")
         subprocess.run(
-            [*LOGSIFT, "simulate", "-s", SCENARIOS[i % len(SCENARIOS)], "--ranks", "8", "--nodes", "2",
-             "--seed", str(i), "--size", str(per_job), "--no-noise", "-o", str(log)],
-            check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+            [
+                *LOGSIFT,
+                "simulate",
+                "-s",
+                SCENARIOS[i % len(SCENARIOS)],
+                "--ranks",
+                "8",
+                "--nodes",
+                "2",
+                "--seed",
+                str(i),
+                "--size",
+                str(per_job),
+                "--no-noise",
+                "-o",
+                str(log),
+            ],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
         )
         if i % 4 == 3:
             compressed_copy(log)
@@ -120,23 +148,42 @@ def measure(archive: Path, workers: int, cache: Path, baseline: float | None) ->
     load = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         out = Path(scratch) / "dataset"
-        pin = ["taskset", "-c", f"0-{workers - 1}"] if shutil.which("taskset") and workers <= os.cpu_count() else []
+        pin = (
+            ["taskset", "-c", f"0-{workers - 1}"]
+            if shutil.which("taskset") and workers <= os.cpu_count()
+            else []
+        )
         run = run_measured([*pin, *LOGSIFT, "batch", str(archive), "-o", str(out), "--jobs", str(workers)])
         jobs = pl.read_parquet(out / "jobs" / "*" / "*.parquet") if run.exit_code == 0 else pl.DataFrame()
         text = int(jobs["bytes"].sum()) if jobs.height else 0
     return Measurement(
-        workers=workers, jobs=jobs.height, input_bytes=text, seconds=round(run.seconds, 2),
-        mb_per_s=round(text / run.seconds / 1e6, 1), speedup=round((baseline or run.seconds) / run.seconds, 2),
-        tree_rss_mb=run.tree_rss_mb, load_average=load, exit_code=run.exit_code,
+        workers=workers,
+        jobs=jobs.height,
+        input_bytes=text,
+        seconds=round(run.seconds, 2),
+        mb_per_s=round(text / run.seconds / 1e6, 1),
+        speedup=round((baseline or run.seconds) / run.seconds, 2),
+        tree_rss_mb=run.tree_rss_mb,
+        load_average=load,
+        exit_code=run.exit_code,
     )
 
 
 def _print_table(results: list[Measurement]) -> None:
-    table = Table("workers", "jobs", "log text", "seconds", "MB/s", "speed-up", "peak RSS (tree)", "load before")
+    table = Table(
+        "workers", "jobs", "log text", "seconds", "MB/s", "speed-up", "peak RSS (tree)", "load before"
+    )
     for r in results:
-        table.add_row(str(r.workers), str(r.jobs), f"{r.input_bytes / 1e9:.2f} GB", f"{r.seconds:.1f}",
-                      f"{r.mb_per_s:.1f}", f"{r.speedup:.2f}×", f"{r.tree_rss_mb:.0f} MB",
-                      " ".join(f"{x:.2f}" for x in r.load_average))
+        table.add_row(
+            str(r.workers),
+            str(r.jobs),
+            f"{r.input_bytes / 1e9:.2f} GB",
+            f"{r.seconds:.1f}",
+            f"{r.mb_per_s:.1f}",
+            f"{r.speedup:.2f}×",
+            f"{r.tree_rss_mb:.0f} MB",
+            " ".join(f"{x:.2f}" for x in r.load_average),
+        )
     Console(highlight=False).print(table)
 
 

@@ -28,7 +28,9 @@ HELPER_THREAD = "Thread._bootstrap (threading.py)"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("log", help="The log to analyze.")
     parser.add_argument("--top", type=int, default=12, help="Rows per table.")
     parser.add_argument("--rate", type=int, default=100, help="Samples per second.")
@@ -38,16 +40,41 @@ def main(argv: list[str] | None = None) -> None:
         own_time, total_time = aggregate(Path(raw.name).read_text().splitlines())
     samples = sum(own_time.values())
     print(f"{samples} samples at {args.rate}/s of `logsift analyze {Path(args.log).name}`\n")
-    print(_markdown("By own time", [f for f, _ in own_time.most_common(args.top)], own_time, total_time, samples))
-    print(_markdown("By total time", [f for f, _ in total_time.most_common(args.top)], own_time, total_time, samples))
+    print(
+        _markdown(
+            "By own time", [f for f, _ in own_time.most_common(args.top)], own_time, total_time, samples
+        )
+    )
+    print(
+        _markdown(
+            "By total time", [f for f, _ in total_time.most_common(args.top)], own_time, total_time, samples
+        )
+    )
 
 
 def record(log: str, output: str, rate: int) -> None:
     """Sample a fresh ``analyze`` of ``log`` into py-spy's raw (collapsed stacks) format, without line numbers
     so that one function is one row."""
     command = [sys.executable, "-m", "nccl_logsift", "analyze", log, "--format", "json", "-o", "/dev/null"]
-    subprocess.run(["py-spy", "record", "--idle", "--format", "raw", "--nolineno", "--rate", str(rate), "-o", output, "--",
-                    *command], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "py-spy",
+            "record",
+            "--idle",
+            "--format",
+            "raw",
+            "--nolineno",
+            "--rate",
+            str(rate),
+            "-o",
+            output,
+            "--",
+            *command,
+        ],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def aggregate(lines: list[str]) -> tuple[Counter, Counter]:
@@ -64,12 +91,14 @@ def aggregate(lines: list[str]) -> tuple[Counter, Counter]:
         total_time.update(dict.fromkeys(set(ours), int(count)))
     return own_time, total_time
 
+
 def _markdown(title: str, frames: list[str], own_time: Counter, total_time: Counter, samples: int) -> str:
     """A table of ``frames``, each with its own and total share of the samples."""
     rows = [f"**{title}**\n", "| function | own | total |", "|---|---:|---:|"]
     for frame in frames:
         rows.append(f"| `{frame}` | {own_time[frame] / samples:.1%} | {total_time[frame] / samples:.1%} |")
     return "\n".join(rows) + "\n"
+
 
 if __name__ == "__main__":
     main()

@@ -34,7 +34,11 @@ from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-LOGSIFT = [sys.executable, "-m", "nccl_logsift"]  # the checkout this script sits in, not whatever is installed
+LOGSIFT = [
+    sys.executable,
+    "-m",
+    "nccl_logsift",
+]  # the checkout this script sits in, not whatever is installed
 TOOLS = ("analyze", "parse", "naive", "rg")
 FULL_SIZES = "100MB,1GB,2GB"
 FULL_PIPE_SIZE = "10GB"
@@ -51,15 +55,33 @@ class Case:
     zstd: bool = False
 
     def simulate_argv(self, size: str, output: str) -> list[str]:
-        return [*LOGSIFT, "simulate", "-s", "healthy", "--ranks", str(self.ranks), "--nodes", str(self.nodes),
-                "--size", size, "--no-noise", "-o", output]
+        return [
+            *LOGSIFT,
+            "simulate",
+            "-s",
+            "healthy",
+            "--ranks",
+            str(self.ranks),
+            "--nodes",
+            str(self.nodes),
+            "--size",
+            size,
+            "--no-noise",
+            "-o",
+            output,
+        ]
 
 
-CASES = {c.name: c for c in (
-    Case("coll32", 32, 4), Case("coll32.zst", 32, 4, zstd=True),
-    Case("coll1024", 1024, 128), Case("coll1024.zst", 1024, 128, zstd=True),
-    Case("coll4096", 4096, 512),  # the job size a quadratic step would show up on first
-)}
+CASES = {
+    c.name: c
+    for c in (
+        Case("coll32", 32, 4),
+        Case("coll32.zst", 32, 4, zstd=True),
+        Case("coll1024", 1024, 128),
+        Case("coll1024.zst", 1024, 128, zstd=True),
+        Case("coll4096", 4096, 512),  # the job size a quadratic step would show up on first
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -108,8 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     if pipe_size:
         results.append(measure_pipe(CASES["coll32"], pipe_size, args.repeat))
     _print_table(results)
-    options = {"sizes": sizes, "cases": [c.name for c in cases], "tools": tools, "repeat": args.repeat,
-               "pipe_size": pipe_size, "cache": str(args.cache)}
+    options = {
+        "sizes": sizes,
+        "cases": [c.name for c in cases],
+        "tools": tools,
+        "repeat": args.repeat,
+        "pipe_size": pipe_size,
+        "cache": str(args.cache),
+    }
     _write_json(args.out, {"machine": host, "options": options, "results": [asdict(r) for r in results]})
     console.print(f"Results written to {args.out}")
     return 1 if any(r.exit_code for r in results) else 0
@@ -123,22 +151,41 @@ def warm_up() -> None:
     on every run (~0.1-0.3 s)."""
     compileall.compile_dir(ROOT / "nccl_logsift", quiet=1)
     fixture = ROOT / "fixtures" / "collective_mismatch_4ranks.log"
-    subprocess.run([sys.executable, "-m", "nccl_logsift", "analyze", str(fixture), "--format", "json", "-o", os.devnull],
-                   check=False, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(fixture), "--format", "json", "-o", os.devnull],
+        check=False,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def _arguments() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", help=f"Comma-separated log sizes (default {FULL_SIZES}).")
-    parser.add_argument("--cases", default=",".join(CASES), help=f"Comma-separated cases among {', '.join(CASES)}.")
-    parser.add_argument("--tools", default=",".join(TOOLS), help=f"Comma-separated tools among {', '.join(TOOLS)}.")
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"Comma-separated cases among {', '.join(CASES)}."
+    )
+    parser.add_argument(
+        "--tools", default=",".join(TOOLS), help=f"Comma-separated tools among {', '.join(TOOLS)}."
+    )
     parser.add_argument("--quick", action="store_true", help="Only 100MB and nothing piped: a smoke run.")
-    parser.add_argument("--pipe-size", help=f"Stream this much from the simulator into analyze through a pipe "
-                        f"(default {FULL_PIPE_SIZE} in the full run, none when --sizes or --quick is given).")
+    parser.add_argument(
+        "--pipe-size",
+        help=f"Stream this much from the simulator into analyze through a pipe "
+        f"(default {FULL_PIPE_SIZE} in the full run, none when --sizes or --quick is given).",
+    )
     parser.add_argument("--no-pipe", action="store_true", help="Skip the piped case.")
-    parser.add_argument("--repeat", type=int, default=1, help="Run each measurement N times and keep the fastest.")
-    parser.add_argument("--cache", type=Path, default=HERE / ".cache", help="Where generated logs are kept and reused.")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "latest.json", help="The JSON file to write.")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="Run each measurement N times and keep the fastest."
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=HERE / ".cache", help="Where generated logs are kept and reused."
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "results" / "latest.json", help="The JSON file to write."
+    )
     return parser
 
 
@@ -166,23 +213,43 @@ def measure_case(case: Case, size: str, tools: list[str], args: argparse.Namespa
     inputs = {tool: plain if tool == "naive" else log for tool in tools}
     runs = {tool: measure_tool(tool, path, args.repeat, args.cache) for tool, path in inputs.items()}
     naive_mb_per_s = _mb_per_s(text_bytes, runs["naive"]) if "naive" in runs else None
-    return [_result(case.name, size, tool, inputs[tool], text_bytes, run, naive_mb_per_s) for tool, run in runs.items()]
+    return [
+        _result(case.name, size, tool, inputs[tool], text_bytes, run, naive_mb_per_s)
+        for tool, run in runs.items()
+    ]
 
 
 def measure_pipe(case: Case, size: str, repeat: int) -> Result:
     """``logsift simulate -o - | logsift analyze -``: the bytes never touch disk, so the analyze process's
     peak RSS shows whether memory stays flat however much is streamed."""
     console.print(f"[bold]piping[/] {size} of {case.name} into analyze")
-    run = best_of(repeat, lambda: run_piped(case.simulate_argv(size, "-"), [*LOGSIFT, "analyze", "-", "--format", "json"]))
+    run = best_of(
+        repeat,
+        lambda: run_piped(case.simulate_argv(size, "-"), [*LOGSIFT, "analyze", "-", "--format", "json"]),
+    )
     streamed = sum(i["bytes"] for i in json.loads(run.stdout)["inputs"]) if run.exit_code == 0 else 0
     return _result(f"{case.name} piped", size, "analyze", Path("-"), streamed, run, None)
 
 
-def _result(case: str, size: str, tool: str, log: Path, text_bytes: int, run: Run, naive: float | None) -> Result:
+def _result(
+    case: str, size: str, tool: str, log: Path, text_bytes: int, run: Run, naive: float | None
+) -> Result:
     mb_per_s = _mb_per_s(text_bytes, run)
-    return Result(case, size, tool, str(log), text_bytes, log.suffix == ".zst", round(run.seconds, 3),
-                  round(mb_per_s, 1), round(mb_per_s / naive, 2) if naive else None, run.peak_rss_mb, run.exit_code,
-                  round(run.cpu_seconds, 2), run.tree_rss_mb)
+    return Result(
+        case,
+        size,
+        tool,
+        str(log),
+        text_bytes,
+        log.suffix == ".zst",
+        round(run.seconds, 3),
+        round(mb_per_s, 1),
+        round(mb_per_s / naive, 2) if naive else None,
+        run.peak_rss_mb,
+        run.exit_code,
+        round(run.cpu_seconds, 2),
+        run.tree_rss_mb,
+    )
 
 
 def _mb_per_s(text_bytes: int, run: Run) -> float:
@@ -273,7 +340,9 @@ def _waited(proc: subprocess.Popen, start: float, out: IO[str]) -> Run:
         console.print(f"[red]exit {proc.returncode}[/]: {' '.join(proc.args)}")
     out.seek(0)
     own = round(usage.ru_maxrss / 1024, 1)
-    return Run(seconds, own, proc.returncode, out.read(), usage.ru_utime + usage.ru_stime, max(own, tree.peak_mb))
+    return Run(
+        seconds, own, proc.returncode, out.read(), usage.ru_utime + usage.ru_stime, max(own, tree.peak_mb)
+    )
 
 
 class TreeMemory:
@@ -331,7 +400,9 @@ def machine() -> dict:
     import pyarrow
 
     git = ["git", "describe", "--always", "--dirty"]
-    commit = subprocess.run(git, check=False, capture_output=True, text=True, cwd=ROOT)  # None outside a clone
+    commit = subprocess.run(
+        git, check=False, capture_output=True, text=True, cwd=ROOT
+    )  # None outside a clone
     return {
         "cpu": _proc_field("/proc/cpuinfo", "model name"),
         "cores": os.cpu_count(),
@@ -351,14 +422,34 @@ def _proc_field(path: str, name: str) -> str:
 
 
 def _print_table(results: list[Result]) -> None:
-    table = Table("case", "size", "tool", "seconds", "MB/s", "× baseline", "CPU s", "peak RSS MB", "with workers MB",
-                  title="nccl-logsift benchmarks",
-                  caption="naive reads the plain file in .zst cases; rg -z decompresses through zstd.")
+    table = Table(
+        "case",
+        "size",
+        "tool",
+        "seconds",
+        "MB/s",
+        "× baseline",
+        "CPU s",
+        "peak RSS MB",
+        "with workers MB",
+        title="nccl-logsift benchmarks",
+        caption="naive reads the plain file in .zst cases; rg -z decompresses through zstd.",
+    )
     for r in results:
         ratio = f"{r.vs_naive:.2f}" if r.vs_naive is not None else ""
         size = f"{r.input_bytes / 1e6:,.0f} MB"  # what was read, which the simulator makes about --size
-        table.add_row(r.case, size, r.tool, f"{r.seconds:.2f}", f"{r.mb_per_s:.1f}", ratio, f"{r.cpu_seconds:.1f}",
-                      f"{r.peak_rss_mb:.0f}", f"{r.tree_rss_mb:.0f}", style="red" if r.exit_code else None)
+        table.add_row(
+            r.case,
+            size,
+            r.tool,
+            f"{r.seconds:.2f}",
+            f"{r.mb_per_s:.1f}",
+            ratio,
+            f"{r.cpu_seconds:.1f}",
+            f"{r.peak_rss_mb:.0f}",
+            f"{r.tree_rss_mb:.0f}",
+            style="red" if r.exit_code else None,
+        )
     Console(highlight=False, width=None if sys.stdout.isatty() else 120).print(table)
 
 

@@ -19,7 +19,9 @@ from nccl_logsift.cli import _without_unused_imports
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("log", help="The log to analyze.")
     args = parser.parse_args(argv)
     _without_unused_imports()  # as the command does

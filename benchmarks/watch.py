@@ -31,13 +31,18 @@ def main() -> int:
     args = _arguments()
     log = Path(args.log)
     if not log.exists():
-        print(f"{log}: not found; run `python benchmarks/run.py --sizes 1GB --cases coll32 --tools analyze` first", file=sys.stderr)
+        print(
+            f"{log}: not found; run `python benchmarks/run.py --sizes 1GB --cases coll32 --tools analyze` first",
+            file=sys.stderr,
+        )
         return 2
     rate = _size(args.rate)
     total = min(int(rate * args.seconds), log.stat().st_size)
     watch = subprocess.Popen(
         [sys.executable, "-m", "nccl_logsift", "watch", "--format", "json", "-"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
     )
     events = []
     reader = _drain(watch.stdout, events)
@@ -60,9 +65,16 @@ def main() -> int:
     ended = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime
     result = {
-        "log": log.name, "rate_mb_s": rate / 1e6, "input_mb": sent / 1e6, "input_seconds": round(fed, 2),
-        "seconds_to_verdict": round(ended, 2), "cpu_seconds": round(cpu, 2), "cores": round(cpu / fed, 3),
-        "max_lag_seconds": round(lag, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024), "events": len(events),
+        "log": log.name,
+        "rate_mb_s": rate / 1e6,
+        "input_mb": sent / 1e6,
+        "input_seconds": round(fed, 2),
+        "seconds_to_verdict": round(ended, 2),
+        "cpu_seconds": round(cpu, 2),
+        "cores": round(cpu / fed, 3),
+        "max_lag_seconds": round(lag, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "events": len(events),
         "exit_code": os.waitstatus_to_exitcode(status),
     }
     print(json.dumps(result, indent=2))
@@ -71,7 +83,7 @@ def main() -> int:
     return 0 if result["exit_code"] == 0 and lag < 1.0 else 1
 
 
-def _drain(stream, events: list) -> "threading.Thread":
+def _drain(stream, events: list) -> threading.Thread:
     import threading
 
     def run() -> None:

@@ -16,17 +16,45 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "report-screenshot.png"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         page, shot = Path(tmp) / "report.html", Path(tmp) / "shot.png"
-        subprocess.run([sys.executable, "-m", "nccl_logsift", "report", str(ROOT / "fixtures" / "rank_stall_8ranks.log"),
-                        "-o", str(page)], check=True)
-        subprocess.run(["chromium", *FLAGS, f"--user-data-dir={tmp}/profile", "--window-size=1280,2300",
-                        f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nccl_logsift",
+                "report",
+                str(ROOT / "fixtures" / "rank_stall_8ranks.log"),
+                "-o",
+                str(page),
+            ],
+            check=True,
+        )
+        subprocess.run(
+            [
+                "chromium",
+                *FLAGS,
+                f"--user-data-dir={tmp}/profile",
+                "--window-size=1280,2300",
+                f"--screenshot={shot}",
+                page.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+        )
         image = Image.open(shot).convert("RGB")
         image.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(OUT, optimize=True)
     print(f"wrote {OUT} ({OUT.stat().st_size / 1e3:.0f} KB)")

@@ -31,7 +31,7 @@ class Severity(IntEnum):
         return _SEVERITY_MEANING[self]
 
     @classmethod
-    def parse(cls, text: str) -> "Severity":
+    def parse(cls, text: str) -> Severity:
         return cls[text.upper()]
 
 
@@ -185,9 +185,9 @@ class Report:
     schema: str = FINDINGS_SCHEMA
     schema_version: str = FINDINGS_SCHEMA_VERSION
     notes: tuple[str, ...] = field(default=())
-    views: "ReportViews | None" = None  # for the HTML report; not part of the JSON contract
-    dumps: "DumpAudit | None" = None  # Flight Recorder dumps read, expected and missing
-    next_run: "tuple[NextRunAdvice, ...]" = ()  # what to capture next time, from what this input lacks
+    views: ReportViews | None = None  # for the HTML report; not part of the JSON contract
+    dumps: DumpAudit | None = None  # Flight Recorder dumps read, expected and missing
+    next_run: tuple[NextRunAdvice, ...] = ()  # what to capture next time, from what this input lacks
 
     @property
     def worst_severity(self) -> Severity | None:
@@ -221,19 +221,21 @@ class Report:
 class CellState(StrEnum):
     """One cell of the rank × collective grid."""
 
-    ALL = "all"            # every member reached (NCCL) or completed (PyTorch) this position
-    REACHED = "reached"    # this rank reached it, some peers did not
-    PENDING = "pending"    # PyTorch: enqueued on this rank, not completed
-    MISSING = "missing"    # this rank never reached it while a peer did
+    ALL = "all"  # every member reached (NCCL) or completed (PyTorch) this position
+    REACHED = "reached"  # this rank reached it, some peers did not
+    PENDING = "pending"  # PyTorch: enqueued on this rank, not completed
+    MISSING = "missing"  # this rank never reached it while a peer did
     MISMATCH = "mismatch"  # this rank called something else than the majority here
-    UNKNOWN = "unknown"    # nothing in the logs says
+    UNKNOWN = "unknown"  # nothing in the logs says
 
 
 @dataclass(frozen=True, slots=True)
 class GridColumn:
-    position: int | None  # 1-based call number (NCCL) or SeqNum (PyTorch); None marks a gap of skipped positions
-    op: str | None        # what most members called here, when the kept calls say
-    skipped: int = 0      # positions a gap column stands for
+    position: (
+        int | None
+    )  # 1-based call number (NCCL) or SeqNum (PyTorch); None marks a gap of skipped positions
+    op: str | None  # what most members called here, when the kept calls say
+    skipped: int = 0  # positions a gap column stands for
     mark: str | None = None  # "divergence", "last-common" or "stuck"
 
 
@@ -241,29 +243,29 @@ class GridColumn:
 class GridRow:
     label: str
     host: str | None
-    ranks: tuple[int, ...]     # global ranks this row stands for (one, or a node's ranks)
-    last: int | None           # last position reached (1-based; None: none)
+    ranks: tuple[int, ...]  # global ranks this row stands for (one, or a node's ranks)
+    last: int | None  # last position reached (1-based; None: none)
     culprit: bool
-    behind: bool               # some cell is not at the front (missing, pending, mismatch, unknown)
+    behind: bool  # some cell is not at the front (missing, pending, mismatch, unknown)
     cells: tuple[CellState, ...]
-    notes: tuple[str, ...]     # one per cell: what a tooltip says
+    notes: tuple[str, ...]  # one per cell: what a tooltip says
 
 
 @dataclass(frozen=True, slots=True)
 class Grid:
     title: str
-    source: str                # "nccl" (COLL lines per communicator) or "pytorch" (work SeqNum per process group)
+    source: str  # "nccl" (COLL lines per communicator) or "pytorch" (work SeqNum per process group)
     columns: tuple[GridColumn, ...]
     rows: tuple[GridRow, ...]
-    by_node: bool              # rows are nodes, each aggregating its ranks
+    by_node: bool  # rows are nodes, each aggregating its ranks
     summary: str
-    culprit: bool              # a finding names a rank of this grid
+    culprit: bool  # a finding names a rank of this grid
 
 
 @dataclass(frozen=True, slots=True)
 class TimelineEvent:
-    t: float                   # seconds since the timeline's start
-    kind: str                  # "warn", "error", "timeout", "exit", "outlier"
+    t: float  # seconds since the timeline's start
+    kind: str  # "warn", "error", "timeout", "exit", "outlier"
     label: str
 
 
@@ -272,18 +274,18 @@ class TimelineLane:
     label: str
     host: str | None
     culprit: bool
-    bins: tuple[int, ...]      # collectives logged per time bin
-    last: float | None         # seconds: the lane's last collective
+    bins: tuple[int, ...]  # collectives logged per time bin
+    last: float | None  # seconds: the lane's last collective
     events: tuple[TimelineEvent, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
-    start: str                 # wall-clock time of t = 0, as printed
-    span: float                # seconds covered
-    clock: str                 # "timestamp", "collector" or "tms" (relative per process)
+    start: str  # wall-clock time of t = 0, as printed
+    span: float  # seconds covered
+    clock: str  # "timestamp", "collector" or "tms" (relative per process)
     lanes: tuple[TimelineLane, ...]
-    peak: int                  # most collectives in one bin of one lane
+    peak: int  # most collectives in one bin of one lane
     by_node: bool
     note: str
 
@@ -300,18 +302,18 @@ class GpuNode:
 class HostNode:
     name: str
     gpus: tuple[GpuNode, ...]
-    nics: tuple[str, ...]      # as NCCL printed them: mlx5_0:1/IB, eth0:10.0.0.1<0>
-    intra: tuple[str, ...]     # intra-node transports with counts: "P2P/CUMEM/read × 48"
+    nics: tuple[str, ...]  # as NCCL printed them: mlx5_0:1/IB, eth0:10.0.0.1<0>
+    intra: tuple[str, ...]  # intra-node transports with counts: "P2P/CUMEM/read × 48"
     culprit: bool
-    fallback: bool             # a transport finding names this host
+    fallback: bool  # a transport finding names this host
 
 
 @dataclass(frozen=True, slots=True)
 class HostLink:
     a: str
     b: str
-    transport: str             # "NET/IB", "NET/Socket", "P2P", ...
-    gdr: bool | None           # GPUDirect RDMA on every connection (None: not a NET link)
+    transport: str  # "NET/IB", "NET/Socket", "P2P", ...
+    gdr: bool | None  # GPUDirect RDMA on every connection (None: not a NET link)
     connections: int
     channels: int
     fallback: bool
@@ -321,7 +323,7 @@ class HostLink:
 class Topology:
     hosts: tuple[HostNode, ...]
     links: tuple[HostLink, ...]
-    rings: tuple[str, ...]     # "channel 0: 0 → 1 → … (2 hops between nodes)"
+    rings: tuple[str, ...]  # "channel 0: 0 → 1 → … (2 hops between nodes)"
     note: str
 
 
@@ -361,10 +363,10 @@ class NamedDump:
 
 @dataclass(frozen=True, slots=True)
 class DumpAudit:
-    dumped: tuple[int, ...]    # ranks whose dump was read
+    dumped: tuple[int, ...]  # ranks whose dump was read
     expected: tuple[int, ...]  # ranks that should have dumped: asked to by a timeout or a peer's signal
-    missing: tuple[int, ...]   # expected, and no dump read
-    written: tuple[int, ...]   # ranks whose logs say their dump was written ("trace successfully dumped")
+    missing: tuple[int, ...]  # expected, and no dump read
+    written: tuple[int, ...]  # ranks whose logs say their dump was written ("trace successfully dumped")
     files: tuple[DumpFile, ...]
     named: tuple[NamedDump, ...]
     summary: str
@@ -376,4 +378,4 @@ class NextRunAdvice:
 
     missing: str  # what the input lacks, in words
     setting: str  # the environment variable or launcher option that captures it
-    why: str      # what it would have told about this job
+    why: str  # what it would have told about this job

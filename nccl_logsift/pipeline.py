@@ -8,31 +8,43 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import chain, islice
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Sequence
+from itertools import chain, islice
 
 import polars as pl
 
+from nccl_logsift.errors import InputError
+from nccl_logsift.flight.discover import DumpCollector, partition
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import (
-    DEFAULT_CHUNK_BYTES, MAX_LINE_BYTES, LineReader, RawChunk, ReadStats, split_lines,
+    DEFAULT_CHUNK_BYTES,
+    MAX_LINE_BYTES,
+    LineReader,
+    RawChunk,
+    ReadStats,
+    split_lines,
 )
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
-from nccl_logsift.errors import InputError
-from nccl_logsift.flight.discover import DumpCollector, partition
 from nccl_logsift.model import InputProblem, ProblemKind
+from nccl_logsift.parse import parallel
+from nccl_logsift.parse.calls import ADDED, Calls, Names
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import MAX_PARTS, LineParser
-from nccl_logsift.parse import parallel
 from nccl_logsift.parse.parallel import (
-    Segment, SegmentPool, file_segments, missed_hosts, parse_segment, shift_lines, sniff, worker_count,
+    Segment,
+    SegmentPool,
+    file_segments,
+    missed_hosts,
+    parse_segment,
+    shift_lines,
+    sniff,
+    worker_count,
 )
-from nccl_logsift.resolve.communicators import device_ranks, process_ranks
-from nccl_logsift.parse.calls import ADDED, Calls, Names
 from nccl_logsift.parse.schema import conform
+from nccl_logsift.resolve.communicators import device_ranks, process_ranks
 from nccl_logsift.resolve.progress import CollectiveNumbering
 from nccl_logsift.tables import RankMaps, TableSink
 
@@ -74,7 +86,7 @@ class InputSummary:
     problems: tuple[InputProblem, ...] = ()
 
     @staticmethod
-    def skipped(problem: SourceProblem) -> "InputSummary":
+    def skipped(problem: SourceProblem) -> InputSummary:
         """A path found while expanding the arguments that could not be read at all."""
         unreadable = InputProblem(ProblemKind.UNREADABLE, reason=problem.reason)
         return InputSummary(problem.path, 0, 0, 0, None, 0, unreadable.describe(), (unreadable,))
@@ -103,8 +115,11 @@ class ParseSummary:
         counts = [
             (self.values_out_of_range, "number(s) too large for their column read as unknown (null)"),
             (self.glued_uncut, glued),
-            (self.long_lines_cut, f"line(s) longer than {MAX_LINE_BYTES >> 20} MiB cut to their first "
-                                  f"{MAX_LINE_BYTES >> 20} MiB"),
+            (
+                self.long_lines_cut,
+                f"line(s) longer than {MAX_LINE_BYTES >> 20} MiB cut to their first "
+                f"{MAX_LINE_BYTES >> 20} MiB",
+            ),
         ]
         return [f"{count:,} {what}" for count, what in counts if count]
 
@@ -159,7 +174,9 @@ class TableStream:
     the live ``watch`` all consume it.
     """
 
-    def __init__(self, paths: Sequence[str], options: ParseOptions = ParseOptions(), grammars: GrammarSet | None = None):
+    def __init__(
+        self, paths: Sequence[str], options: ParseOptions = ParseOptions(), grammars: GrammarSet | None = None
+    ):
         self.options = options
         sources, self.skipped = require_sources(paths)
         # Flight Recorder dumps among the inputs (found by content) are read beside the logs, not as logs.
@@ -180,7 +197,11 @@ class TableStream:
         chunks = ChunkParser(parser, options.every_line, self.ops)
         live = options.max_wait is not None
         workers = worker_count(options.workers, self.sources, live)
-        pool = SegmentPool(workers, self.grammars, options.keep_text, options.every_line, options.chunk_bytes) if workers > 1 else None
+        pool = (
+            SegmentPool(workers, self.grammars, options.keep_text, options.every_line, options.chunk_bytes)
+            if workers > 1
+            else None
+        )
         try:
             for source in self.sources:
                 unparsed_before = parser.state.unparsed_envelope_lines
@@ -225,7 +246,9 @@ class TableStream:
         if flushed is not None:
             yield self._batch(*flushed, source)
 
-    def _by_segments(self, source: Source, chunks: ChunkParser, pool: SegmentPool, stats: ReadStats) -> Iterator[Batch]:
+    def _by_segments(
+        self, source: Source, chunks: ChunkParser, pool: SegmentPool, stats: ReadStats
+    ) -> Iterator[Batch]:
         """One source cut into segments that worker processes parse; batches still come out in line order.
 
         A plain file is cut into byte ranges that the workers read; other inputs are read (and
@@ -236,16 +259,22 @@ class TableStream:
         if not source.is_stream and sniff(source) is None:
             ranges = file_segments(source)
             path = os.path.abspath(source.path)  # workers need not share this process's working directory
-            segments = (Segment(source.source_id, offset, length, path, None, frozenset(parser.state.known_hosts))
-                        for offset, length in ranges)
+            segments = (
+                Segment(source.source_id, offset, length, path, None, frozenset(parser.state.known_hosts))
+                for offset, length in ranges
+            )
         else:
             reader = LineReader(source, parallel.SEGMENT_BYTES)
             reader.stats = stats
-            segments = (Segment(source.source_id, offset, len(data), None, data, frozenset(parser.state.known_hosts))
-                        for offset, data in reader.texts())
+            segments = (
+                Segment(source.source_id, offset, len(data), None, data, frozenset(parser.state.known_hosts))
+                for offset, data in reader.texts()
+            )
         head = list(islice(segments, 2))
         if len(head) < 2:
-            results = ((segment, parse_segment(chunks, segment, self.options.chunk_bytes)) for segment in head)
+            results = (
+                (segment, parse_segment(chunks, segment, self.options.chunk_bytes)) for segment in head
+            )
         else:
             results = pool.map(chain(head, segments))
         read_before, lines_before = self.bytes_read, 0
@@ -263,7 +292,9 @@ class TableStream:
             quoted = _quotable(segment) if reader is not None and not self.options.every_line else None
             for tables in result.batches:
                 tables = shift_lines(tables, lines_before)
-                calls = Calls.from_frame(tables.pop("collectives"), self.ops, parser.schemas.tables["collectives"])
+                calls = Calls.from_frame(
+                    tables.pop("collectives"), self.ops, parser.schemas.tables["collectives"]
+                )
                 if quoted is not None:
                     for piece in calls.pieces:
                         piece.quote(quoted)
@@ -294,8 +325,9 @@ class TableStream:
             reasons = "; ".join(f"{i.path}: {i.problem or 'empty'}" for i in given)
             raise InputError(f"no log lines could be read ({reasons})")
         instances = self.numbering.instances
-        maps = RankMaps(processes=process_ranks(instances), instances=instances,
-                        devices=device_ranks(instances))
+        maps = RankMaps(
+            processes=process_ranks(instances), instances=instances, devices=device_ranks(instances)
+        )
         processes = _processes(maps)
         ranks_seen = set() if processes.is_empty() else set(processes["global_rank"].drop_nulls().to_list())
         flight = _with_processes(self.dumps.tables(ranks_seen), processes)
@@ -438,8 +470,12 @@ class Analysis:
         return build_report(summary, job, findings, views)
 
 
-def analyze(paths: Sequence[str], options: ParseOptions = ParseOptions(), progress: Callable[[int], None] | None = None,
-            views: bool = True):
+def analyze(
+    paths: Sequence[str],
+    options: ParseOptions = ParseOptions(),
+    progress: Callable[[int], None] | None = None,
+    views: bool = True,
+):
     """Read the logs, resolve ranks, run every rule, triage, and return the Report (with the HTML page's
     views unless ``views`` is False: the grid, timeline and topology of a 4096-rank job take seconds)."""
     analysis = Analysis(TableStream(paths, replace(options, every_line=False)))

@@ -27,8 +27,15 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
     dumps = audit_dumps(job)
     return Report(
-        inputs=inputs, job=job_summary, verdict=text, findings=tuple(findings), ranks=ranks, notes=notes,
-        views=_views(job, findings) if views else None, dumps=dumps, next_run=advise(job, dumps),
+        inputs=inputs,
+        job=job_summary,
+        verdict=text,
+        findings=tuple(findings),
+        ranks=ranks,
+        notes=notes,
+        views=_views(job, findings) if views else None,
+        dumps=dumps,
+        next_run=advise(job, dumps),
     )
 
 
@@ -37,12 +44,20 @@ def summarize_job(job: Job) -> JobSummary:
     nccl_versions: tuple[str, ...] = ()
     if not versions.is_empty():
         # The library's own versions: RCCL also logs ROCr's and the kernel's (products ROCr, Linux).
-        labelled = versions.filter(pl.col("product").is_in(["NCCL", "RCCL"]) | pl.col("product").is_null()).select(
-            pl.when(pl.col("product") == "RCCL").then(pl.format("RCCL {}", "version")).otherwise(pl.col("version"))
-        ).to_series()
+        labelled = (
+            versions.filter(pl.col("product").is_in(["NCCL", "RCCL"]) | pl.col("product").is_null())
+            .select(
+                pl.when(pl.col("product") == "RCCL")
+                .then(pl.format("RCCL {}", "version"))
+                .otherwise(pl.col("version"))
+            )
+            .to_series()
+        )
         nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
     hosts = logged_hosts(job)
-    ranks = set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
+    ranks = (
+        set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
+    )
     ranks |= set(job.torch_ranks["rank"].to_list())
     comms = job.table("communicators")
     return JobSummary(
@@ -63,23 +78,43 @@ def rank_states(job: Job) -> tuple[RankState, ...]:
     if not coll.is_empty() and coll["comm_uid"].drop_nulls().len():
         # The columns a rank's state shows, first: a sort of every column of a 4096-rank job's window of
         # calls held ~60 MB more than anything before it.
-        shown = ["comm_uid", "rank", "ordinal", "global_rank", "source_id", "line_no", "part", "host", "pid", "op"]
+        shown = [
+            "comm_uid",
+            "rank",
+            "ordinal",
+            "global_rank",
+            "source_id",
+            "line_no",
+            "part",
+            "host",
+            "pid",
+            "op",
+        ]
         last = (
-            coll.select(shown).filter(pl.col("comm_uid").is_not_null())
+            coll.select(shown)
+            .filter(pl.col("comm_uid").is_not_null())
             .sort("ordinal")
             .group_by("comm_uid", "rank")
             .agg(pl.all().last())
             .sort("comm_uid", "global_rank", "rank")
             .head(MAX_RANK_ROWS)
         )
-        evidence = {(e.line, e.path): e for e in job.evidence(last.select("source_id", "line_no", "part"), limit=last.height)}
+        evidence = {
+            (e.line, e.path): e
+            for e in job.evidence(last.select("source_id", "line_no", "part"), limit=last.height)
+        }
         for row in last.iter_rows(named=True):
             rank = row["global_rank"] if row["global_rank"] is not None else row["rank"]
             path = job.paths[row["source_id"]] if row["source_id"] < len(job.paths) else "?"
             states.append(
                 RankState(
-                    rank=rank, host=row["host"], pid=row["pid"], comm=row["comm_uid"], last_op=row["op"],
-                    last_seq=row["ordinal"] + 1, last_completed_seq=completed.get(rank),
+                    rank=rank,
+                    host=row["host"],
+                    pid=row["pid"],
+                    comm=row["comm_uid"],
+                    last_op=row["op"],
+                    last_seq=row["ordinal"] + 1,
+                    last_completed_seq=completed.get(rank),
                     last_line=evidence.get((row["line_no"], path)),
                 )
             )
@@ -94,8 +129,13 @@ def rank_states(job: Job) -> tuple[RankState, ...]:
         proc = job.process_of(row["job_rank"]) if row["job_rank"] is not None else None
         states.append(
             RankState(
-                rank=row["job_rank"], host=proc["host"] if proc else row.get("host"), pid=proc["pid"] if proc else None,
-                comm=row["pg"], last_op=None, last_seq=row["last_enqueued"], last_completed_seq=row["last_completed"],
+                rank=row["job_rank"],
+                host=proc["host"] if proc else row.get("host"),
+                pid=proc["pid"] if proc else None,
+                comm=row["pg"],
+                last_op=None,
+                last_seq=row["last_enqueued"],
+                last_completed_seq=row["last_completed"],
                 last_line=ev[0] if ev else Evidence(path, row["line_no"], ""),
             )
         )
@@ -106,7 +146,9 @@ def _last_completed(job: Job) -> dict[int, int]:
     work = work_states(job)
     if work.is_empty():
         return {}
-    rows = work.filter(pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ) & pl.col("job_rank").is_not_null())
+    rows = work.filter(
+        pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ) & pl.col("job_rank").is_not_null()
+    )
     return dict(rows.group_by("job_rank").agg(pl.col("last_completed").max()).iter_rows())
 
 

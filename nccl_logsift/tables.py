@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Collection, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
 
@@ -37,8 +38,23 @@ RANK_SLICE_ROWS = 1 << 16  # rows of a table whose ranks are looked up at once
 
 # The envelope and launcher columns every message table starts with (parse/schema.py).
 _KEYS = (
-    "source_id", "line_no", "part", "byte_offset", "collector_ts", "host", "pid", "tid", "dev", "level", "severity",
-    "ts", "torch_rank", "task", "local_rank", "mpi_rank", "pattern",
+    "source_id",
+    "line_no",
+    "part",
+    "byte_offset",
+    "collector_ts",
+    "host",
+    "pid",
+    "tid",
+    "dev",
+    "level",
+    "severity",
+    "ts",
+    "torch_rank",
+    "task",
+    "local_rank",
+    "mpi_rank",
+    "pattern",
 )
 # Per parsed table, the columns that findings, views, the report and the resolvers read; the others are
 # parsed for ``logsift parse`` only. Tables not named here (collectives, which the digest already trims, and
@@ -46,59 +62,258 @@ _KEYS = (
 # name the diagnosis code mentions is here.
 DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
     "lines": (
-        "source_id", "line_no", "part", "byte_offset", "collector_ts", "mpi_rank", "task", "local_rank",
-        "torch_rank", "ts", "host", "pid", "tid", "dev", "tms", "func", "level", "severity", "producer", "pattern",
+        "source_id",
+        "line_no",
+        "part",
+        "byte_offset",
+        "collector_ts",
+        "mpi_rank",
+        "task",
+        "local_rank",
+        "torch_rank",
+        "ts",
+        "host",
+        "pid",
+        "tid",
+        "dev",
+        "tms",
+        "func",
+        "level",
+        "severity",
+        "producer",
+        "pattern",
         "text",
     ),
     "app_errors": (
-        *_KEYS, "error_class", "detail", "oom_alloc", "gpu_index", "cuda_error", "nccl_error", "nccl_error_code",
-        "barrier_rank", "barrier_key", "world_size", "worker_count", "clients_joined", "clients_expected",
-        "spawn_index", "signal_name", "exit_code", "event", "fp_rank", "fp_seq", "fp_op", "fp_shape",
-        "fp_dtypes", "peer_rank", "peer_seq", "peer_op", "peer_shape", "peer_dtypes", "xid", "xid_pci",
-        "xid_pid", "xid_host",
+        *_KEYS,
+        "error_class",
+        "detail",
+        "oom_alloc",
+        "gpu_index",
+        "cuda_error",
+        "nccl_error",
+        "nccl_error_code",
+        "barrier_rank",
+        "barrier_key",
+        "world_size",
+        "worker_count",
+        "clients_joined",
+        "clients_expected",
+        "spawn_index",
+        "signal_name",
+        "exit_code",
+        "event",
+        "fp_rank",
+        "fp_seq",
+        "fp_op",
+        "fp_shape",
+        "fp_dtypes",
+        "peer_rank",
+        "peer_seq",
+        "peer_op",
+        "peer_shape",
+        "peer_dtypes",
+        "xid",
+        "xid_pci",
+        "xid_pid",
+        "xid_host",
     ),
     "calls": (
-        *_KEYS, "op", "count", "datatype", "redop", "root", "comm", "nranks", "comm_id", "rank", "cuda_dev", "parent",
-        "color", "key",
+        *_KEYS,
+        "op",
+        "count",
+        "datatype",
+        "redop",
+        "root",
+        "comm",
+        "nranks",
+        "comm_id",
+        "rank",
+        "cuda_dev",
+        "parent",
+        "color",
+        "key",
     ),
     "comms": (
-        *_KEYS, "phase", "what", "func", "comm", "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "parent",
-        "split_count", "color", "key", "comm_id", "result", "n_nodes", "local_ranks",
+        *_KEYS,
+        "phase",
+        "what",
+        "func",
+        "comm",
+        "rank",
+        "nranks",
+        "cuda_dev",
+        "nvml_dev",
+        "bus_id",
+        "parent",
+        "split_count",
+        "color",
+        "key",
+        "comm_id",
+        "result",
+        "n_nodes",
+        "local_ranks",
     ),
     "errors": (
-        *_KEYS, "error_text", "peer", "peer_ip", "status", "status_name", "vendor_err", "req_type", "hca", "ib_port",
-        "event_text", "call", "errno_text", "retry_max", "rank", "peer_rank", "cuda_error", "bytes", "device",
-        "expected", "received", "comm", "result_code", "chain_file", "chain_line", "op", "channel", "direction",
-        "gpu", "nranks", "error_kind",
+        *_KEYS,
+        "error_text",
+        "peer",
+        "peer_ip",
+        "status",
+        "status_name",
+        "vendor_err",
+        "req_type",
+        "hca",
+        "ib_port",
+        "event_text",
+        "call",
+        "errno_text",
+        "retry_max",
+        "rank",
+        "peer_rank",
+        "cuda_error",
+        "bytes",
+        "device",
+        "expected",
+        "received",
+        "comm",
+        "result_code",
+        "chain_file",
+        "chain_line",
+        "op",
+        "channel",
+        "direction",
+        "gpu",
+        "nranks",
+        "error_kind",
     ),
     "exits": (
-        *_KEYS, "exit_time", "exit_host", "exit_rank", "exit_local_rank", "exit_code", "exit_pid", "signal_num",
-        "signal_name", "error_file", "entry_index", "script", "exit_tasks", "exit_reason", "cancel_time",
-        "cancel_reason", "detail", "event",
+        *_KEYS,
+        "exit_time",
+        "exit_host",
+        "exit_rank",
+        "exit_local_rank",
+        "exit_code",
+        "exit_pid",
+        "signal_num",
+        "signal_name",
+        "error_file",
+        "entry_index",
+        "script",
+        "exit_tasks",
+        "exit_reason",
+        "cancel_time",
+        "cancel_reason",
+        "detail",
+        "event",
     ),
     "nccltests": (
-        *_KEYS, "test_name", "rank", "test_pid", "test_host", "device", "size", "count", "dtype", "redop", "root",
-        "oop_busbw", "ip_busbw", "status", "test_error", "test_src", "last_error", "detail", "event",
+        *_KEYS,
+        "test_name",
+        "rank",
+        "test_pid",
+        "test_host",
+        "device",
+        "size",
+        "count",
+        "dtype",
+        "redop",
+        "root",
+        "oop_busbw",
+        "ip_busbw",
+        "status",
+        "test_error",
+        "test_src",
+        "last_error",
+        "detail",
+        "event",
     ),
     "network": (
-        *_KEYS, "net_name", "interfaces", "ifname", "address", "gdr", "gdr_gpu", "hca", "distance", "distance_op",
-        "distance_limit", "gdr_reason", "gpu", "plugin_type", "plugin_name", "plugin_lib", "plugin_text", "net_dev",
-        "ib_port", "event",
+        *_KEYS,
+        "net_name",
+        "interfaces",
+        "ifname",
+        "address",
+        "gdr",
+        "gdr_gpu",
+        "hca",
+        "distance",
+        "distance_op",
+        "distance_limit",
+        "gdr_reason",
+        "gpu",
+        "plugin_type",
+        "plugin_name",
+        "plugin_lib",
+        "plugin_text",
+        "net_dev",
+        "ib_port",
+        "event",
     ),
     "notes": (
-        *_KEYS, "direction", "transport", "op_type", "result", "bytes", "gpu", "comm", "rank", "nranks", "func",
-        "parent", "color", "key",
+        *_KEYS,
+        "direction",
+        "transport",
+        "op_type",
+        "result",
+        "bytes",
+        "gpu",
+        "comm",
+        "rank",
+        "nranks",
+        "func",
+        "parent",
+        "color",
+        "key",
     ),
     "ras": (*_KEYS, "peer", "peer_ip", "event"),
     "settings": (*_KEYS, "name", "value", "origin"),
-    "topology": (*_KEYS, "channel", "ring_order", "trees", "gpu", "comm", "nranks", "bus_id", "nvml_dev", "event"),
+    "topology": (
+        *_KEYS,
+        "channel",
+        "ring_order",
+        "trees",
+        "gpu",
+        "comm",
+        "nranks",
+        "bus_id",
+        "nvml_dev",
+        "event",
+    ),
     "torch": (
-        *_KEYS, "pg_rank", "op_type", "seq", "next_seq", "ranks", "event", "store_host", "store_port", "detail",
-        "pg_id", "pg_desc", "last_enqueued", "last_completed", "timeout_ms", "work_rank", "numel_in",
+        *_KEYS,
+        "pg_rank",
+        "op_type",
+        "seq",
+        "next_seq",
+        "ranks",
+        "event",
+        "store_host",
+        "store_port",
+        "detail",
+        "pg_id",
+        "pg_desc",
+        "last_enqueued",
+        "last_completed",
+        "timeout_ms",
+        "work_rank",
+        "numel_in",
     ),
     "transports": (
-        *_KEYS, "channel", "from_rank", "to_rank", "from_dev", "to_dev", "direction", "transport", "path", "net_name",
-        "net_dev", "gdr", "comm", "nranks",
+        *_KEYS,
+        "channel",
+        "from_rank",
+        "to_rank",
+        "from_dev",
+        "to_dev",
+        "direction",
+        "transport",
+        "path",
+        "net_name",
+        "net_dev",
+        "gdr",
+        "comm",
+        "nranks",
     ),
     "tuning": (*_KEYS, "op", "bytes", "count", "opcount", "comm", "event"),
     "versions": (*_KEYS, "version", "cuda", "product"),
@@ -196,10 +411,12 @@ def _looked_up(frame: pl.DataFrame, on: list[str], ranks: pl.DataFrame) -> pl.Se
     ~590k lines of a 4096-rank job held ~80 MB of hash and gathered keys at once (the peak of the whole
     analysis), slices of 64k rows ~25 MB."""
     keys = frame.select(on)
-    return pl.concat([
-        part.join(ranks, on=on, how="left", maintain_order="left")[RANKED_BY_PROCESS]
-        for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
-    ])
+    return pl.concat(
+        [
+            part.join(ranks, on=on, how="left", maintain_order="left")[RANKED_BY_PROCESS]
+            for part in (list(keys.iter_slices(RANK_SLICE_ROWS)) or [keys])
+        ]
+    )
 
 
 def compact(frame: pl.DataFrame) -> pl.DataFrame:
@@ -207,7 +424,9 @@ def compact(frame: pl.DataFrame) -> pl.DataFrame:
     if frame.is_empty():
         return frame
     nulls = frame.null_count().row(0)
-    empty = [pl.lit(None, frame.schema[c]).alias(c) for c, n in zip(frame.columns, nulls) if n == frame.height]
+    empty = [
+        pl.lit(None, frame.schema[c]).alias(c) for c, n in zip(frame.columns, nulls) if n == frame.height
+    ]
     return frame.with_columns(empty) if empty else frame
 
 
@@ -231,7 +450,9 @@ class MemorySink:
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
         parts = self._parts.setdefault(name, [])
-        if parts and frame.is_empty():  # the first frame keeps the schema; most batches of most tables are empty
+        if (
+            parts and frame.is_empty()
+        ):  # the first frame keeps the schema; most batches of most tables are empty
             return
         parts.append(self._kept(name, frame))
 
@@ -262,7 +483,7 @@ _STAGED = {"compression": "zstd", "compression_level": 1}
 _WRITTEN = {"compression": "zstd", "compression_level": 3}
 
 
-def _parquet_writer(path: Path, schema: "pa.Schema", options: dict) -> "pq.ParquetWriter":
+def _parquet_writer(path: Path, schema: pa.Schema, options: dict) -> pq.ParquetWriter:
     # Imported here, not at the top: analyze keeps its tables in memory, and pyarrow's Parquet module (with
     # its filesystems) was ~45 ms of every run's start-up.
     import pyarrow.parquet as pq
@@ -282,7 +503,7 @@ class ParquetSink:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._staging = directory / ".staging"
-        self._writers: dict[str, "pq.ParquetWriter"] = {}
+        self._writers: dict[str, pq.ParquetWriter] = {}
         self.files: dict[str, Path] = {}
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
@@ -336,7 +557,9 @@ class ParquetSink:
             if rank in ranked.columns:
                 column = ranked[rank].to_arrow()
                 at = group.column_names.index(rank) if rank in group.column_names else None
-                group = group.append_column(rank, column) if at is None else group.set_column(at, rank, column)
+                group = (
+                    group.append_column(rank, column) if at is None else group.set_column(at, rank, column)
+                )
             if writer is None:
                 writer = _parquet_writer(target, group.schema, _WRITTEN)
             writer.write_table(group.cast(writer.schema))
@@ -353,7 +576,7 @@ def _writing(directory: Path) -> Iterator[None]:
         raise OutputError(f"cannot write the tables into {directory}: {exc.strerror or exc}") from exc
 
 
-def _read_ahead(read: Callable[[int], "pa.Table"], count: int) -> Iterator["pa.Table"]:
+def _read_ahead(read: Callable[[int], pa.Table], count: int) -> Iterator[pa.Table]:
     """``read(0)``, ``read(1)``, ... ``read(count - 1)``, each read in a thread while the one before is used:
     decoding a row group and encoding the one before (both without the GIL) take the two cores."""
     from concurrent.futures import ThreadPoolExecutor
@@ -371,7 +594,10 @@ def _read_ahead(read: Callable[[int], "pa.Table"], count: int) -> Iterator["pa.T
 
 # The tables resolution writes beside the parsed ones: what a row is, and its columns.
 RESOLVED_TABLES = {
-    "communicators": ("one row per communicator instance per process, resolved from the comms table", INSTANCE_SCHEMA),
+    "communicators": (
+        "one row per communicator instance per process, resolved from the comms table",
+        INSTANCE_SCHEMA,
+    ),
     "processes": (
         "one row per process that initialised a communicator (per GPU, for a process that holds a rank of the "
         "world on several): host, pid, global rank, world size",

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from conftest import FIXTURES
+
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.simulate import Options, write
 
@@ -66,11 +67,15 @@ def two_gpu_processes(stalled_rank: int | None = None, calls: int = 6) -> list[s
             rank, comm = 2 * node + dev, f"0x{pid}{dev}0"
             comms[rank] = (host, pid, comm)
             for phase in ("START", "COMPLETE"):
-                lines.append(f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRankConfig comm {comm} rank {rank} nranks 4 "
-                             f"cudaDev {dev} nvmlDev {dev} busId {dev + 1}7000 commId 0xfeed - Init {phase}")
+                lines.append(
+                    f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRankConfig comm {comm} rank {rank} nranks 4 "
+                    f"cudaDev {dev} nvmlDev {dev} busId {dev + 1}7000 commId 0xfeed - Init {phase}"
+                )
     for n in range(calls):
         for rank, (host, pid, comm) in comms.items():
             if rank != stalled_rank or n < calls // 2:
-                lines.append(f"{host}:{pid}:{pid} [1] NCCL INFO AllReduce: opCount {n:x} sendbuff 0x7f00 recvbuff 0x7f00 "
-                             f"count 1024 datatype 7 op 0 root 0 comm {comm} [nranks=4] stream 0x5500")
+                lines.append(
+                    f"{host}:{pid}:{pid} [1] NCCL INFO AllReduce: opCount {n:x} sendbuff 0x7f00 recvbuff 0x7f00 "
+                    f"count 1024 datatype 7 op 0 root 0 comm {comm} [nranks=4] stream 0x5500"
+                )
     return lines

@@ -29,7 +29,9 @@ def pytest_report_header(config) -> str:
 
 def pytest_configure(config) -> None:
     if os.environ.get("LOGSIFT_REQUIRE_SHARED") == "1" and not CORPUS.is_dir():
-        raise pytest.UsageError(f"LOGSIFT_REQUIRE_SHARED=1 but {CORPUS} is not a directory (set LOGSIFT_SHARED)")
+        raise pytest.UsageError(
+            f"LOGSIFT_REQUIRE_SHARED=1 but {CORPUS} is not a directory (set LOGSIFT_SHARED)"
+        )
 
 
 @pytest.fixture

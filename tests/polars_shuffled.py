@@ -21,8 +21,12 @@ import traceback
 import polars as pl
 from polars.dataframe.group_by import GroupBy
 
-SHUFFLED = ("nccl_logsift/findings/", "nccl_logsift/views/", "nccl_logsift/resolve/communicators.py",
-            "nccl_logsift/resolve/exits.py")
+SHUFFLED = (
+    "nccl_logsift/findings/",
+    "nccl_logsift/views/",
+    "nccl_logsift/resolve/communicators.py",
+    "nccl_logsift/resolve/exits.py",
+)
 _rng = random.Random(0)
 
 
@@ -45,7 +49,13 @@ def _shuffled(frame: pl.DataFrame) -> pl.DataFrame:
 
 def patch(seed: int) -> None:
     _rng.seed(seed)
-    join, unique, sort, agg, groups = pl.DataFrame.join, pl.DataFrame.unique, pl.DataFrame.sort, GroupBy.agg, GroupBy.__iter__
+    join, unique, sort, agg, groups = (
+        pl.DataFrame.join,
+        pl.DataFrame.unique,
+        pl.DataFrame.sort,
+        GroupBy.agg,
+        GroupBy.__iter__,
+    )
     s_unique, e_unique, s_mode, e_mode = pl.Series.unique, pl.Expr.unique, pl.Series.mode, pl.Expr.mode
 
     def join_(self, *args, maintain_order=None, **kwargs):
@@ -108,7 +118,16 @@ def main(seed: int, paths: list[str]) -> None:
 
     for path in paths:
         report = analyze([path])
-        print(json.dumps({"path": path, "json": to_dict(report), "views": repr(report.views), "notes": list(report.notes)}))
+        print(
+            json.dumps(
+                {
+                    "path": path,
+                    "json": to_dict(report),
+                    "views": repr(report.views),
+                    "notes": list(report.notes),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

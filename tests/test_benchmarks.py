@@ -11,17 +11,54 @@ import sys
 from conftest import ROOT
 
 BENCHMARKS = ROOT / "benchmarks"
-RESULT_FIELDS = ["case", "size", "tool", "input", "input_bytes", "compressed", "seconds", "mb_per_s", "vs_naive",
-                 "peak_rss_mb", "exit_code", "cpu_seconds", "tree_rss_mb"]
-MACHINE_FIELDS = ["cpu", "cores", "ram_gb", "load_average", "python", "polars", "pyarrow", "logsift_commit", "date"]
+RESULT_FIELDS = [
+    "case",
+    "size",
+    "tool",
+    "input",
+    "input_bytes",
+    "compressed",
+    "seconds",
+    "mb_per_s",
+    "vs_naive",
+    "peak_rss_mb",
+    "exit_code",
+    "cpu_seconds",
+    "tree_rss_mb",
+]
+MACHINE_FIELDS = [
+    "cpu",
+    "cores",
+    "ram_gb",
+    "load_average",
+    "python",
+    "polars",
+    "pyarrow",
+    "logsift_commit",
+    "date",
+]
 
 
 def test_harness_measures_every_tool_on_plain_and_zst_logs(tmp_path):
     out = tmp_path / "latest.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "run.py"), "--sizes", "2MB", "--cases", "coll32,coll32.zst", "--no-pipe",
-         "--cache", str(tmp_path / "cache"), "--out", str(out)],
-        check=False, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(BENCHMARKS / "run.py"),
+            "--sizes",
+            "2MB",
+            "--cases",
+            "coll32,coll32.zst",
+            "--no-pipe",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(out),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "× baseline" in proc.stdout
@@ -38,9 +75,13 @@ def test_harness_measures_every_tool_on_plain_and_zst_logs(tmp_path):
         assert r["tree_rss_mb"] >= r["peak_rss_mb"] and (r["cpu_seconds"] > 0 or r["tool"] == "rg")
         assert 1.5e6 < r["input_bytes"] < 3e6  # the decompressed size, for .zst inputs too
         assert r["mb_per_s"] > 0 and r["vs_naive"] > 0
-        assert r["compressed"] == (r["case"] == "coll32.zst" and r["tool"] != "naive")  # naive reads the plain file
+        assert r["compressed"] == (
+            r["case"] == "coll32.zst" and r["tool"] != "naive"
+        )  # naive reads the plain file
     assert {r["vs_naive"] for r in results if r["tool"] == "naive"} == {1.0}
-    assert len(list((tmp_path / "cache").glob("*.log*"))) == 2  # one plain log and its .zst, parse's tables gone
+    assert (
+        len(list((tmp_path / "cache").glob("*.log*"))) == 2
+    )  # one plain log and its .zst, parse's tables gone
 
 
 def test_profile_charges_each_sample_to_the_innermost_logsift_function():
@@ -53,6 +94,9 @@ def test_profile_charges_each_sample_to_the_innermost_logsift_function():
         " 2",  # before the first Python frame
     ]
     own, total = profile.aggregate(stacks)
-    assert own == {"parse (nccl_logsift/parse/lineparser.py)": 3, "report (nccl_logsift/pipeline.py)": 1,
-                   profile.STARTUP: 2}
+    assert own == {
+        "parse (nccl_logsift/parse/lineparser.py)": 3,
+        "report (nccl_logsift/pipeline.py)": 1,
+        profile.STARTUP: 2,
+    }
     assert total["main (nccl_logsift/cli/__init__.py)"] == 4 and "collect (polars/engine.py)" not in total

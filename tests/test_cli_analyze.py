@@ -6,13 +6,26 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import FIXTURES
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
 HEALTHY = FIXTURES / "healthy_8ranks.log"
 TOP_KEYS = ["schema", "schema_version", "inputs", "job", "verdict", "findings", "dumps", "next_run", "ranks"]
-FINDING_KEYS = ["code", "kind", "severity", "primary", "title", "ranks", "hosts", "comm", "pg", "seq", "op", "evidence", "advice"]
+FINDING_KEYS = [
+    "code",
+    "kind",
+    "severity",
+    "primary",
+    "title",
+    "ranks",
+    "hosts",
+    "comm",
+    "pg",
+    "seq",
+    "op",
+    "evidence",
+    "advice",
+]
 
 
 def test_analyze_json_follows_the_contract(run_cli):
@@ -20,7 +33,14 @@ def test_analyze_json_follows_the_contract(run_cli):
     assert result.exit_code == 0
     report = json.loads(result.output)
     assert list(report) == TOP_KEYS and report["schema"] == "nccl-logsift/findings/v1"
-    assert list(report["job"]) == ["nccl_versions", "torch_version", "world_size", "hosts", "ranks_seen", "communicators"]
+    assert list(report["job"]) == [
+        "nccl_versions",
+        "torch_version",
+        "world_size",
+        "hosts",
+        "ranks_seen",
+        "communicators",
+    ]
     first = report["findings"][0]
     assert list(first) == FINDING_KEYS and first["primary"] and first["kind"] == "rank_behind"
     assert first["ranks"] == [1] and first["evidence"][0]["path"].endswith("rank_stall_8ranks.log")
@@ -49,7 +69,9 @@ def test_analyze_reads_stdin_and_writes_output_file(run_cli, tmp_path):
 
 def test_analyze_unreadable_input_exits_2_without_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "missing.log")], capture_output=True, text=True
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(tmp_path / "missing.log")],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("Error:") and "Traceback" not in proc.stderr
 
@@ -57,8 +79,19 @@ def test_analyze_unreadable_input_exits_2_without_traceback(tmp_path):
 def test_the_entry_point_flushes_its_output_and_keeps_the_exit_status():
     # main() leaves without the interpreter's teardown: what it wrote must still arrive, with the status.
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "analyze", str(STALL), "--format", "json", "--fail-on", "error"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "nccl_logsift",
+            "analyze",
+            str(STALL),
+            "--format",
+            "json",
+            "--fail-on",
+            "error",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 1 and proc.stderr == ""
     assert json.loads(proc.stdout)["findings"][0]["ranks"] == [1]
@@ -68,7 +101,9 @@ def test_a_reader_that_goes_away_ends_the_run_quietly():
     # `logsift analyze big.log | head -1`: the pipe closes before the report is written.
     proc = subprocess.run(
         f"{sys.executable} -m nccl_logsift analyze {STALL} --format json | head -c 1",
-        shell=True, capture_output=True, text=True,
+        shell=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.stdout == "{" and "Traceback" not in proc.stderr
 
@@ -114,7 +149,9 @@ def test_coll_evidence_is_quoted_from_inputs_that_cannot_be_read_again(run_cli, 
         packed.write_bytes(gzip.compress(log.read_bytes()))
         other = run_cli("analyze", str(packed), "--format", "json")
     want, got = json.loads(from_file.output), json.loads(other.output)
-    quoted = [e["text"] for f in got["findings"] for e in f["evidence"]] + [r["last_line"]["text"] for r in got["ranks"]]
+    quoted = [e["text"] for f in got["findings"] for e in f["evidence"]] + [
+        r["last_line"]["text"] for r in got["ranks"]
+    ]
     assert any("NCCL INFO AllReduce: opCount" in text for text in quoted)
     for report in (want, got):
         report.pop("inputs")

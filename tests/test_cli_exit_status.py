@@ -16,8 +16,15 @@ LOGSIFT = f"{sys.executable} -m nccl_logsift"
 
 def run(command: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``command`` through the shell (for redirections such as ``>&-``), from the repository root."""
-    return subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        command,
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, status: int, says: str) -> None:
@@ -56,7 +63,10 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_with_status_0_and_nothing_on
     # `true` has exited long before the report is written: every write meets a closed pipe (EPIPE).
     proc = subprocess.run(
         ["bash", "-c", f"{LOGSIFT} analyze {STALL} --format {fmt} | true; echo status=${{PIPESTATUS[0]}}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.stdout == "status=0\n" and proc.stderr == ""
 
@@ -65,8 +75,13 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_with_status_0_and_nothing_on
 def test_an_output_file_in_a_missing_directory_fails_before_the_input_is_read(command, tmp_path):
     # Standard input stays open and empty: a command that read it before checking -o would wait forever.
     out = tmp_path / "missing" / "out.html"
-    with subprocess.Popen([sys.executable, "-m", "nccl_logsift", *command.split(), "-", "-o", str(out)],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "nccl_logsift", *command.split(), "-", "-o", str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             _, stderr = proc.communicate(timeout=30)
         finally:
@@ -104,8 +119,13 @@ BUGGY = textwrap.dedent("""
 
 @pytest.mark.parametrize("fail_on", [[], ["--fail-on", "info"]])
 def test_an_internal_error_is_one_line_and_status_3(fail_on):
-    proc = subprocess.run([sys.executable, "-c", BUGGY, "analyze", str(STALL), *fail_on],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", BUGGY, "analyze", str(STALL), *fail_on],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert_one_error_line(proc, 3, "Error: internal error: ZeroDivisionError: an internal bug (")
     assert "--debug" in proc.stderr and "second line" not in proc.stderr
 
@@ -113,8 +133,14 @@ def test_an_internal_error_is_one_line_and_status_3(fail_on):
 @pytest.mark.parametrize("how", ["flag", "variable"])
 def test_debug_shows_the_traceback_of_an_internal_error(how):
     args, env = (["--debug"], {}) if how == "flag" else ([], {"LOGSIFT_DEBUG": "1"})
-    proc = subprocess.run([sys.executable, "-c", BUGGY, *args, "analyze", str(STALL)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, **env})
+    proc = subprocess.run(
+        [sys.executable, "-c", BUGGY, *args, "analyze", str(STALL)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, **env},
+    )
     assert proc.returncode == 3
     assert "Traceback (most recent call last)" in proc.stderr and "ZeroDivisionError" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("Error: internal error: ZeroDivisionError")
@@ -125,7 +151,7 @@ def test_the_help_and_the_readme_document_every_exit_status(run_cli):
 
     shown = run_cli("--help").output
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Exit codes"):]
+    section = readme[readme.index("## Exit codes") :]
     section = section[: section.index("\n## ", 1)]
     for code in ExitCode:
         assert f"\n    {code.value} " in shown, code

@@ -7,7 +7,6 @@ import sys
 import click
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURES, ROOT
 
 from nccl_logsift.cli import COMMANDS, cli
@@ -17,9 +16,18 @@ COMMAND_MODULES = sorted({target.partition(":")[0] for target in COMMANDS.values
 # What only other commands or formats need: the simulator, the batch engines, the live view, the HTML page,
 # rich (the terminal report and the progress bar, which JSON to a file without a terminal needs neither of)
 # and pyarrow's Parquet module (parse writes Parquet; analyze keeps its tables in memory).
-NOT_FOR_ANALYZE = ["nccl_logsift.simulate", "nccl_logsift.batch", "nccl_logsift.live", "nccl_logsift.render.html",
-                   "jinja2", "rich", "nccl_logsift.cli.batch", "nccl_logsift.cli.simulate", "nccl_logsift.cli.watch",
-                   "pyarrow.parquet"]
+NOT_FOR_ANALYZE = [
+    "nccl_logsift.simulate",
+    "nccl_logsift.batch",
+    "nccl_logsift.live",
+    "nccl_logsift.render.html",
+    "jinja2",
+    "rich",
+    "nccl_logsift.cli.batch",
+    "nccl_logsift.cli.simulate",
+    "nccl_logsift.cli.watch",
+    "pyarrow.parquet",
+]
 
 
 def imported_after(code: str) -> set[str]:
@@ -30,14 +38,29 @@ def imported_after(code: str) -> set[str]:
         "atexit.register(lambda: print(json.dumps(sorted(k for k, v in sys.modules.items() if v is not None)), file=sys.stderr))\n"
         f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return set(json.loads(proc.stderr.splitlines()[-1]))
 
 
 def test_importing_the_cli_imports_no_command_module_nor_the_heavy_libraries():
     loaded = imported_after("import nccl_logsift.cli")
-    assert sorted(loaded & {*COMMAND_MODULES, *NOT_FOR_ANALYZE, "polars", "pyarrow", "nccl_logsift._kernels", "nccl_logsift.pipeline"}) == []
+    assert (
+        sorted(
+            loaded
+            & {
+                *COMMAND_MODULES,
+                *NOT_FOR_ANALYZE,
+                "polars",
+                "pyarrow",
+                "nccl_logsift._kernels",
+                "nccl_logsift.pipeline",
+            }
+        )
+        == []
+    )
 
 
 def test_version_imports_no_command_module():
@@ -48,7 +71,13 @@ def test_version_imports_no_command_module():
 def test_version_is_the_installed_packages():
     from importlib.metadata import version
 
-    result = subprocess.run([sys.executable, "-m", "nccl_logsift", "--version"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert result.returncode == 0 and result.stdout == f"logsift, version {version('nccl-logsift')}\n"
 
 
@@ -91,8 +120,10 @@ def _group(lazy_commands: dict[str, str], optional: frozenset[str] = frozenset()
 
 
 def test_an_optional_command_whose_module_is_missing_is_absent():
-    group = _group({"tables": "nccl_logsift.cli.tables:tables", "gone": "nccl_logsift.cli.no_such_module:gone"},
-                   optional=frozenset({"gone"}))
+    group = _group(
+        {"tables": "nccl_logsift.cli.tables:tables", "gone": "nccl_logsift.cli.no_such_module:gone"},
+        optional=frozenset({"gone"}),
+    )
     helped = CliRunner().invoke(group, ["--help"])
     assert helped.exit_code == 0 and "tables" in helped.output and "gone" not in helped.output
     invoked = CliRunner().invoke(group, ["gone"])
@@ -129,7 +160,9 @@ def test_the_command_runs_with_the_collector_on_and_the_imports_frozen(tmp_path)
         "from nccl_logsift.cli import main\n"
         "main()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     seen = json.loads(proc.stderr.splitlines()[-1])
     assert seen["at_start"] and seen["enabled"]
     assert seen["frozen"] > 10_000  # polars' and logsift's module objects

@@ -2,7 +2,6 @@ import json
 
 import polars as pl
 import pytest
-
 from conftest import FIXTURES
 
 FIXTURE = FIXTURES / "rank3_stalled_4ranks.log"
@@ -30,14 +29,23 @@ def test_parse_reads_stdin(run_cli, tmp_path):
 
 def test_parse_missing_path_is_a_clear_error(tmp_path):
 
-    from nccl_logsift.cli import cli, main  # noqa: F401
-
     import subprocess
     import sys
 
+    from nccl_logsift.cli import cli, main  # noqa: F401
+
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "parse", str(tmp_path / "nope.log"), "-o", str(tmp_path / "t")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "nccl_logsift",
+            "parse",
+            str(tmp_path / "nope.log"),
+            "-o",
+            str(tmp_path / "t"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("Error: nothing to read") and "no such file" in proc.stderr
@@ -52,15 +60,22 @@ def test_parse_empty_file_is_a_clear_error(tmp_path):
     empty.write_bytes(b"")
     proc = subprocess.run(
         [sys.executable, "-m", "nccl_logsift", "parse", str(empty), "-o", str(tmp_path / "t")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
-    assert proc.returncode == 2 and "no log lines could be read" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "no log lines could be read" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
 
 
 def test_parse_keeps_going_past_one_bad_input(run_cli, tmp_path):
     garbage = tmp_path / "core.bin"
     garbage.write_bytes(bytes(range(256)) * 32)
-    result = run_cli("parse", str(garbage), str(FIXTURE), str(tmp_path / "missing"), "-o", str(tmp_path / "t"))
+    result = run_cli(
+        "parse", str(garbage), str(FIXTURE), str(tmp_path / "missing"), "-o", str(tmp_path / "t")
+    )
     assert result.exit_code == 0
     assert "binary" in result.stderr and "no such file" in result.stderr
 
@@ -161,8 +176,13 @@ def test_parse_into_a_place_that_cannot_be_a_directory_fails_before_reading(tmp_
 
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with subprocess.Popen([sys.executable, "-m", "nccl_logsift", "parse", "-", "-o", str(blocker / "t")],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "nccl_logsift", "parse", "-", "-o", str(blocker / "t")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             _, stderr = proc.communicate(timeout=30)
         finally:
@@ -176,8 +196,21 @@ def test_parse_summary_shows_log_text_and_paths_as_text(tmp_path):
 
     log = tmp_path / "job.log"
     log.write_text("gpu-node-1:123:456 [0] NCCL INFO something unheard of \x1b]0;title\x07 [bold]x[/bold]\n")
-    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "parse", str(log), str(tmp_path / "gone\x1b[2J[red]"),
-                           "-o", str(tmp_path / "t")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nccl_logsift",
+            "parse",
+            str(log),
+            str(tmp_path / "gone\x1b[2J[red]"),
+            "-o",
+            str(tmp_path / "t"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr
     assert "something unheard of ^[]<n>;title^G [bold]x[/bold]" in proc.stdout  # not taken for markup either

@@ -35,7 +35,9 @@ def test_known_total_is_the_size_of_plain_files_and_unknown_otherwise(tmp_path):
     (tmp_path / "logs" / "b.log").write_bytes(b"y" * 5)
     (tmp_path / "c.log.gz").write_bytes(gzip.compress(b"z\n"))
     assert known_total([str(tmp_path / "logs")]) == 15
-    assert known_total([str(tmp_path / "logs"), str(tmp_path / "c.log.gz")]) is None  # gz counts decompressed bytes
+    assert (
+        known_total([str(tmp_path / "logs"), str(tmp_path / "c.log.gz")]) is None
+    )  # gz counts decompressed bytes
     assert known_total(["-"]) is None
 
 
@@ -59,7 +61,9 @@ def test_progress_bar_on_a_terminal_leaves_json_on_stdout_intact():
     controller, terminal = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "nccl_logsift", "analyze", str(STALL), "--format", "json"],
-        stdout=subprocess.PIPE, stderr=terminal, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        cwd=ROOT,
     )
     os.close(terminal)
     drawn = bytearray()

@@ -32,8 +32,14 @@ TAKE_TERMINAL_AND_RUN = (
 def on_a_terminal(*args: str) -> tuple[subprocess.Popen, int]:
     """``logsift ARGS`` with a pseudo-terminal on stdin; the terminal's other end is returned with it."""
     ours, theirs = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", TAKE_TERMINAL_AND_RUN, *args], cwd=ROOT, stdin=theirs,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TAKE_TERMINAL_AND_RUN, *args],
+        cwd=ROOT,
+        stdin=theirs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     os.close(theirs)
     return proc, ours
 
@@ -48,13 +54,15 @@ def wait_for_hint(proc: subprocess.Popen) -> str:
 def type_into(terminal: int, data: bytes) -> None:
     """Type ``data``, reading back the terminal's echo so that it never fills up."""
     for start in range(0, len(data), 1024):
-        os.write(terminal, data[start:start + 1024])
+        os.write(terminal, data[start : start + 1024])
         while select.select([terminal], [], [], 0)[0]:
             os.read(terminal, 1 << 16)
 
 
-@pytest.mark.parametrize("command", [["analyze"], ["analyze", "-"], ["report", "-o", "{tmp}/r.html"],
-                                     ["parse", "-o", "{tmp}/tables"]])
+@pytest.mark.parametrize(
+    "command",
+    [["analyze"], ["analyze", "-"], ["report", "-o", "{tmp}/r.html"], ["parse", "-o", "{tmp}/tables"]],
+)
 def test_a_terminal_on_stdin_gets_a_hint_and_ctrl_c_stops_the_command(command, tmp_path):
     proc, terminal = on_a_terminal(*(arg.format(tmp=tmp_path) for arg in command))
     try:
@@ -86,10 +94,17 @@ def test_a_log_typed_into_the_terminal_is_analysed_when_ctrl_d_ends_it():
         os.close(terminal)
     assert proc.returncode == 0 and stderr == b"", stderr
     report = json.loads(stdout)
-    assert report["findings"][0]["ranks"] == [1] and report["inputs"][0]["lines"] == len(STALL.read_text().splitlines())
+    assert report["findings"][0]["ranks"] == [1] and report["inputs"][0]["lines"] == len(
+        STALL.read_text().splitlines()
+    )
 
 
 def test_a_piped_stdin_gets_no_hint():
-    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "analyze", "--format", "json"], cwd=ROOT,
-                          input=STALL.read_bytes(), capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", "--format", "json"],
+        cwd=ROOT,
+        input=STALL.read_bytes(),
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and proc.stderr == b""

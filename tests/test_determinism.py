@@ -16,15 +16,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 
 HELPER = Path(__file__).with_name("polars_shuffled.py")
 # Fixtures whose report followed polars' threads (LS601 evidence; the grid's member order), and fixtures
 # that exercise the other rules' tie-breaks.
 FIXTURE_INPUTS = [
-    "slow_rank_4ranks.log", "pp_deadlock_4ranks.log", "collective_mismatch_4ranks.log", "cuda_oom_4ranks.log",
-    "healthy_8ranks.log", "rank_stall_8ranks.log", "duplicate_gpu_4ranks_per_rank",
+    "slow_rank_4ranks.log",
+    "pp_deadlock_4ranks.log",
+    "collective_mismatch_4ranks.log",
+    "cuda_oom_4ranks.log",
+    "healthy_8ranks.log",
+    "rank_stall_8ranks.log",
+    "duplicate_gpu_4ranks_per_rank",
 ]
 # Real logs whose report followed polars' threads: the LS101 title's SeqNum (a tie between two SeqNums), the
 # grid drawn among same-size communicators, LS203 evidence, the topology's GPU order, LS401 teardown messages.
@@ -41,8 +45,9 @@ def _reports(seed: int, paths: list[str], threads: int | None = None) -> dict[st
     env = dict(os.environ)
     if threads is not None:
         env["POLARS_MAX_THREADS"] = str(threads)
-    done = subprocess.run([sys.executable, str(HELPER), str(seed), *paths], env=env, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, str(HELPER), str(seed), *paths], env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return {r["path"]: r for r in map(json.loads, done.stdout.splitlines())}
 

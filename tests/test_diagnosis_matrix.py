@@ -15,13 +15,28 @@ from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 from nccl_logsift.simulate.scenarios import SCENARIOS
 
-LAYOUTS = [("interleaved", "2.27"), ("srun", "2.18"), ("torchrun", "2.14"), ("mpirun", "2.21"), ("per-rank", "2.26"), ("interleaved", "2.10")]
+LAYOUTS = [
+    ("interleaved", "2.27"),
+    ("srun", "2.18"),
+    ("torchrun", "2.14"),
+    ("mpirun", "2.21"),
+    ("per-rank", "2.26"),
+    ("interleaved", "2.10"),
+]
 KNOWN_GAPS = {
-    ("veth-interface", "torchrun", "2.14"): "before NCCL 2.18.3 the bad interface's host is known but its ranks are not",
+    (
+        "veth-interface",
+        "torchrun",
+        "2.14",
+    ): "before NCCL 2.18.3 the bad interface's host is known but its ranks are not",
     ("segfault", "interleaved", "2.27"): "no exit line in this layout: the dead rank is only seen as behind",
-    ("pp-deadlock", "torchrun", "2.14"): "grouped send/recv in 2.14 shift positions: the culprit pair is not isolated",
+    (
+        "pp-deadlock",
+        "torchrun",
+        "2.14",
+    ): "grouped send/recv in 2.14 shift positions: the culprit pair is not isolated",
     ("import-error", "interleaved", "2.27"): "an unlabelled stream: the ImportError's traceback names no "
-                                             "rank",
+    "rank",
 }
 
 
@@ -31,7 +46,11 @@ def cases():
         for layout, version in LAYOUTS[i % 3 : i % 3 + 3]:
             if name in ("slow-rank", "node-death") and version < "2.26":
                 version = "2.26"  # timestamps (slow-rank) from 2.26.2, RAS (node-death) from 2.24.3
-            marks = [pytest.mark.xfail(reason=KNOWN_GAPS[(name, layout, version)], strict=True)] if (name, layout, version) in KNOWN_GAPS else []
+            marks = (
+                [pytest.mark.xfail(reason=KNOWN_GAPS[(name, layout, version)], strict=True)]
+                if (name, layout, version) in KNOWN_GAPS
+                else []
+            )
             yield pytest.param(name, layout, version, 8, i, marks=marks, id=f"{name}-{layout}-{version}")
     yield pytest.param("rank-stall", "srun", "2.21", 1024, 7, id="rank-stall-srun-2.21-1024ranks")
     # 4 nodes with tensor, pipeline and data parallel groups: the ranks that time out in a pipeline group's
@@ -44,8 +63,23 @@ def cases():
 
 def simulate(tmp_path, name, layout, version, ranks, seed):
     out, truth = tmp_path / "job", tmp_path / "truth.json"
-    args = ["simulate", "-s", name, "--ranks", str(ranks), "--layout", layout, "--nccl-version", version,
-            "--seed", str(seed), "-o", str(out), "--truth", str(truth)]
+    args = [
+        "simulate",
+        "-s",
+        name,
+        "--ranks",
+        str(ranks),
+        "--layout",
+        layout,
+        "--nccl-version",
+        version,
+        "--seed",
+        str(seed),
+        "-o",
+        str(out),
+        "--truth",
+        str(truth),
+    ]
     if ranks > 64:
         args += ["--ops", "10"]
     result = CliRunner().invoke(cli, args)
@@ -74,8 +108,11 @@ def assert_severity_policy(truth, report):
     """A job that works (no primary fault in its truth) has nothing at error or worse, no root cause and a
     verdict without one; a fault whose truth states a severity is reported at that severity at most."""
     if not any(f["primary"] for f in truth["faults"]):
-        serious = [(f["code"], f["severity"], f["title"][:80]) for f in report["findings"]
-                   if f["severity"] in ("error", "critical")]
+        serious = [
+            (f["code"], f["severity"], f["title"][:80])
+            for f in report["findings"]
+            if f["severity"] in ("error", "critical")
+        ]
         assert serious == []
         assert not [f["code"] for f in report["findings"] if f["primary"]]
         assert "Root cause" not in report["verdict"] and "looks healthy" in report["verdict"]
@@ -115,23 +152,42 @@ def test_working_job_has_no_error_and_no_root_cause(tmp_path, name, layout, vers
 # bootstrap later) until a timeout or the launcher stops them.
 # A node that dies mid-training reports nothing; NCCL's RAS on the other nodes declares its processes dead,
 # and the node RAS names is the culprit, not the ranks that report it (they only time out).
-CASCADES = [("import-error", "srun", "2.10"), ("import-error", "torchrun", "2.27"),
-            ("import-error", "mpirun", "2.21"), ("import-error", "srun", "2.26"),
-            ("import-error", "torchrun", "2.14"), ("node-death", "srun", "2.26"), ("node-death", "torchrun", "2.27"),
-            ("node-death", "per-rank", "2.27"), ("node-death", "interleaved", "2.26"), ("node-death", "srun", "2.28"),
-            ("node-death", "mpirun", "2.29"), ("import-error", "torchrun", "2.29"),
-            # A death or an error first, then closed sockets, watchdog timeouts and aborts on the others.
-            ("cuda-oom", "srun", "2.21"), ("cuda-oom", "torchrun", "2.27"), ("cuda-oom", "mpirun", "2.18"),
-            ("segfault", "srun", "2.21"), ("segfault", "torchrun", "2.14"), ("ib-error", "srun", "2.18"),
-            ("ib-error", "interleaved", "2.27")]
-LEAD_SAYS = {"import-error": "ModuleNotFoundError", "node-death": "RAS declared", "cuda-oom": "out of memory",
-             "segfault": "SIGSEGV", "ib-error": "status 12"}
+CASCADES = [
+    ("import-error", "srun", "2.10"),
+    ("import-error", "torchrun", "2.27"),
+    ("import-error", "mpirun", "2.21"),
+    ("import-error", "srun", "2.26"),
+    ("import-error", "torchrun", "2.14"),
+    ("node-death", "srun", "2.26"),
+    ("node-death", "torchrun", "2.27"),
+    ("node-death", "per-rank", "2.27"),
+    ("node-death", "interleaved", "2.26"),
+    ("node-death", "srun", "2.28"),
+    ("node-death", "mpirun", "2.29"),
+    ("import-error", "torchrun", "2.29"),
+    # A death or an error first, then closed sockets, watchdog timeouts and aborts on the others.
+    ("cuda-oom", "srun", "2.21"),
+    ("cuda-oom", "torchrun", "2.27"),
+    ("cuda-oom", "mpirun", "2.18"),
+    ("segfault", "srun", "2.21"),
+    ("segfault", "torchrun", "2.14"),
+    ("ib-error", "srun", "2.18"),
+    ("ib-error", "interleaved", "2.27"),
+]
+LEAD_SAYS = {
+    "import-error": "ModuleNotFoundError",
+    "node-death": "RAS declared",
+    "cuda-oom": "out of memory",
+    "segfault": "SIGSEGV",
+    "ib-error": "status 12",
+}
 
 
 @pytest.mark.parametrize("name,layout,version", CASCADES, ids=["-".join(c) for c in CASCADES])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_path, name, layout, version,
-                                                                            seed):
+def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(
+    tmp_path, name, layout, version, seed
+):
     out, truth = simulate(tmp_path, name, layout, version, 8, seed)
     report = to_dict(analyze([str(out)]))
     wanted = [(f["kind"], sorted(f["ranks"])) for f in truth["faults"] if f["primary"]]
@@ -141,10 +197,15 @@ def test_first_failure_is_the_root_cause_and_what_followed_are_consequences(tmp_
     assert LEAD_SAYS[name] in lead["title"] and report["verdict"].startswith("Root cause: ")
     # Echoes are graded below the cause: never critical unless they name the culprits themselves.
     culprits = {r for f in truth["faults"] if f["primary"] for r in f["ranks"]}
-    echoes = [(f["code"], f["ranks"]) for f in report["findings"]
-              if not f["primary"] and f["severity"] == "critical" and not set(f["ranks"]) <= culprits]
+    echoes = [
+        (f["code"], f["ranks"])
+        for f in report["findings"]
+        if not f["primary"] and f["severity"] == "critical" and not set(f["ranks"]) <= culprits
+    ]
     assert echoes == []
     # The ranks that waited are reported, as consequences.
     for fault in (f for f in truth["faults"] if not f["primary"]):
-        assert any(f["kind"] == fault["kind"] and not f["primary"] and set(f["ranks"]) & set(fault["ranks"])
-                   for f in report["findings"]), fault
+        assert any(
+            f["kind"] == fault["kind"] and not f["primary"] and set(f["ranks"]) & set(fault["ranks"])
+            for f in report["findings"]
+        ), fault

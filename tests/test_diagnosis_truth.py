@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 
@@ -37,7 +37,9 @@ def test_primary_faults_are_named_with_their_culprit_ranks(case):
     primaries = [f for f in report["findings"] if f["primary"]]
     for fault in (f for f in truth["faults"] if f["primary"]):
         match = [f for f in primaries if f["kind"] == fault["kind"]]
-        assert match, f"{truth['scenario']}: no primary {fault['kind']}; primaries: {[(f['kind'], f['ranks']) for f in primaries]}"
+        assert match, (
+            f"{truth['scenario']}: no primary {fault['kind']}; primaries: {[(f['kind'], f['ranks']) for f in primaries]}"
+        )
         assert any(f["ranks"] == sorted(fault["ranks"]) for f in match), (
             f"{truth['scenario']}: {fault['kind']} culprits {fault['ranks']}, found {[f['ranks'] for f in match]}"
         )
@@ -46,7 +48,11 @@ def test_primary_faults_are_named_with_their_culprit_ranks(case):
 def test_nothing_else_is_called_a_root_cause(case):
     truth, report = case
     allowed = {f["kind"] for f in truth["faults"] if f["primary"]}
-    wrong = [(f["code"], f["kind"], f["ranks"]) for f in report["findings"] if f["primary"] and f["kind"] not in allowed]
+    wrong = [
+        (f["code"], f["kind"], f["ranks"])
+        for f in report["findings"]
+        if f["primary"] and f["kind"] not in allowed
+    ]
     assert not wrong, f"{truth['scenario']}: unexpected root causes {wrong}"
 
 

@@ -2,7 +2,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import FIXTURES
 
 from nccl_logsift.grammar import load_grammars
@@ -12,7 +11,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
 
 
 def test_tables_doc_is_generated_from_the_current_grammars():
-    assert DOC.read_text() == table_docs(load_grammars()) + "\n", "regenerate: logsift tables > docs/tables.md"
+    assert DOC.read_text() == table_docs(load_grammars()) + "\n", (
+        "regenerate: logsift tables > docs/tables.md"
+    )
 
 
 def documented_tables() -> dict[str, dict[str, str]]:

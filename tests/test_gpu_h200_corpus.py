@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT
+
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 

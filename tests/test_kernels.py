@@ -46,9 +46,13 @@ def test_an_array_of_the_wrong_type_or_layout_is_refused_by_name():
 def test_sizes_that_do_not_fit_together_are_refused_before_the_loop():
     table = KeyMap()
     with pytest.raises(ValueError, match="out is shorter than the batch"):
-        _kernels.keymap_ids(table.keys, table.slots, np.arange(4, dtype=np.uint64), 0, np.empty(3, dtype=np.int64), 0)
+        _kernels.keymap_ids(
+            table.keys, table.slots, np.arange(4, dtype=np.uint64), 0, np.empty(3, dtype=np.int64), 0
+        )
     with pytest.raises(ValueError, match="power-of-two"):
-        _kernels.keymap_ids(table.keys[:3], table.slots[:3], np.arange(1, dtype=np.uint64), 0, np.empty(1, dtype=np.int64), 0)
+        _kernels.keymap_ids(
+            table.keys[:3], table.slots[:3], np.arange(1, dtype=np.uint64), 0, np.empty(1, dtype=np.int64), 0
+        )
     data = np.frombuffer(b"a\nb\n", dtype=np.uint8)
     with pytest.raises(ValueError, match="a place for each line"):
         one = np.empty(1, dtype=np.int64)

@@ -26,7 +26,7 @@ def test_ids_number_keys_in_order_of_first_sight_across_batches_and_growth():
 
 
 def test_keys_that_share_their_low_bits_keep_their_own_slots():
-    keys = (np.arange(200, dtype=np.uint64) << np.uint64(40))  # equal in every low bit
+    keys = np.arange(200, dtype=np.uint64) << np.uint64(40)  # equal in every low bit
     table = KeyMap(capacity=4)
     assert table.ids(keys).tolist() == list(range(200))
     assert table.ids(keys[::-1]).tolist() == list(range(199, -1, -1))

@@ -8,8 +8,9 @@ import pytest
 
 from nccl_logsift import memory
 
-
-GLIBC_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only")
+GLIBC_ONLY = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc only"
+)
 
 # Allocates and touches a 40 MB block five times and prints the page faults of the last four: glibc maps a
 # block of 32 MB or more afresh every time by default (every page faulted in again), and reuses it once
@@ -40,7 +41,9 @@ def test_glibcs_trim_is_found_and_runs():
 @GLIBC_ONLY
 def test_freed_blocks_are_reused_instead_of_faulted_in_again():
     def faults(mode: str) -> int:
-        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, timeout=60)
+        run = subprocess.run(
+            [sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, timeout=60
+        )
         assert run.returncode == 0, run.stderr
         return int(run.stdout)
 

@@ -7,29 +7,45 @@ import re
 
 import pytest
 
-INIT = ("h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x5555cf86c9b0 rank {rank} nranks 2 cudaDev 0 nvmlDev 0 "
-        "busId 3000 commId 0x85061f05012e40c6 - Init COMPLETE")
+INIT = (
+    "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x5555cf86c9b0 rank {rank} nranks 2 cudaDev 0 nvmlDev 0 "
+    "busId 3000 commId 0x85061f05012e40c6 - Init COMPLETE"
+)
 
 
 def coll(op: str, opcount: str, nranks: str = "2") -> str:
-    return (f"h:1:1 [0] NCCL INFO {op}: opCount {opcount} sendbuff 0x7f0d00000000 recvbuff 0x7f0d00000000 "
-            f"count 1 datatype 4 op 0 root 0 comm 0x5555cf86c9b0 [nranks={nranks}] stream 0x5555cf872650")
+    return (
+        f"h:1:1 [0] NCCL INFO {op}: opCount {opcount} sendbuff 0x7f0d00000000 recvbuff 0x7f0d00000000 "
+        f"count 1 datatype 4 op 0 root 0 comm 0x5555cf86c9b0 [nranks={nranks}] stream 0x5555cf872650"
+    )
 
 
 # Each log, and how many of its values do not fit their column.
 LOGS = {
     "pid_beyond_int64": (
-        ["h:99999999999999999999:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"], 1
+        ["h:99999999999999999999:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>"],
+        1,
     ),
-    "opcount_beyond_int64": ([INIT.format(rank=0), coll("AllGather", "8000000000000000"),
-                              coll("Broadcast", "8000000000000000")], 2),
-    "opcount_all_ones": ([INIT.format(rank=0), coll("AllGather", "ffffffffffffffff"),
-                          coll("Broadcast", "ffffffffffffffff")], 2),
-    "opcount_of_19_digits": ([INIT.format(rank=0), coll("AllGather", "123456789abcdef0123"),
-                              coll("Broadcast", "123456789abcdef0123")], 2),
+    "opcount_beyond_int64": (
+        [INIT.format(rank=0), coll("AllGather", "8000000000000000"), coll("Broadcast", "8000000000000000")],
+        2,
+    ),
+    "opcount_all_ones": (
+        [INIT.format(rank=0), coll("AllGather", "ffffffffffffffff"), coll("Broadcast", "ffffffffffffffff")],
+        2,
+    ),
+    "opcount_of_19_digits": (
+        [
+            INIT.format(rank=0),
+            coll("AllGather", "123456789abcdef0123"),
+            coll("Broadcast", "123456789abcdef0123"),
+        ],
+        2,
+    ),
     "nranks_beyond_int64": ([INIT.format(rank=0), coll("AllGather", "0", "99999999999999999999")], 1),
     "rank_beyond_int64": (
-        [INIT.format(rank=9223372036854775808), coll("AllGather", "0"), coll("Broadcast", "1")], 1
+        [INIT.format(rank=9223372036854775808), coll("AllGather", "0"), coll("Broadcast", "1")],
+        1,
     ),
 }
 
@@ -96,8 +112,10 @@ def test_html_of_a_timed_log_whose_every_rank_is_beyond_int64_has_no_timeline_an
     assert "No timeline: no timed collective line could be placed on a rank." in out.read_text()
 
 
-START = ("gpu-node-211:2702238:2702305 [0] NCCL INFO ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 "
-         "nranks {nranks} cudaDev 0 nvmlDev 0 busId 1b000 commId 0x7bbff3add302d34a - Init START")
+START = (
+    "gpu-node-211:2702238:2702305 [0] NCCL INFO ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 "
+    "nranks {nranks} cudaDev 0 nvmlDev 0 busId 1b000 commId 0x7bbff3add302d34a - Init START"
+)
 # Sizes that fit 64 bits but no job has: the rules that list a world's silent ranks must not enumerate them.
 HUGE = {
     "init_of_8e15_ranks": [START.format(nranks=8000000000000000)],
@@ -147,8 +165,15 @@ def test_a_huge_size_or_rank_gives_an_answer_in_bounded_memory(tmp_path, name):
 
     for fmt in ("json", "html"):
         command = [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", fmt]
-        proc = subprocess.run([*command, "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
-                              preexec_fn=limited, timeout=120, check=False)
+        proc = subprocess.run(
+            [*command, "-o", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            preexec_fn=limited,
+            timeout=120,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr[-1500:]
         assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr
     assert out.read_text().rstrip().endswith("</html>")

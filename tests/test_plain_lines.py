@@ -15,33 +15,64 @@ from nccl_logsift.tables import PlainLines
 
 
 def lines(rows: list[dict]) -> pl.DataFrame:
-    schema = {"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8, "producer": pl.String,
-              "family": pl.String, "torch_rank": pl.Int64, "local_rank": pl.Int64, "text": pl.String}
-    return pl.DataFrame([{"source_id": 0, "part": 0, "producer": None, "torch_rank": None, "local_rank": None,
-                          **row} for row in rows], schema=schema)
+    schema = {
+        "source_id": pl.UInt16,
+        "line_no": pl.UInt32,
+        "part": pl.UInt8,
+        "producer": pl.String,
+        "family": pl.String,
+        "torch_rank": pl.Int64,
+        "local_rank": pl.Int64,
+        "text": pl.String,
+    }
+    return pl.DataFrame(
+        [
+            {"source_id": 0, "part": 0, "producer": None, "torch_rank": None, "local_rank": None, **row}
+            for row in rows
+        ],
+        schema=schema,
+    )
 
 
 def test_plain_lines_keep_envelopes_module_frames_and_the_first_line_of_each_label():
     plain = PlainLines()
-    first = plain.needed(lines([
-        {"line_no": 1, "family": "text", "text": "step 1 loss 2.3", "local_rank": 0},
-        {"line_no": 2, "family": "text", "text": "step 1 loss 2.3", "local_rank": 1},
-        {"line_no": 3, "family": "text", "text": "step 2 loss 2.2", "local_rank": 0},
-        {"line_no": 4, "family": "blank", "text": "", "local_rank": None},
-        {"line_no": 5, "family": "text", "text": '  File "train.py", line 9, in <module>', "local_rank": 0},
-        {"line_no": 6, "family": "blank", "producer": "nccl", "text": "h:1:1 [0] NCCL WARN "},
-        {"line_no": 7, "family": None, "producer": "nccl", "text": "h:1:1 [0] NCCL INFO something new"},
-        {"line_no": 8, "family": "app_errors", "text": "RuntimeError: boom", "torch_rank": 3},
-        {"line_no": 9, "family": "text", "text": "step 3", "torch_rank": 5},
-    ]))
+    first = plain.needed(
+        lines(
+            [
+                {"line_no": 1, "family": "text", "text": "step 1 loss 2.3", "local_rank": 0},
+                {"line_no": 2, "family": "text", "text": "step 1 loss 2.3", "local_rank": 1},
+                {"line_no": 3, "family": "text", "text": "step 2 loss 2.2", "local_rank": 0},
+                {"line_no": 4, "family": "blank", "text": "", "local_rank": None},
+                {
+                    "line_no": 5,
+                    "family": "text",
+                    "text": '  File "train.py", line 9, in <module>',
+                    "local_rank": 0,
+                },
+                {"line_no": 6, "family": "blank", "producer": "nccl", "text": "h:1:1 [0] NCCL WARN "},
+                {
+                    "line_no": 7,
+                    "family": None,
+                    "producer": "nccl",
+                    "text": "h:1:1 [0] NCCL INFO something new",
+                },
+                {"line_no": 8, "family": "app_errors", "text": "RuntimeError: boom", "torch_rank": 3},
+                {"line_no": 9, "family": "text", "text": "step 3", "torch_rank": 5},
+            ]
+        )
+    )
     assert first["line_no"].to_list() == [1, 2, 4, 5, 6, 7, 8, 9]
     # A later batch: labels seen before add nothing, a new one adds its first line.
-    second = plain.needed(lines([
-        {"line_no": 10, "family": "text", "text": "step 4", "local_rank": 0},
-        {"line_no": 11, "family": "blank", "text": ""},
-        {"line_no": 12, "family": "text", "text": "step 4", "local_rank": 2},
-        {"line_no": 13, "family": "text", "text": "step 5", "local_rank": 2},
-    ]))
+    second = plain.needed(
+        lines(
+            [
+                {"line_no": 10, "family": "text", "text": "step 4", "local_rank": 0},
+                {"line_no": 11, "family": "blank", "text": ""},
+                {"line_no": 12, "family": "text", "text": "step 4", "local_rank": 2},
+                {"line_no": 13, "family": "text", "text": "step 5", "local_rank": 2},
+            ]
+        )
+    )
     assert second["line_no"].to_list() == [12]
 
 
@@ -72,8 +103,13 @@ def _peak_mb(lines: int) -> float:
     healthy = str(FIXTURES / "healthy_8ranks.log")
     feed = subprocess.Popen([sys.executable, "-c", _TRAINING, str(lines), healthy], stdout=subprocess.PIPE)
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
-                                stdin=feed.stdout, stdout=out, stderr=subprocess.DEVNULL, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
+            stdin=feed.stdout,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
         feed.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)
         feed.wait()

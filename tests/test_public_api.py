@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import nccl_logsift
 from conftest import FIXTURES, ROOT
+
+import nccl_logsift
 
 
 def test_every_public_name_resolves_and_analyze_returns_a_report():
@@ -18,6 +19,10 @@ def test_every_public_name_resolves_and_analyze_returns_a_report():
 
 
 def test_importing_the_package_loads_none_of_the_pipeline():
-    script = "import sys, nccl_logsift; print(sorted(m for m in sys.modules if m.startswith('nccl_logsift.')))"
-    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    script = (
+        "import sys, nccl_logsift; print(sorted(m for m in sys.modules if m.startswith('nccl_logsift.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr

@@ -2,8 +2,8 @@
 
 import polars as pl
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.pipeline import parse_paths
 from nccl_logsift.tables import MemorySink
 

@@ -11,8 +11,8 @@ import re
 
 import polars as pl
 import pytest
-
 from conftest import CORPUS, CORPUS_ABSENT, corpus_files
+
 from nccl_logsift.pipeline import parse_paths
 from nccl_logsift.tables import MemorySink
 
@@ -53,7 +53,9 @@ def test_real_log_unparsed_rate_is_under_one_percent(path):
     summary, _ = parsed(path)
     rate = summary.unparsed_envelope_lines / max(summary.envelope_lines, 1)
     shapes = "\n".join(f"{n:6d} {s}" for s, n in summary.unparsed_shapes[:8])
-    assert rate < MAX_UNPARSED_RATE, f"{rate:.2%} of {summary.envelope_lines} enveloped lines unparsed:\n{shapes}"
+    assert rate < MAX_UNPARSED_RATE, (
+        f"{rate:.2%} of {summary.envelope_lines} enveloped lines unparsed:\n{shapes}"
+    )
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name[:60] for p in FILES])

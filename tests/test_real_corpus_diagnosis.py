@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 
 import pytest
-
 from conftest import CORPUS, CORPUS_ABSENT, corpus_files
+
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 
@@ -51,9 +51,18 @@ HEALTHY = [
 # file prefix → (kind of the primary finding, its culprit ranks or None when not stated)
 FAILURES = {
     "argonne-lcf__alcf-nccl-tests__pytests__VAE__results__2025-01-15": ("rank_behind", None),  # desync hang
-    "argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-06-27": ("watchdog_timeout", None),  # all ranks time out at #1
-    "sparticlesteve__pytorch-nccl-test__slurm-nccl-416593": ("net_error", [10]),  # IB status 12, vendor err 129
-    "sparticlesteve__podman-nccl-testing__logs__podman": ("net_error", None),  # OFI memory registration failure
+    "argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-06-27": (
+        "watchdog_timeout",
+        None,
+    ),  # all ranks time out at #1
+    "sparticlesteve__pytorch-nccl-test__slurm-nccl-416593": (
+        "net_error",
+        [10],
+    ),  # IB status 12, vendor err 129
+    "sparticlesteve__podman-nccl-testing__logs__podman": (
+        "net_error",
+        None,
+    ),  # OFI memory registration failure
     "LambdaLabsML__training_results_v4.0": ("process_exit", None),  # OOM kill, then watchdog timeouts
 }
 
@@ -78,7 +87,11 @@ def test_analyze_runs_on_every_real_log(path):
 @pytest.mark.parametrize("prefix", HEALTHY)
 def test_healthy_production_run_has_no_error_finding(prefix):
     for path in matching(prefix):
-        serious = [(f["code"], f["title"]) for f in report(path)["findings"] if f["severity"] in ("error", "critical")]
+        serious = [
+            (f["code"], f["title"])
+            for f in report(path)["findings"]
+            if f["severity"] in ("error", "critical")
+        ]
         assert serious == [], path.name
 
 
@@ -97,5 +110,6 @@ def test_real_failure_is_named(prefix):
     for path in matching(prefix):
         primaries = [f for f in report(path)["findings"] if f["primary"]]
         assert any(f["kind"] == kind and (ranks is None or f["ranks"] == ranks) for f in primaries), (
-            path.name, [(f["kind"], f["ranks"]) for f in primaries]
+            path.name,
+            [(f["kind"], f["ranks"]) for f in primaries],
         )

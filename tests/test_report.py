@@ -1,6 +1,7 @@
 """The report's job summary."""
 
 from builders import job_of
+
 from nccl_logsift.report import summarize_job
 
 

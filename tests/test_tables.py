@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.parse.schema import TableSchemas
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream, parse_paths
@@ -19,7 +19,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nccl_logsift"
 # the parser's calls, not the Job (its list of columns to drop would count as names).
 READERS = [
     path
-    for path in [*PACKAGE.glob("findings/*.py"), *PACKAGE.glob("views/*.py"), *PACKAGE.glob("resolve/*.py"), PACKAGE / "report.py"]
+    for path in [
+        *PACKAGE.glob("findings/*.py"),
+        *PACKAGE.glob("views/*.py"),
+        *PACKAGE.glob("resolve/*.py"),
+        PACKAGE / "report.py",
+    ]
     if path.name != "digest.py"
 ]
 
@@ -63,12 +68,18 @@ def full_and_kept(path: Path) -> tuple[dict[str, pl.DataFrame], dict[str, pl.Dat
     return full.tables, kept.tables
 
 
-@pytest.mark.parametrize("fixture", ["rank_stall_8ranks.log", "ib_error_4ranks.log", "pp_deadlock_4ranks.log"])
+@pytest.mark.parametrize(
+    "fixture", ["rank_stall_8ranks.log", "ib_error_4ranks.log", "pp_deadlock_4ranks.log"]
+)
 def test_memory_sink_with_columns_keeps_those_columns_of_the_same_rows(fixture):
     full, kept = full_and_kept(FIXTURES / fixture)
     assert kept.keys() == full.keys()
     for name, table in kept.items():
-        wanted = [c for c in full[name].columns if c in DIAGNOSIS_COLUMNS.get(name, full[name].columns) or c in ("rank", "global_rank")]
+        wanted = [
+            c
+            for c in full[name].columns
+            if c in DIAGNOSIS_COLUMNS.get(name, full[name].columns) or c in ("rank", "global_rank")
+        ]
         assert table.columns == wanted, name
         assert table.equals(full[name].select(wanted)), name
 
@@ -99,23 +110,31 @@ def test_parquet_sink_files_hold_the_memory_sinks_rows_with_their_ranks_in_line_
 def test_compact_keeps_values_and_a_null_column_takes_no_memory():
     frame = pl.DataFrame({"a": range(100_000), "b": pl.Series([None] * 100_000, dtype=pl.Int64)})
     compacted = compact(frame)
-    assert compacted.estimated_size() < frame.estimated_size() * 0.6  # before equals(), which fills the column
+    assert (
+        compacted.estimated_size() < frame.estimated_size() * 0.6
+    )  # before equals(), which fills the column
     assert compacted.equals(frame) and compacted.schema == frame.schema
 
 
 def test_with_ranks_adds_the_process_rank_in_row_order_and_the_line_rank_from_labels():
     maps = RankMaps(
-        processes=pl.DataFrame({"host": ["b", "a"], "pid": [2, 1], "global_rank": [1, 0], "world_size": [2, 2]}),
+        processes=pl.DataFrame(
+            {"host": ["b", "a"], "pid": [2, 1], "global_rank": [1, 0], "world_size": [2, 2]}
+        ),
         instances=pl.DataFrame(),
     )
-    lines = pl.DataFrame({"host": ["a", "x", "b", "a"], "pid": [1, 9, 2, 1], "torch_rank": [None, 5, None, None]})
+    lines = pl.DataFrame(
+        {"host": ["a", "x", "b", "a"], "pid": [1, 9, 2, 1], "torch_rank": [None, 5, None, None]}
+    )
     assert with_ranks("lines", lines, maps)["rank"].to_list() == [0, 5, 1, 0]
     assert with_ranks("comms", lines, maps)["global_rank"].to_list() == [0, None, 1, 0]
 
 
 def test_with_ranks_looked_up_slice_by_slice_are_those_of_one_lookup(monkeypatch):
     maps = RankMaps(
-        processes=pl.DataFrame({"host": ["b", "a"], "pid": [2, 1], "global_rank": [1, 0], "world_size": [2, 2]}),
+        processes=pl.DataFrame(
+            {"host": ["b", "a"], "pid": [2, 1], "global_rank": [1, 0], "world_size": [2, 2]}
+        ),
         instances=pl.DataFrame(),
     )
     comms = pl.DataFrame({"host": ["a", "x", "b", "a", None, "b", "a"], "pid": [1, 9, 2, 1, 1, 2, 2]})
@@ -128,7 +147,10 @@ def test_analysis_drops_the_columns_the_diagnosis_never_reads_as_each_batch_is_w
     analysis = Analysis(TableStream([str(FIXTURES / "ib_error_4ranks.log")], ParseOptions(every_line=False)))
     for batch in analysis.stream:
         analysis.add(batch)
-        assert any(set(frame.columns) - set(DIAGNOSIS_COLUMNS.get(name, frame.columns)) for name, frame in batch.tables.items())
+        assert any(
+            set(frame.columns) - set(DIAGNOSIS_COLUMNS.get(name, frame.columns))
+            for name, frame in batch.tables.items()
+        )
     held = {name: {c for part in parts for c in part.columns} for name, parts in analysis.sink._parts.items()}
     assert held and {name: columns - set(DIAGNOSIS_COLUMNS[name]) for name, columns in held.items()} == {
         name: set() for name in held

@@ -61,7 +61,9 @@ class Watch:
         self.stderr_path = tmp_path / "stderr.txt"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nccl_logsift", "watch", *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_path.open("wb"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_path.open("wb"),
         )
         self.events: list[tuple[float, dict]] = []
         self._arrivals: queue.Queue = queue.Queue()
@@ -141,7 +143,10 @@ def test_stalled_rank_is_reported_within_2s_of_the_stall_and_named_by_the_final_
 def test_output_to_a_pipe_is_json_lines_ending_with_the_analyze_report(run_cli):
     log = STALL.read_bytes()
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "watch", "--stall-after", "60"], input=log, capture_output=True, timeout=60,
+        [sys.executable, "-m", "nccl_logsift", "watch", "--stall-after", "60"],
+        input=log,
+        capture_output=True,
+        timeout=60,
         check=False,
     )
     assert proc.returncode == 0 and proc.stderr == b""
@@ -184,8 +189,11 @@ def test_text_format_ends_with_the_verdict_analyze_prints(run_cli):
 
 def test_unreadable_input_exits_2_without_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "watch", str(tmp_path / "missing.log")], capture_output=True, text=True,
-        timeout=60, check=False,
+        [sys.executable, "-m", "nccl_logsift", "watch", str(tmp_path / "missing.log")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("Error:") and "Traceback" not in proc.stderr
     assert proc.stdout == ""

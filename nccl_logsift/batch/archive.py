@@ -118,7 +118,7 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
             end = pattern.find("]", i + 2)
             if end < 0:
                 raise InputError(f"--job-pattern {pattern!r}: '[' without a closing ']'")
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             out.append("[" + ("^" + re.escape(body[1:]) if body.startswith("!") else re.escape(body)) + "]")
             i = end + 1
         else:
@@ -134,7 +134,8 @@ def _by_entry(root: Path) -> list[JobInput]:
             continue
         if entry.is_dir():
             files = tuple(
-                _job_file(p) for p in sorted(entry.rglob("*"))
+                _job_file(p)
+                for p in sorted(entry.rglob("*"))
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(entry).parts)
             )
             jobs.append(JobInput(str(root), entry.name, files))

@@ -38,73 +38,87 @@ DATASET_FORMAT = "nccl-logsift/batch/v1"
 
 _EVIDENCE = pa.struct([("path", pa.string()), ("line", pa.int64()), ("text", pa.string())])
 
-JOBS = pa.schema([
-    ("job_key", pa.string()),
-    ("job_id", pa.string()),
-    ("archive", pa.string()),
-    ("status", pa.string()),  # ok | incomplete (some input unreadable) | failed (nothing could be analysed)
-    ("message", pa.string()),  # why the job failed, or the input problems of an incomplete one
-    ("files", pa.int32()),
-    ("file_bytes", pa.int64()),  # on disk (compressed size for .gz/.zst/.bz2)
-    ("bytes", pa.int64()),  # log text read (decompressed)
-    ("lines", pa.int64()),
-    ("unparsed_lines", pa.int64()),
-    ("nccl_version", pa.string()),  # the job's NCCL version (the lowest when ranks disagree)
-    ("nccl_versions", pa.list_(pa.string())),
-    ("world_size", pa.int64()),
-    ("hosts", pa.list_(pa.string())),
-    ("ranks_seen", pa.int64()),
-    ("communicators", pa.int64()),
-    ("findings", pa.int32()),
-    ("primary_kinds", pa.list_(pa.string())),  # the root causes' kinds, in report order
-    ("worst_severity", pa.string()),
-    ("verdict", pa.string()),
-    ("fingerprint", pa.string()),  # of the inputs: path, size, mtime of every file
-    ("logsift_version", pa.string()),
-    ("analysed_at", pa.timestamp("us", tz="UTC")),
-    ("seconds", pa.float64()),
-])
+JOBS = pa.schema(
+    [
+        ("job_key", pa.string()),
+        ("job_id", pa.string()),
+        ("archive", pa.string()),
+        (
+            "status",
+            pa.string(),
+        ),  # ok | incomplete (some input unreadable) | failed (nothing could be analysed)
+        ("message", pa.string()),  # why the job failed, or the input problems of an incomplete one
+        ("files", pa.int32()),
+        ("file_bytes", pa.int64()),  # on disk (compressed size for .gz/.zst/.bz2)
+        ("bytes", pa.int64()),  # log text read (decompressed)
+        ("lines", pa.int64()),
+        ("unparsed_lines", pa.int64()),
+        ("nccl_version", pa.string()),  # the job's NCCL version (the lowest when ranks disagree)
+        ("nccl_versions", pa.list_(pa.string())),
+        ("world_size", pa.int64()),
+        ("hosts", pa.list_(pa.string())),
+        ("ranks_seen", pa.int64()),
+        ("communicators", pa.int64()),
+        ("findings", pa.int32()),
+        ("primary_kinds", pa.list_(pa.string())),  # the root causes' kinds, in report order
+        ("worst_severity", pa.string()),
+        ("verdict", pa.string()),
+        ("fingerprint", pa.string()),  # of the inputs: path, size, mtime of every file
+        ("logsift_version", pa.string()),
+        ("analysed_at", pa.timestamp("us", tz="UTC")),
+        ("seconds", pa.float64()),
+    ]
+)
 
-FINDINGS = pa.schema([
-    ("job_key", pa.string()),
-    ("job_id", pa.string()),
-    ("position", pa.int32()),  # order in the report: root causes first
-    ("code", pa.string()),
-    ("kind", pa.string()),
-    ("severity", pa.string()),
-    ("primary", pa.bool_()),
-    ("title", pa.string()),
-    ("ranks", pa.list_(pa.int64())),
-    ("hosts", pa.list_(pa.string())),
-    ("comm", pa.string()),
-    ("pg", pa.string()),
-    ("seq", pa.int64()),
-    ("op", pa.string()),
-    ("evidence", pa.list_(_EVIDENCE)),
-    ("advice", pa.string()),
-])
+FINDINGS = pa.schema(
+    [
+        ("job_key", pa.string()),
+        ("job_id", pa.string()),
+        ("position", pa.int32()),  # order in the report: root causes first
+        ("code", pa.string()),
+        ("kind", pa.string()),
+        ("severity", pa.string()),
+        ("primary", pa.bool_()),
+        ("title", pa.string()),
+        ("ranks", pa.list_(pa.int64())),
+        ("hosts", pa.list_(pa.string())),
+        ("comm", pa.string()),
+        ("pg", pa.string()),
+        ("seq", pa.int64()),
+        ("op", pa.string()),
+        ("evidence", pa.list_(_EVIDENCE)),
+        ("advice", pa.string()),
+    ]
+)
 
-RANKS = pa.schema([
-    ("job_key", pa.string()),
-    ("job_id", pa.string()),
-    ("rank", pa.int64()),
-    ("host", pa.string()),
-    ("pid", pa.int64()),
-    ("comm", pa.string()),
-    ("last_op", pa.string()),
-    ("last_seq", pa.int64()),
-    ("last_completed_seq", pa.int64()),
-    ("last_line", _EVIDENCE),
-])
+RANKS = pa.schema(
+    [
+        ("job_key", pa.string()),
+        ("job_id", pa.string()),
+        ("rank", pa.int64()),
+        ("host", pa.string()),
+        ("pid", pa.int64()),
+        ("comm", pa.string()),
+        ("last_op", pa.string()),
+        ("last_seq", pa.int64()),
+        ("last_completed_seq", pa.int64()),
+        ("last_line", _EVIDENCE),
+    ]
+)
 
-GPUS = pa.schema([
-    ("job_key", pa.string()),
-    ("job_id", pa.string()),
-    ("host", pa.string()),
-    ("rank", pa.int64()),  # global rank
-    ("cuda_dev", pa.int64()),
-    ("bus_id", pa.string()),  # PCI bus id as NCCL prints it: names the GPU whatever CUDA_VISIBLE_DEVICES says
-])
+GPUS = pa.schema(
+    [
+        ("job_key", pa.string()),
+        ("job_id", pa.string()),
+        ("host", pa.string()),
+        ("rank", pa.int64()),  # global rank
+        ("cuda_dev", pa.int64()),
+        (
+            "bus_id",
+            pa.string(),
+        ),  # PCI bus id as NCCL prints it: names the GPU whatever CUDA_VISIBLE_DEVICES says
+    ]
+)
 
 SCHEMAS = {"jobs": JOBS, "findings": FINDINGS, "ranks": RANKS, "gpus": GPUS}
 TABLES_DIR = "tables"
@@ -122,7 +136,9 @@ def prepare(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         if not marker.exists():
-            marker.write_text(json.dumps({"format": DATASET_FORMAT, "partitioning": ["hive", PARTITION]}) + "\n")
+            marker.write_text(
+                json.dumps({"format": DATASET_FORMAT, "partitioning": ["hive", PARTITION]}) + "\n"
+            )
     except OSError as exc:
         raise InputError(f"cannot create output directory {out}: {exc.strerror}") from exc
 

@@ -72,17 +72,22 @@ class LocalEngine:
             if alone:
                 from nccl_logsift.batch.task import failed_outcome
 
-                yield failed_outcome(job, out, "the worker process analysing this job died (killed, or out of memory)")
+                yield failed_outcome(
+                    job, out, "the worker process analysing this job died (killed, or out of memory)"
+                )
 
-    def _pooled(self, pending: deque, out: str, with_tables: bool, workers: int,
-                suspects: list[JobInput]) -> Iterator[JobOutcome]:
+    def _pooled(
+        self, pending: deque, out: str, with_tables: bool, workers: int, suspects: list[JobInput]
+    ) -> Iterator[JobOutcome]:
         """Run ``pending`` on a pool; when the pool breaks, set the jobs it lost aside and go on with a new one."""
         from nccl_logsift.batch.task import failed_outcome, run_job
 
         task = self.task or run_job
         threads = max(1, available_cpus() // workers)
         while pending:
-            pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker, initargs=(threads,))
+            pool = ProcessPoolExecutor(
+                workers, mp_context=_pool_context(), initializer=_init_worker, initargs=(threads,)
+            )
             in_flight: dict[Future, JobInput] = {}
             broken = False
             try:
@@ -171,8 +176,14 @@ class RayEngine:
                 ray.init(address=self.address, **settings)
             else:
                 ray.init(num_cpus=self.workers or available_cpus(), **settings)
-        except (ConnectionError, ValueError, RuntimeError) as exc:  # unreachable, malformed, or Ray Client missing
-            raise LogsiftError(f"cannot start or join Ray{f' at {self.address}' if self.address else ''}: {exc}") from exc
+        except (
+            ConnectionError,
+            ValueError,
+            RuntimeError,
+        ) as exc:  # unreachable, malformed, or Ray Client missing
+            raise LogsiftError(
+                f"cannot start or join Ray{f' at {self.address}' if self.address else ''}: {exc}"
+            ) from exc
 
 
 def import_ray():

@@ -109,7 +109,9 @@ def scan(out: Path, table: str) -> pl.LazyFrame:
 def summarize(out: Path) -> FleetSummary:
     jobs = scan(out, "jobs").collect()
     analysed = jobs.filter(pl.col("status") != "failed")
-    findings = scan(out, "findings").join(analysed.lazy().select("job_key"), on="job_key", how="semi").collect()
+    findings = (
+        scan(out, "findings").join(analysed.lazy().select("job_key"), on="job_key", how="semi").collect()
+    )
     roots = findings.filter(pl.col("primary"))
     status = dict(jobs.group_by("status").len().iter_rows())
     culprits = _culprit_ranks(roots)
@@ -125,7 +127,9 @@ def summarize(out: Path) -> FleetSummary:
         first_run_date=jobs[dataset.PARTITION].min() if jobs.height else None,
         last_run_date=jobs[dataset.PARTITION].max() if jobs.height else None,
         kinds=_kinds(findings),
-        hosts=_ranked(roots.explode("hosts").rename({"hosts": "host"}).with_columns(device=pl.lit(None, pl.String))),
+        hosts=_ranked(
+            roots.explode("hosts").rename({"hosts": "host"}).with_columns(device=pl.lit(None, pl.String))
+        ),
         gpus=_ranked(_gpus(out, culprits)),
         nics=_ranked(_nics(out, culprits)) if nics_known else (),
         nics_known=nics_known,
@@ -158,16 +162,31 @@ def _gpus(out: Path, culprits: pl.DataFrame) -> pl.DataFrame:
     gpus = scan(out, "gpus").select("job_key", "host", "rank", "cuda_dev", "bus_id")
     device = pl.format("GPU {}", pl.col("cuda_dev").cast(pl.String).fill_null("?"))
     return (
-        culprits.lazy().join(gpus, on=["job_key", "rank"])
-        .with_columns(device=pl.when(pl.col("bus_id").is_null()).then(device).otherwise(pl.format("{} ({})", device, "bus_id")))
+        culprits.lazy()
+        .join(gpus, on=["job_key", "rank"])
+        .with_columns(
+            device=pl.when(pl.col("bus_id").is_null())
+            .then(device)
+            .otherwise(pl.format("{} ({})", device, "bus_id"))
+        )
         .collect()
     )
 
 
 def _nics(out: Path, culprits: pl.DataFrame) -> pl.DataFrame:
     processes = scan(out, "processes").select("job_key", "host", "pid", rank="global_rank")
-    hcas = scan(out, "errors").filter(pl.col("hca").is_not_null()).select("job_key", "host", "pid", device="hca").unique()
-    return culprits.lazy().join(processes, on=["job_key", "rank"]).join(hcas, on=["job_key", "host", "pid"]).collect()
+    hcas = (
+        scan(out, "errors")
+        .filter(pl.col("hca").is_not_null())
+        .select("job_key", "host", "pid", device="hca")
+        .unique()
+    )
+    return (
+        culprits.lazy()
+        .join(processes, on=["job_key", "rank"])
+        .join(hcas, on=["job_key", "host", "pid"])
+        .collect()
+    )
 
 
 def _ranked(implicated: pl.DataFrame) -> tuple[Culprit, ...]:
@@ -180,7 +199,8 @@ def _ranked(implicated: pl.DataFrame) -> tuple[Culprit, ...]:
         .head(TOP)
     )
     return tuple(
-        Culprit(host=r["host"], device=r["device"], jobs=r["jobs"], kinds=tuple(r["kinds"])) for r in ranked.iter_rows(named=True)
+        Culprit(host=r["host"], device=r["device"], jobs=r["jobs"], kinds=tuple(r["kinds"]))
+        for r in ranked.iter_rows(named=True)
     )
 
 
@@ -188,16 +208,20 @@ def _versions(analysed: pl.DataFrame, roots: pl.DataFrame) -> tuple[tuple[Versio
     """Root-cause kinds by NCCL version: jobs per (version, kind), versions in release order."""
     per_job = analysed.select("job_key", nccl_version=pl.col("nccl_version").fill_null(UNKNOWN_VERSION))
     kinds = roots.select("job_key", "kind").unique()
-    version_kinds = tuple(kinds.group_by("kind").len().sort(["len", "kind"], descending=[True, False])["kind"])
+    version_kinds = tuple(
+        kinds.group_by("kind").len().sort(["len", "kind"], descending=[True, False])["kind"]
+    )
     totals = per_job.group_by("nccl_version").agg(jobs=pl.len())
     rooted = per_job.join(kinds, on="job_key")
     roots_per_version = rooted.group_by("nccl_version").agg(root_cause_jobs=pl.col("job_key").n_unique())
     matrix = (
-        rooted.group_by("nccl_version", "kind").agg(n=pl.col("job_key").n_unique())
+        rooted.group_by("nccl_version", "kind")
+        .agg(n=pl.col("job_key").n_unique())
         .pivot(on="kind", index="nccl_version", values="n")
     )
     table = (
-        totals.join(roots_per_version, on="nccl_version", how="left").join(matrix, on="nccl_version", how="left")
+        totals.join(roots_per_version, on="nccl_version", how="left")
+        .join(matrix, on="nccl_version", how="left")
         .with_columns(pl.col("root_cause_jobs", *[k for k in version_kinds]).fill_null(0))
         .with_columns(order=_version_order(pl.col("nccl_version")))
         .sort("order", "nccl_version", nulls_last=True)
@@ -230,12 +254,19 @@ def _job_list(out: Path, jobs: pl.DataFrame) -> tuple[JobEntry, ...]:
     entries = []
     for r in rows.iter_rows(named=True):
         report = dataset.report_path(r[dataset.PARTITION], r["job_key"])
-        entries.append(JobEntry(
-            job_id=r["job_id"], archive=r["archive"], status=r["status"], run_date=r[dataset.PARTITION],
-            worst_severity=r["worst_severity"], root_causes=tuple(r["primary_kinds"] or ()),
-            hosts=tuple(r["hosts"] or ()), verdict=r["verdict"],
-            report=report.as_posix() if (out / report).is_file() else None,
-        ))
+        entries.append(
+            JobEntry(
+                job_id=r["job_id"],
+                archive=r["archive"],
+                status=r["status"],
+                run_date=r[dataset.PARTITION],
+                worst_severity=r["worst_severity"],
+                root_causes=tuple(r["primary_kinds"] or ()),
+                hosts=tuple(r["hosts"] or ()),
+                verdict=r["verdict"],
+                report=report.as_posix() if (out / report).is_file() else None,
+            )
+        )
     return tuple(entries)
 
 

@@ -57,15 +57,18 @@ def plan(options: BatchOptions) -> Plan:
     """
     jobs = find_jobs(options.archives, options.job_pattern)
     dataset.prepare(options.out)
-    done = fleet.scan(options.out, "jobs").select(
-        "job_key", "fingerprint", "logsift_version", "status", dataset.PARTITION
-    ).collect()
+    done = (
+        fleet.scan(options.out, "jobs")
+        .select("job_key", "fingerprint", "logsift_version", "status", dataset.PARTITION)
+        .collect()
+    )
     current = pl.DataFrame(
         {"job_key": [j.key for j in jobs], "fingerprint_now": [j.fingerprint for j in jobs]},
         schema={"job_key": pl.String, "fingerprint_now": pl.String},
     )
     compared = done.join(current, on="job_key", how="inner").with_columns(
-        same=(pl.col("fingerprint") == pl.col("fingerprint_now")) & (pl.col("logsift_version") == __version__)
+        same=(pl.col("fingerprint") == pl.col("fingerprint_now"))
+        & (pl.col("logsift_version") == __version__)
         & ((pl.col("status") != Status.FAILED) | (not options.retry_failed))
     )
     unchanged = set(compared.filter("same")["job_key"])
@@ -75,8 +78,12 @@ def plan(options: BatchOptions) -> Plan:
     return Plan(todo, len(jobs) - len(todo))
 
 
-def run_batch(options: BatchOptions, engine, work: Plan | None = None,
-              on_outcome: Callable[[JobOutcome], None] | None = None) -> BatchResult:
+def run_batch(
+    options: BatchOptions,
+    engine,
+    work: Plan | None = None,
+    on_outcome: Callable[[JobOutcome], None] | None = None,
+) -> BatchResult:
     """Analyse the jobs of ``work`` (planned here when not given) on ``engine``, then summarise the dataset."""
     work = work or plan(options)
     failed = 0
@@ -94,5 +101,7 @@ def run_batch(options: BatchOptions, engine, work: Plan | None = None,
         (options.out / "fleet.json").write_text(fleet.summary_json(summary))
         (options.out / "fleet.html").write_text(render_fleet(summary))
     except OSError as exc:
-        raise OutputError(f"cannot write the fleet summary into {options.out}: {exc.strerror or exc}") from None
+        raise OutputError(
+            f"cannot write the fleet summary into {options.out}: {exc.strerror or exc}"
+        ) from None
     return BatchResult(len(work.todo) + work.skipped, work.skipped, len(work.todo), failed, summary)

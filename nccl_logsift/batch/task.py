@@ -82,7 +82,9 @@ def run_job(job: JobInput, out: str, with_tables: bool = False) -> JobOutcome:
         status = Status.OK
     seconds = time.perf_counter() - started
     row = job_row(job, status, message, report, analysed_at, seconds)
-    dataset.write_part(dataset.part_path(root, "jobs", job.run_date, job.key), pa.Table.from_pylist([row], dataset.JOBS))
+    dataset.write_part(
+        dataset.part_path(root, "jobs", job.run_date, job.key), pa.Table.from_pylist([row], dataset.JOBS)
+    )
     read = report.bytes if report is not None else job.bytes
     return JobOutcome(job.key, job.job_id, status, message, read, seconds)
 
@@ -90,16 +92,32 @@ def run_job(job: JobInput, out: str, with_tables: bool = False) -> JobOutcome:
 def failed_outcome(job: JobInput, out: str, message: str) -> JobOutcome:
     """Record a job whose worker died (killed, out of memory): the driver writes its ``jobs`` row."""
     row = job_row(job, Status.FAILED, message, None, datetime.now(UTC), 0.0)
-    dataset.write_part(dataset.part_path(Path(out), "jobs", job.run_date, job.key), pa.Table.from_pylist([row], dataset.JOBS))
+    dataset.write_part(
+        dataset.part_path(Path(out), "jobs", job.run_date, job.key), pa.Table.from_pylist([row], dataset.JOBS)
+    )
     return JobOutcome(job.key, job.job_id, Status.FAILED, message, job.bytes, 0.0)
 
 
-def job_row(job: JobInput, status: str, message: str | None, report: Report | None, analysed_at: datetime,
-            seconds: float) -> dict:
+def job_row(
+    job: JobInput,
+    status: str,
+    message: str | None,
+    report: Report | None,
+    analysed_at: datetime,
+    seconds: float,
+) -> dict:
     row = {
-        "job_key": job.key, "job_id": job.job_id, "archive": job.archive, "status": status, "message": message,
-        "files": len(job.files), "file_bytes": job.bytes, "fingerprint": job.fingerprint,
-        "logsift_version": __version__, "analysed_at": analysed_at, "seconds": round(seconds, 3),
+        "job_key": job.key,
+        "job_id": job.job_id,
+        "archive": job.archive,
+        "status": status,
+        "message": message,
+        "files": len(job.files),
+        "file_bytes": job.bytes,
+        "fingerprint": job.fingerprint,
+        "logsift_version": __version__,
+        "analysed_at": analysed_at,
+        "seconds": round(seconds, 3),
     }
     if report is None:
         return row
@@ -133,7 +151,8 @@ def _write_report(root: Path, job: JobInput, report: Report) -> None:
     topology = report.views.topology if report.views is not None else None
     gpus = [
         ident | {"host": host.name, "rank": gpu.rank, "cuda_dev": gpu.cuda_dev, "bus_id": gpu.bus_id}
-        for host in (topology.hosts if topology is not None else ()) for gpu in host.gpus
+        for host in (topology.hosts if topology is not None else ())
+        for gpu in host.gpus
     ]
     for name, rows in (("findings", findings), ("ranks", ranks), ("gpus", gpus)):
         table = pa.Table.from_pylist(rows, dataset.SCHEMAS[name])

@@ -32,7 +32,9 @@ COMMANDS = {
     "tables": "nccl_logsift.cli.tables:tables",
     "watch": "nccl_logsift.cli.watch:watch",
 }
-OPTIONAL_COMMANDS = frozenset({"simulate"})  # the simulator is an optional part of a source checkout in progress
+OPTIONAL_COMMANDS = frozenset(
+    {"simulate"}
+)  # the simulator is an optional part of a source checkout in progress
 DEBUG_VARIABLE = "LOGSIFT_DEBUG"
 EXIT_STATUS = """\b
 Exit status (every command):
@@ -46,14 +48,29 @@ _debug = False  # set by --debug: the handler of an internal error runs after cl
 
 
 @click.group(
-    cls=LazyGroup, lazy_commands=COMMANDS, optional=OPTIONAL_COMMANDS,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_STATUS,
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    optional=OPTIONAL_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_STATUS,
 )
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, _, shown: _version(ctx, shown),
-              help="Show the version and exit.")
-@click.option("-v", "--verbose", count=True, help="Log what the tool is doing to stderr (-vv for debug detail).")
-@click.option("--debug", is_flag=True, envvar=DEBUG_VARIABLE,
-              help=f"On an internal error, print the Python traceback (also {DEBUG_VARIABLE}=1).")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _, shown: _version(ctx, shown),
+    help="Show the version and exit.",
+)
+@click.option(
+    "-v", "--verbose", count=True, help="Log what the tool is doing to stderr (-vv for debug detail)."
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar=DEBUG_VARIABLE,
+    help=f"On an internal error, print the Python traceback (also {DEBUG_VARIABLE}=1).",
+)
 def cli(verbose: int, debug: bool) -> None:
     """Find out why a distributed GPU training job hung or failed, from the logs it already wrote.
 
@@ -132,7 +149,7 @@ def _run() -> int:
             silence_stdout()
         click.echo(f"Error: {visible(str(exc))}", err=True)
         return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - a bug: one line, not a traceback, and a status --fail-on never uses
+    except Exception as exc:
         # The variable too: the error may come before click has parsed --debug.
         if _debug or os.environ.get(DEBUG_VARIABLE, "").lower() in ("1", "true", "yes", "on"):
             traceback.print_exc()

@@ -20,21 +20,36 @@ SEVERITIES = [s.label for s in Severity]
 DEFAULT_REPORT = "logsift-report.html"
 
 fail_on_option = click.option(
-    "--fail-on", type=click.Choice(SEVERITIES), default=None,
+    "--fail-on",
+    type=click.Choice(SEVERITIES),
+    default=None,
     help="Exit with status 1 when a finding of this severity or worse is found (for CI and schedulers): "
-         "error when the job failed or hung, warning also when it ran degraded (logsift explain --policy).",
+    "error when the job failed or hung, warning also when it ran degraded (logsift explain --policy).",
 )
 
 
 @click.command()
 @input_paths
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "jsonl", "html"]), default="text", show_default=True,
-              help="Output format: a terminal report, the findings contract (JSON), the same as JSON Lines (a job "
-                   "record, then one record per finding, for log pipelines), or one self-contained HTML page.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of stdout.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "jsonl", "html"]),
+    default="text",
+    show_default=True,
+    help="Output format: a terminal report, the findings contract (JSON), the same as JSON Lines (a job "
+    "record, then one record per finding, for log pipelines), or one self-contained HTML page.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report to this file instead of stdout.",
+)
 @fail_on_option
 @click.pass_context
-def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path | None, fail_on: str | None) -> None:
+def analyze(
+    ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path | None, fail_on: str | None
+) -> None:
     """Diagnose a hung or failed job: the root cause first, then the evidence and what to do.
 
     PATHS are log files, directories (every file in them, e.g. one file per rank) or - for standard input
@@ -70,8 +85,14 @@ def analyze(ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path |
 
 @click.command()
 @input_paths
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path(DEFAULT_REPORT),
-              show_default=True, help="The HTML file to write (- for standard output).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path(DEFAULT_REPORT),
+    show_default=True,
+    help="The HTML file to write (- for standard output).",
+)
 @fail_on_option
 @click.pass_context
 def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: str | None) -> None:
@@ -99,7 +120,9 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
         _write(page, None)
     else:
         _write(page, output)
-        click.echo(f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {visible(result.verdict[:160])}", err=True)
+        click.echo(
+            f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {visible(result.verdict[:160])}", err=True
+        )
     _exit_status(ctx, result, fail_on)
 
 

@@ -33,24 +33,59 @@ from nccl_logsift.render.controls import visible
 @click.command()
 @click.argument("archives", nargs=-1, required=True, type=click.Path(exists=True, path_type=str))
 @click.option(
-    "-o", "--output", required=True, type=click.Path(file_okay=False, path_type=Path),
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
     help="Directory of the dataset (created if missing; an earlier batch's dataset is added to).",
 )
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where jobs run: a process pool here, or tasks on a Ray cluster.")
-@click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), default=None,
-              help="Jobs analysed at once (default: one per core; with Ray, as many as the cluster's CPUs run).")
-@click.option("--job-pattern", metavar="GLOB", default=None,
-              help="Group files into jobs by a glob over paths inside ARCHIVE; {job} marks the job's name, "
-                   "e.g. '{job}.rank*.log*' (default: one job per directory or file in ARCHIVE).")
-@click.option("--tables", is_flag=True,
-              help="Also write every job's parser tables (as `logsift parse` does; a second read of each job), "
-                   "which name the culprits' NICs.")
-@click.option("--address", metavar="ADDR", default=None,
-              help="Ray cluster to run on ('auto' for the one this node belongs to, or HEAD:6379); default: start Ray here.")
-@click.option("--retry-failed", is_flag=True, help="Analyse jobs that failed before again, even when unchanged.")
-def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | None, job_pattern: str | None,
-          tables: bool, address: str | None, retry_failed: bool) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where jobs run: a process pool here, or tasks on a Ray cluster.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    "workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Jobs analysed at once (default: one per core; with Ray, as many as the cluster's CPUs run).",
+)
+@click.option(
+    "--job-pattern",
+    metavar="GLOB",
+    default=None,
+    help="Group files into jobs by a glob over paths inside ARCHIVE; {job} marks the job's name, "
+    "e.g. '{job}.rank*.log*' (default: one job per directory or file in ARCHIVE).",
+)
+@click.option(
+    "--tables",
+    is_flag=True,
+    help="Also write every job's parser tables (as `logsift parse` does; a second read of each job), "
+    "which name the culprits' NICs.",
+)
+@click.option(
+    "--address",
+    metavar="ADDR",
+    default=None,
+    help="Ray cluster to run on ('auto' for the one this node belongs to, or HEAD:6379); default: start Ray here.",
+)
+@click.option(
+    "--retry-failed", is_flag=True, help="Analyse jobs that failed before again, even when unchanged."
+)
+def batch(
+    archives: tuple[str, ...],
+    output: Path,
+    engine: str,
+    workers: int | None,
+    job_pattern: str | None,
+    tables: bool,
+    address: str | None,
+    retry_failed: bool,
+) -> None:
     """Analyse every job of an archive: one Parquet dataset, one fleet summary.
 
     Each ARCHIVE is a directory holding one directory (or one file) per job, a directory whose files
@@ -74,15 +109,24 @@ def batch(archives: tuple[str, ...], output: Path, engine: str, workers: int | N
       logsift batch /nfs/archive -o /nfs/fleet --engine ray --address auto
     """
     options = BatchOptions(
-        archives=archives, out=output, engine=engine, workers=workers, job_pattern=job_pattern, tables=tables,
-        address=address, retry_failed=retry_failed,
+        archives=archives,
+        out=output,
+        engine=engine,
+        workers=workers,
+        job_pattern=job_pattern,
+        tables=tables,
+        address=address,
+        retry_failed=retry_failed,
     )
     runner = engine_for(engine, workers, address)
     check_directory(output)  # a dataset that cannot be written fails now, not as one failed row per job
     work = plan(options)
     if not work.todo and not work.skipped:
-        click.echo(f"Warning: no job found in {', '.join(archives)}"
-                   f"{f' matching --job-pattern {job_pattern!r}' if job_pattern else ''}.", err=True)
+        click.echo(
+            f"Warning: no job found in {', '.join(archives)}"
+            f"{f' matching --job-pattern {job_pattern!r}' if job_pattern else ''}.",
+            err=True,
+        )
     with batch_progress(len(work.todo)) as progress:
         result = run_batch(options, runner, work, progress)
     _print_result(result, output)
@@ -95,8 +139,14 @@ def batch_progress(total: int, stream: TextIO | None = None) -> Iterator[Callabl
     if not stream.isatty() or total == 0:
         yield None
         return
-    columns = (TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"), RateColumn(),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("analysing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs"),
+        RateColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=Console(file=stream, highlight=False), transient=True) as bar:
         task = bar.add_task("jobs", total=total, bytes=0)
 
@@ -128,12 +178,16 @@ def _print_result(result: BatchResult, output: Path) -> None:
         f"list in {output}/fleet.html, each job's report under {output}/reports/"
     )
     if summary.kinds:
-        kinds = Table("kind", "jobs (root cause)", "jobs (any)", title="Findings by kind", title_justify="left")
+        kinds = Table(
+            "kind", "jobs (root cause)", "jobs (any)", title="Findings by kind", title_justify="left"
+        )
         for k in summary.kinds:
             kinds.add_row(k.kind, f"{k.root_cause_jobs:,}", f"{k.jobs:,}")
         console.print(kinds)
     if summary.hosts:
-        hosts = Table("host", "jobs", "root causes", title="Hosts implicated most often", title_justify="left")
+        hosts = Table(
+            "host", "jobs", "root causes", title="Hosts implicated most often", title_justify="left"
+        )
         for c in summary.hosts[:10]:
             hosts.add_row(escape(visible(c.name)), f"{c.jobs:,}", ", ".join(c.kinds))
         console.print(hosts)

@@ -13,8 +13,9 @@ from nccl_logsift.findings.triage import policy_text
 @click.command()
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="Print the explanation of every code.")
-@click.option("--policy", is_flag=True,
-              help="Print what each severity means and when a finding is a root cause.")
+@click.option(
+    "--policy", is_flag=True, help="Print what each severity means and when a finding is a root cause."
+)
 def explain(code: str | None, show_all: bool, policy: bool) -> None:
     """Explain a finding CODE (e.g. LS101 or rank-behind); without CODE, list every code and the policy.
 

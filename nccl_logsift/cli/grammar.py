@@ -20,7 +20,9 @@ def grammar() -> None:
 
 @grammar.command()
 @click.option(
-    "--dir", "directory", type=click.Path(file_okay=False, exists=True, path_type=Path),
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="A grammar directory to check instead of the installed one (e.g. your edited copy).",
 )
 def check(directory: Path | None) -> None:
@@ -31,7 +33,8 @@ def check(directory: Path | None) -> None:
     root = directory or grammar_root()
     grammars = load_grammars(root)  # structural problems raise GrammarError with every diagnostic
     problems = [
-        f"{r.grammar.path.relative_to(root.parent)}: sample {r.index}: {p}" if r.index >= 0
+        f"{r.grammar.path.relative_to(root.parent)}: sample {r.index}: {p}"
+        if r.index >= 0
         else f"{r.grammar.path.relative_to(root.parent)}: {p}"
         for r in check_samples(grammars)
         for p in r.problems
@@ -40,19 +43,26 @@ def check(directory: Path | None) -> None:
         raise GrammarError(problems)
     samples = sum(len(g.samples) for g in grammars.grammars)
     patterns = sum(len(g.patterns) for g in grammars.grammars)
-    click.echo(f"{len(grammars.grammars)} grammar files, {patterns} patterns, {samples} samples: all parse as declared.")
+    click.echo(
+        f"{len(grammars.grammars)} grammar files, {patterns} patterns, {samples} samples: all parse as declared."
+    )
 
 
 @grammar.command()
 @click.option(
-    "--lnav", "target", flag_value="lnav", required=True,
+    "--lnav",
+    "target",
+    flag_value="lnav",
+    required=True,
     help="Write an lnav log format (format-v1 JSON) of the lines that carry a time (install: lnav -i FILE).",
 )
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file, not stdout."
 )
 @click.option(
-    "--dir", "directory", type=click.Path(file_okay=False, exists=True, path_type=Path),
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="A grammar directory to export instead of the installed one.",
 )
 def export(target: str, output: Path | None, directory: Path | None) -> None:

@@ -22,7 +22,9 @@ class LazyGroup(click.Group):
     imported, the command is simply absent (help skips it; invoking it is "No such command").
     """
 
-    def __init__(self, *args, lazy_commands: Mapping[str, str], optional: frozenset[str] = frozenset(), **kwargs):
+    def __init__(
+        self, *args, lazy_commands: Mapping[str, str], optional: frozenset[str] = frozenset(), **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands)
         self.optional = optional

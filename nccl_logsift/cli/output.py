@@ -84,7 +84,10 @@ def guard_standard_streams() -> None:
     raw = _Stdout(None if closed["stdout"] else old.fileno())
     encoding, errors = ("utf-8", "strict") if old is None else (old.encoding, old.errors)
     sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=raw.isatty(),
+        io.BufferedWriter(raw),
+        encoding=encoding,
+        errors=errors,
+        line_buffering=raw.isatty(),
     )
 
 

@@ -32,11 +32,16 @@ MANIFEST = "manifest.json"
 @click.command()
 @input_paths
 @click.option(
-    "-o", "--output", required=True, type=click.Path(file_okay=False, path_type=Path),
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
     help="Directory to write <table>.parquet files and manifest.json into (created if missing; the files of "
-         "an earlier parse into it are replaced when this one is complete).",
+    "an earlier parse into it are replaced when this one is complete).",
 )
-@click.option("--no-text", is_flag=True, help="Leave the raw line text out of the lines table (smaller output).")
+@click.option(
+    "--no-text", is_flag=True, help="Leave the raw line text out of the lines table (smaller output)."
+)
 def parse(paths: tuple[str, ...], output: Path, no_text: bool) -> None:
     """Parse logs into Parquet tables: lines, comms, collectives, transports, errors, torch, ...
 
@@ -158,7 +163,12 @@ def _print_summary(summary: ParseSummary, output: Path) -> None:
         families.add_row(_shown(family) if family else "[red](unparsed)[/]", f"{count:,}")
     console.print(families)
     if summary.unparsed_shapes:
-        shapes = Table("lines", "message shape (values masked)", title="Most frequent unparsed messages", title_justify="left")
+        shapes = Table(
+            "lines",
+            "message shape (values masked)",
+            title="Most frequent unparsed messages",
+            title_justify="left",
+        )
         for shape, count in summary.unparsed_shapes[:10]:
             shapes.add_row(f"{count:,}", _shown(shape))
         console.print(shapes)

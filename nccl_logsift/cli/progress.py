@@ -49,4 +49,3 @@ def _is_compressed(path: str) -> bool:
             return handle.read(4).startswith(COMPRESSED_MAGIC)
     except OSError:  # unreadable: the pipeline reports it and reads nothing from it
         return False
-

@@ -28,8 +28,12 @@ from nccl_logsift.cli.progress import ProgressCallback
 def bytes_bar(stream: TextIO, total: int | None) -> Iterator[ProgressCallback]:
     """Draw the bar on ``stream`` while the block runs (transient: it is gone when the block exits)."""
     columns = (
-        TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), BytesReadColumn(),
-        TransferSpeedColumn(), TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        BytesReadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
     )
     console = Console(file=stream, highlight=False)
     with Progress(*columns, console=console, transient=True, redirect_stdout=False) as bar:

@@ -7,8 +7,19 @@ from pathlib import Path
 
 import click
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
 
 
 class ByteSize(click.ParamType):
@@ -36,51 +47,149 @@ def _scenario_names() -> list[str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("-s", "--scenario", metavar="NAME", help="What goes wrong: a scenario name from --list (default: healthy).")
+@click.option(
+    "-s",
+    "--scenario",
+    metavar="NAME",
+    help="What goes wrong: a scenario name from --list (default: healthy).",
+)
 @click.option("--list", "list_scenarios", is_flag=True, help="Print the scenarios, one per line, and exit.")
-@click.option("--ranks", type=click.IntRange(2, 4096), default=8, show_default=True,
-              help="Number of ranks (GPUs, one process each), 2 to 4096.")
-@click.option("--nodes", type=click.IntRange(1), default=None,
-              help="Number of hosts the ranks are spread over (default: 8 GPUs per host, or what the scenario needs).")
-@click.option("--ops", type=click.IntRange(1), default=40, show_default=True,
-              help="About how many collectives each rank issues in the training loop.")
-@click.option("--nccl-version", default=None, metavar="V",
-              help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27, 2.28 or 2.29 (a patch "
-                   "level such as 2.18.5 is printed as given). Default: 2.21, or the first release that can show the "
-                   "scenario.")
-@click.option("--torch-version", default=None, metavar="V",
-              help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 (default: one that shipped with that NCCL).")
-@click.option("--layout", type=click.Choice(["interleaved", "per-rank", "srun", "torchrun", "mpirun"]), default="interleaved",
-              show_default=True,
-              help="How the output reaches disk: one interleaved stream, one NCCL_DEBUG_FILE per rank (a directory), "
-                   "or a launcher's labelled stream (srun -l, torchrun, mpirun --tag-output).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed: the same seed and options give the same bytes.")
-@click.option("--size", type=ByteSize(), default=None,
-              help="Stream about this much log (e.g. 1GB): steady-state training steps are repeated before the fault.")
-@click.option("--noise/--no-noise", default=True, show_default=True,
-              help="Add what shares the stream in practice: progress lines, tqdm bars, Python warnings, torn lines.")
-@click.option("--nccl-debug/--no-nccl-debug", default=True, show_default=True,
-              help="Whether the job ran with NCCL_DEBUG=INFO; without it NCCL prints nothing, and only "
-                   "PyTorch's, Python's and the launcher's lines are left.")
-@click.option("--torn-rate", type=click.FloatRange(0.0, 0.5), default=None, metavar="P",
-              help="Probability per line that another process's output is glued into it (interleaved layout; default 0.002 with --noise).")
-@click.option("-o", "--output", metavar="PATH",
-              help="Where to write: a file, '-' for standard output, or a directory for --layout per-rank.")
-@click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Also write the ground truth (what happened, to which ranks) as JSON to FILE.")
-@click.option("--flight-recorder", "flight_dir", type=click.Path(file_okay=False), default=None,
-              metavar="DIR",
-              help="Also write the PyTorch Flight Recorder dumps (nccl_trace_rank_<rank>) of every rank "
-                   "alive when the first watchdog timeout fired into DIR; ranks that died before write none "
-                   "(the truth lists them).")
-@click.option("--flight-recorder-format", "flight_format", type=click.Choice(["pickle", "json"]),
-              default="pickle", show_default=True,
-              help="Write the dumps as PyTorch's pickle or as JSON (_dump_nccl_trace_json).")
-@click.option("--flight-recorder-buffer", "flight_buffer", type=click.IntRange(1), default=2000,
-              show_default=True, metavar="N",
-              help="TORCH_FR_BUFFER_SIZE: the dumps keep each rank's newest N entries.")
-def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_version, layout, seed, size, noise,
-             nccl_debug, torn_rate, output, truth_path, flight_dir, flight_format, flight_buffer):
+@click.option(
+    "--ranks",
+    type=click.IntRange(2, 4096),
+    default=8,
+    show_default=True,
+    help="Number of ranks (GPUs, one process each), 2 to 4096.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1),
+    default=None,
+    help="Number of hosts the ranks are spread over (default: 8 GPUs per host, or what the scenario needs).",
+)
+@click.option(
+    "--ops",
+    type=click.IntRange(1),
+    default=40,
+    show_default=True,
+    help="About how many collectives each rank issues in the training loop.",
+)
+@click.option(
+    "--nccl-version",
+    default=None,
+    metavar="V",
+    help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27, 2.28 or 2.29 (a patch "
+    "level such as 2.18.5 is printed as given). Default: 2.21, or the first release that can show the "
+    "scenario.",
+)
+@click.option(
+    "--torch-version",
+    default=None,
+    metavar="V",
+    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 (default: one that shipped with that NCCL).",
+)
+@click.option(
+    "--layout",
+    type=click.Choice(["interleaved", "per-rank", "srun", "torchrun", "mpirun"]),
+    default="interleaved",
+    show_default=True,
+    help="How the output reaches disk: one interleaved stream, one NCCL_DEBUG_FILE per rank (a directory), "
+    "or a launcher's labelled stream (srun -l, torchrun, mpirun --tag-output).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Random seed: the same seed and options give the same bytes.",
+)
+@click.option(
+    "--size",
+    type=ByteSize(),
+    default=None,
+    help="Stream about this much log (e.g. 1GB): steady-state training steps are repeated before the fault.",
+)
+@click.option(
+    "--noise/--no-noise",
+    default=True,
+    show_default=True,
+    help="Add what shares the stream in practice: progress lines, tqdm bars, Python warnings, torn lines.",
+)
+@click.option(
+    "--nccl-debug/--no-nccl-debug",
+    default=True,
+    show_default=True,
+    help="Whether the job ran with NCCL_DEBUG=INFO; without it NCCL prints nothing, and only "
+    "PyTorch's, Python's and the launcher's lines are left.",
+)
+@click.option(
+    "--torn-rate",
+    type=click.FloatRange(0.0, 0.5),
+    default=None,
+    metavar="P",
+    help="Probability per line that another process's output is glued into it (interleaved layout; default 0.002 with --noise).",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="PATH",
+    help="Where to write: a file, '-' for standard output, or a directory for --layout per-rank.",
+)
+@click.option(
+    "--truth",
+    "truth_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write the ground truth (what happened, to which ranks) as JSON to FILE.",
+)
+@click.option(
+    "--flight-recorder",
+    "flight_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Also write the PyTorch Flight Recorder dumps (nccl_trace_rank_<rank>) of every rank "
+    "alive when the first watchdog timeout fired into DIR; ranks that died before write none "
+    "(the truth lists them).",
+)
+@click.option(
+    "--flight-recorder-format",
+    "flight_format",
+    type=click.Choice(["pickle", "json"]),
+    default="pickle",
+    show_default=True,
+    help="Write the dumps as PyTorch's pickle or as JSON (_dump_nccl_trace_json).",
+)
+@click.option(
+    "--flight-recorder-buffer",
+    "flight_buffer",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    metavar="N",
+    help="TORCH_FR_BUFFER_SIZE: the dumps keep each rank's newest N entries.",
+)
+def simulate(
+    scenario,
+    list_scenarios,
+    ranks,
+    nodes,
+    ops,
+    nccl_version,
+    torch_version,
+    layout,
+    seed,
+    size,
+    noise,
+    nccl_debug,
+    torn_rate,
+    output,
+    truth_path,
+    flight_dir,
+    flight_format,
+    flight_buffer,
+):
     """Simulate the logs of a distributed training job, with a fault injected where you choose.
 
     Writes what NCCL, PyTorch and the launcher print for every rank, in the exact line formats of the
@@ -105,28 +214,53 @@ def simulate(scenario, list_scenarios, ranks, nodes, ops, nccl_version, torch_ve
             click.echo(f"{name:<{width}}  {sc.summary}")
         return
     if output is None:
-        raise click.UsageError("Missing option '-o' / '--output' (a file, '-' or a directory for --layout per-rank).")
+        raise click.UsageError(
+            "Missing option '-o' / '--output' (a file, '-' or a directory for --layout per-rank)."
+        )
     name = scenario or "healthy"
     if name not in SCENARIOS:
-        raise click.BadParameter(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}",
-                                 param_hint="'-s' / '--scenario'")
+        raise click.BadParameter(
+            f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}",
+            param_hint="'-s' / '--scenario'",
+        )
     if output == "-" and layout == "per-rank":
-        raise click.UsageError("--layout per-rank writes one file per rank into a directory; give -o DIR, not '-'.")
+        raise click.UsageError(
+            "--layout per-rank writes one file per rank into a directory; give -o DIR, not '-'."
+        )
     target = Path(output)
     if output != "-":
         if layout == "per-rank":
             if target.exists() and not target.is_dir():
-                raise click.BadParameter(f"{output} exists and is not a directory", param_hint="'-o' / '--output'")
+                raise click.BadParameter(
+                    f"{output} exists and is not a directory", param_hint="'-o' / '--output'"
+                )
         elif target.is_dir():
-            raise click.BadParameter(f"{output} is a directory; give a file name (or use --layout per-rank)",
-                                     param_hint="'-o' / '--output'")
+            raise click.BadParameter(
+                f"{output} is a directory; give a file name (or use --layout per-rank)",
+                param_hint="'-o' / '--output'",
+            )
         if not target.parent.is_dir():
-            raise click.BadParameter(f"directory {target.parent} does not exist", param_hint="'-o' / '--output'")
+            raise click.BadParameter(
+                f"directory {target.parent} does not exist", param_hint="'-o' / '--output'"
+            )
     if truth_path is not None and not Path(truth_path).parent.is_dir():
-        raise click.BadParameter(f"directory {Path(truth_path).parent} does not exist", param_hint="'--truth'")
-    options = Options(scenario=name, ranks=ranks, nodes=nodes, ops=ops,
-                      nccl_version=nccl_version or default_nccl_version(SCENARIOS[name]), torch_version=torch_version,
-                      layout=layout, seed=seed, size=size, noise=noise, torn_rate=torn_rate, nccl_debug=nccl_debug)
+        raise click.BadParameter(
+            f"directory {Path(truth_path).parent} does not exist", param_hint="'--truth'"
+        )
+    options = Options(
+        scenario=name,
+        ranks=ranks,
+        nodes=nodes,
+        ops=ops,
+        nccl_version=nccl_version or default_nccl_version(SCENARIOS[name]),
+        torch_version=torch_version,
+        layout=layout,
+        seed=seed,
+        size=size,
+        noise=noise,
+        torn_rate=torn_rate,
+        nccl_debug=nccl_debug,
+    )
     try:
         sim = write(options, output, truth_path, flight_dir, flight_format, flight_buffer)
     except OptionError as exc:
@@ -144,7 +278,9 @@ def default_nccl_version(scenario) -> str:
 
     if not scenario.min_nccl or version_key(scenario.min_nccl) <= version_key(DEFAULT_NCCL):
         return DEFAULT_NCCL
-    able = [s for s in NCCL_PROFILES if version_key(nccl_profile(s).version) >= version_key(scenario.min_nccl)]
+    able = [
+        s for s in NCCL_PROFILES if version_key(nccl_profile(s).version) >= version_key(scenario.min_nccl)
+    ]
     return min(able, key=lambda s: version_key(nccl_profile(s).version)) if able else scenario.min_nccl
 
 
@@ -156,8 +292,10 @@ def wrote_text(job, output: str, truth_path: str | None) -> str:
         size = sum(p.stat().st_size for p in files)
         target += f" ({len(files)} file(s), {size:,} bytes)" if path.is_dir() else f" ({size:,} bytes)"
     nodes = len({proc.host.name for proc in job.cluster.procs})
-    text = (f"Wrote {target}: scenario {job.scenario.name}, {job.ranks} ranks on {nodes} node(s), "
-            f"NCCL {job.nccl.version}, PyTorch {job.torch.version}, layout {job.options.layout}.")
+    text = (
+        f"Wrote {target}: scenario {job.scenario.name}, {job.ranks} ranks on {nodes} node(s), "
+        f"NCCL {job.nccl.version}, PyTorch {job.torch.version}, layout {job.options.layout}."
+    )
     if truth_path:
         text += f" Ground truth: {truth_path}."
     return text

@@ -26,15 +26,27 @@ BATCH_WAIT = 0.25  # seconds: the parser hands out what arrived at least this of
 @click.command()
 @input_paths
 @click.option(
-    "--stall-after", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, metavar="SECONDS",
+    "--stall-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
     help="Report a rank that has not advanced for this long while a peer in its communicator is ahead.",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["auto", "text", "json"]), default="auto", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "text", "json"]),
+    default="auto",
+    show_default=True,
     help="text: a live view; json: one JSON object per event; auto: text on a terminal, json otherwise.",
 )
 @click.option(
-    "--interval", type=click.FloatRange(min=0.05, max=1.0), default=0.5, show_default=True, metavar="SECONDS",
+    "--interval",
+    type=click.FloatRange(min=0.05, max=1.0),
+    default=0.5,
+    show_default=True,
+    metavar="SECONDS",
     help="How often stalls are judged and the view redrawn, whether or not input arrives.",
 )
 def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float) -> None:
@@ -58,7 +70,9 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
     if fmt == "json" or (fmt == "auto" and not sys.stdout.isatty()):
         output: JsonLines | LiveScreen = JsonLines(sys.stdout, [s.path for s in stream.sources], stall_after)
     else:
-        output = LiveScreen(Console(highlight=False, width=None if sys.stdout.isatty() else 120))  # as analyze
+        output = LiveScreen(
+            Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+        )  # as analyze
     with Feed(stream) as feed, output:
         _follow(feed, state, analysis, output, interval)
     report = analysis.report(views=False)  # the verdict: nothing of the HTML page
@@ -68,7 +82,9 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
     output.report(report)
 
 
-def _follow(feed: Feed, state: LiveState, analysis: Analysis, output: JsonLines | LiveScreen, interval: float) -> None:
+def _follow(
+    feed: Feed, state: LiveState, analysis: Analysis, output: JsonLines | LiveScreen, interval: float
+) -> None:
     """Until the input ends: fold batches in as they arrive and show their WARNs; every ``interval``, judge
     stalls and redraw.
 
@@ -85,7 +101,9 @@ def _follow(feed: Feed, state: LiveState, analysis: Analysis, output: JsonLines 
             if tick:
                 next_tick = time.monotonic() + interval
             if interrupt.fresh() and not feed.stop():
-                click.echo("Reading the rest of the input for the verdict; press Ctrl-C again to quit.", err=True)
+                click.echo(
+                    "Reading the rest of the input for the verdict; press Ctrl-C again to quit.", err=True
+                )
 
 
 class InterruptOnce:

@@ -7,7 +7,8 @@ What it means / Why it matters / How it is detected / Example / What to do.
 from __future__ import annotations
 
 import inspect
-from typing import ClassVar, Iterator
+from collections.abc import Iterator
+from typing import ClassVar
 
 import polars as pl
 

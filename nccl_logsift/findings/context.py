@@ -37,11 +37,16 @@ class Job:
         """The text of the first ``limit`` lines named by ``rows`` (columns source_id, line_no[, part])."""
         if rows.is_empty() or "line_no" not in rows.columns:
             return ()
-        keys = rows.select(
-            pl.col("source_id").cast(pl.UInt16),
-            pl.col("line_no").cast(pl.UInt32),
-            (pl.col("part") if "part" in rows.columns else pl.lit(0)).cast(pl.UInt8).alias("part"),
-        ).unique().sort("source_id", "line_no", "part").head(limit)
+        keys = (
+            rows.select(
+                pl.col("source_id").cast(pl.UInt16),
+                pl.col("line_no").cast(pl.UInt32),
+                (pl.col("part") if "part" in rows.columns else pl.lit(0)).cast(pl.UInt8).alias("part"),
+            )
+            .unique()
+            .sort("source_id", "line_no", "part")
+            .head(limit)
+        )
         found = keys.join(_named(self.lines, keys, "text"), on=["source_id", "line_no", "part"], how="left")
         found = self._read_back(found)
         return tuple(
@@ -59,15 +64,22 @@ class Job:
         keys = ["source_id", "line_no", "part"]
         if "text" in coll.columns:  # kept with the calls of an input that cannot be read again
             kept = _named(coll, found, "text").unique(keys).rename({"text": "kept_text"})
-            found = found.join(kept, on=keys, how="left").with_columns(text=pl.coalesce("text", "kept_text")).drop("kept_text")
+            found = (
+                found.join(kept, on=keys, how="left")
+                .with_columns(text=pl.coalesce("text", "kept_text"))
+                .drop("kept_text")
+            )
         found = found.join(_named(coll, found, "byte_offset").unique(keys), on=keys, how="left")
         wanted = found.filter(pl.col("text").is_null() & pl.col("byte_offset").is_not_null())
         read = []
         for (source,), group in wanted.group_by("source_id"):
             path = self.paths[source] if source < len(self.paths) else None
             offsets = group["byte_offset"]
-            read.append(pl.DataFrame([offsets, pl.Series("read_text", read_lines(path, offsets.to_list()), dtype=pl.String)])
-                        .with_columns(source_id=pl.lit(source, found.schema["source_id"])))
+            read.append(
+                pl.DataFrame(
+                    [offsets, pl.Series("read_text", read_lines(path, offsets.to_list()), dtype=pl.String)]
+                ).with_columns(source_id=pl.lit(source, found.schema["source_id"]))
+            )
         if not read:
             return found.drop("byte_offset")
         # Joined back by (source, offset), not looked up row by row (a 4096-rank report quotes ~16k lines).
@@ -105,21 +117,25 @@ class Job:
         if lines.is_empty() or not cols:
             return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "t": pl.Float64})
         rows = lines.select("source_id", "line_no", *[pl.col(c).cast(pl.String) for c in cols]).filter(
-            pl.any_horizontal(pl.col(c).is_not_null() for c in cols))
+            pl.any_horizontal(pl.col(c).is_not_null() for c in cols)
+        )
         ts = pl.col("ts") if "ts" in cols else pl.lit(None, pl.String)
         full = ts.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False)
         year = rows.select(full.dt.year().drop_nulls().first()).item() if rows.height else None
         # PyTorch's c10 prefix may print the month unpadded (E602 for 2 June): pad month-day to four digits.
         day, clock = ts.str.extract(r"^(\d{3,4}) "), ts.str.extract(r"^\d{3,4} (\S+)$")
         glog = pl.concat_str(pl.lit(str(year or 2000)), day.str.zfill(4), pl.lit(" "), clock).str.to_datetime(
-            "%Y%m%d %H:%M:%S%.f", strict=False)
+            "%Y%m%d %H:%M:%S%.f", strict=False
+        )
         collector = (
             pl.col("collector_ts").str.to_datetime(time_zone="UTC", strict=False).dt.replace_time_zone(None)
-            if "collector_ts" in cols else pl.lit(None, pl.Datetime("us"))
+            if "collector_ts" in cols
+            else pl.lit(None, pl.Datetime("us"))
         )
         when = pl.coalesce(*(c.cast(pl.Datetime("us")) for c in (full, glog, collector)))
         return rows.select(
-            pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32),
+            pl.col("source_id").cast(pl.UInt16),
+            pl.col("line_no").cast(pl.UInt32),
             t=when.dt.epoch("us").cast(pl.Float64) / 1e6,
         ).drop_nulls("t")
 
@@ -150,7 +166,11 @@ class Job:
             frames.append(lines.select(pl.col("torch_rank").alias("rank")).drop_nulls())
         torch = self.table("torch")
         if not torch.is_empty() and "pg_rank" in torch.columns:
-            frames.append(torch.filter(pl.col("pg_id").fill_null(0) == 0).select(pl.col("pg_rank").alias("rank")).drop_nulls())
+            frames.append(
+                torch.filter(pl.col("pg_id").fill_null(0) == 0)
+                .select(pl.col("pg_rank").alias("rank"))
+                .drop_nulls()
+            )
         if not frames:
             return pl.DataFrame(schema={"rank": pl.Int64})
         return pl.concat([f.cast(pl.Int64) for f in frames]).unique().sort("rank")

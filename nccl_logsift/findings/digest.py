@@ -40,7 +40,18 @@ MIN_WINDOW = 16  # the last calls kept per instance, whatever the budget
 OPEN_POSITIONS = 500_000  # positions awaiting members; the lowest are forgotten beyond this
 STATS_KEY = ["comm_uid", "rank"]
 # Columns no rule reads.
-UNUSED = ("sendbuff", "recvbuff", "stream", "size", "src_file", "src_line", "logger", "severity", "func", "rccl_task")
+UNUSED = (
+    "sendbuff",
+    "recvbuff",
+    "stream",
+    "size",
+    "src_file",
+    "src_line",
+    "logger",
+    "severity",
+    "func",
+    "rccl_task",
+)
 # What the window keeps of a call besides its row: the call's number in the whole log ("serial", to tell
 # which rows are still kept), its instance, and numbering's columns.
 _WINDOW = ("serial", "slot", "ordinal", "generation", "rank", "uid")
@@ -75,7 +86,9 @@ class CollectiveDigest:
         if not n:
             return
         # The call's number in the whole log, on a copy: the caller may still read the batch's calls.
-        calls = replace(calls, columns={**calls.columns, "serial": np.arange(self.calls, self.calls + n, dtype=np.int64)})
+        calls = replace(
+            calls, columns={**calls.columns, "serial": np.arange(self.calls, self.calls + n, dtype=np.int64)}
+        )
         c = calls.columns
         self.calls += n
         uid = c["uid"]
@@ -84,8 +97,18 @@ class CollectiveDigest:
         # Op ids are widened to int64, the type of the aggregates they are folded into (signatures are
         # int64 already); communicator uids become uint64 keys of the communicator table.
         window, keep, new_members, diverged = state.fold(
-            c["slot"], uid.astype(np.uint64), uid >= 0, c["opcount"], c["has_opcount"], c["ordinal"], c["nranks"],
-            c["sig"], c["op"].astype(np.int64), np.isin(c["op"], calls.ops.ids(P2P_OPS)), self.calls, self.final,
+            c["slot"],
+            uid.astype(np.uint64),
+            uid >= 0,
+            c["opcount"],
+            c["has_opcount"],
+            c["ordinal"],
+            c["nranks"],
+            c["sig"],
+            c["op"].astype(np.int64),
+            np.isin(c["op"], calls.ops.ids(P2P_OPS)),
+            self.calls,
+            self.final,
         )
         if len(new_members):
             self._members.append((uid[new_members], c["rank"][new_members]))
@@ -113,7 +136,13 @@ class CollectiveDigest:
 
     def stats(self) -> pl.DataFrame:
         """Per (comm_uid, rank): calls, whether opCount grew on every call, and its smallest value."""
-        schema = {"comm_uid": pl.String, "rank": pl.Int64, "calls": pl.UInt32, "steady": pl.Boolean, "min_opcount": pl.Int64}
+        schema = {
+            "comm_uid": pl.String,
+            "rank": pl.Int64,
+            "calls": pl.UInt32,
+            "steady": pl.Boolean,
+            "min_opcount": pl.Int64,
+        }
         state = self._state
         used = state.comm_of[: state.instances] >= 0
         if not self._members or not used.any():
@@ -121,14 +150,16 @@ class CollectiveDigest:
         count = state.instances
         uid = np.concatenate([uid for uid, _ in self._members])
         rank = np.concatenate([rank for _, rank in self._members])
-        per_instance = pl.DataFrame([
-            self._uids.series("comm_uid", uid),
-            nullable("rank", rank, rank == NO_RANK),
-            pl.Series("calls", state.calls[:count]),
-            pl.Series("steady", state.steady[:count]),
-            pl.Series("min_opcount", state.min_opcount[:count]),
-            pl.Series("has_opcount", state.has_opcount[:count]),
-        ]).filter(pl.Series(used))
+        per_instance = pl.DataFrame(
+            [
+                self._uids.series("comm_uid", uid),
+                nullable("rank", rank, rank == NO_RANK),
+                pl.Series("calls", state.calls[:count]),
+                pl.Series("steady", state.steady[:count]),
+                pl.Series("min_opcount", state.min_opcount[:count]),
+                pl.Series("has_opcount", state.has_opcount[:count]),
+            ]
+        ).filter(pl.Series(used))
         return (
             per_instance.group_by(STATS_KEY, maintain_order=True)
             .agg(
@@ -213,8 +244,15 @@ class _State:
         need = instances
         if need > len(self.calls):
             size = max(need, 2 * len(self.calls))
-            for name, fill in (("comm_of", -1), ("calls", 0), ("last_opcount", 0), ("min_opcount", 0),
-                               ("has_opcount", False), ("steady", True), ("pushed", 0)):
+            for name, fill in (
+                ("comm_of", -1),
+                ("calls", 0),
+                ("last_opcount", 0),
+                ("min_opcount", 0),
+                ("has_opcount", False),
+                ("steady", True),
+                ("pushed", 0),
+            ):
                 old = getattr(self, name)
                 grown = np.full(size, fill, dtype=old.dtype)
                 grown[: len(old)] = old
@@ -232,9 +270,29 @@ class _State:
         n = len(slot)
         new_members, where = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         added, self.instances, self.comms.count = _kernels.digest_fold_calls(
-            slot, comm, in_comm, opcount, has_opcount, ordinal, total, self.instances, self.comms.count,
-            self.comms.keys, self.comms.slots, self.comm_of, self.calls, self.last_opcount, self.min_opcount,
-            self.has_opcount, self.steady, self.ring, self.pushed, self.diverged, self.comm_hash, new_members, where,
+            slot,
+            comm,
+            in_comm,
+            opcount,
+            has_opcount,
+            ordinal,
+            total,
+            self.instances,
+            self.comms.count,
+            self.comms.keys,
+            self.comms.slots,
+            self.comm_of,
+            self.calls,
+            self.last_opcount,
+            self.min_opcount,
+            self.has_opcount,
+            self.steady,
+            self.ring,
+            self.pushed,
+            self.diverged,
+            self.comm_hash,
+            new_members,
+            where,
         )
         # Each call's open position: (communicator, position) → slot, new positions numbered from opened.
         opened = self.open.count
@@ -242,16 +300,42 @@ class _State:
         at = np.full(n, -1, dtype=np.int64)
         comm_of, position = self.comm_of[slot[placed]].astype(np.uint64), where[placed].astype(np.uint64)
         at[placed] = self.open.ids((comm_of << np.uint64(_POSITION_BITS)) | position)  # the C loops' open_key
-        self.position, self.aggregate = keymap.grown(self.position, self.open.count), keymap.grown(self.aggregate, self.open.count)
+        self.position, self.aggregate = (
+            keymap.grown(self.position, self.open.count),
+            keymap.grown(self.aggregate, self.open.count),
+        )
         window, keep = np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.bool_)
         diverged = np.empty((self.comms.count, 2), dtype=np.uint64)  # at most one row per communicator
         found, still_open = _kernels.digest_fold_positions(
-            slot, at, where, opened, self.open.count, nranks, sig, op, p2p, self.comms.count, total, recent,
-            self.open.keys, self.open.slots, self.position, self.aggregate, self.comm_of, self.ring, self.pushed,
-            self.diverged, self.comm_hash, window, keep, diverged,
+            slot,
+            at,
+            where,
+            opened,
+            self.open.count,
+            nranks,
+            sig,
+            op,
+            p2p,
+            self.comms.count,
+            total,
+            recent,
+            self.open.keys,
+            self.open.slots,
+            self.position,
+            self.aggregate,
+            self.comm_of,
+            self.ring,
+            self.pushed,
+            self.diverged,
+            self.comm_hash,
+            window,
+            keep,
+            diverged,
         )
         if still_open > OPEN_POSITIONS:
-            still_open = _keep_highest(self.position, self.aggregate, self.open.keys, self.open.slots, still_open, OPEN_POSITIONS)
+            still_open = _keep_highest(
+                self.position, self.aggregate, self.open.keys, self.open.slots, still_open, OPEN_POSITIONS
+            )
         self.open.count = still_open
         return window, keep, new_members[:added], diverged[:found]
 
@@ -271,5 +355,7 @@ _AGGREGATES = 8
 def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
     """Keep the ``limit`` highest of the ``count`` open positions (per-rank files: one rank's whole run is
     open at once); returns how many are open. Of equal positions at the cut, the later opened are kept."""
-    order = np.sort(np.argsort(position[:count], kind="stable")[count - limit:])  # ascending: the kept move down
+    order = np.sort(
+        np.argsort(position[:count], kind="stable")[count - limit :]
+    )  # ascending: the kept move down
     return _kernels.digest_keep_highest(open_keys, open_slots, position, aggregate, order)

@@ -194,8 +194,8 @@ class FlightRecorderMismatch(Rule):
                 op=first_minor["op"],
                 evidence=evidence,
                 advice=f"Find why the call site of rank(s) {', '.join(str(r['rank']) for r in minor)}{site} "
-                    f"issues {first_minor['op']} where the others issue {first_major['op']} with other "
-                    "shapes; make every rank issue the same collectives in the same order.",
+                f"issues {first_minor['op']} where the others issue {first_major['op']} with other "
+                "shapes; make every rank issue the same collectives in the same order.",
             )
 
 
@@ -345,12 +345,20 @@ class FlightRecorderRankBehind(Rule):
         logged = behind.filter(pl.col("source") == "log").select("source_id", "line_no")
         evidence = entry_evidence(job, _last_entries(job, pg_name, ranks)) + job.evidence(logged, 2)
         return Finding(
-            code=self.code, name=self.name, kind=self.kind, severity=self.severity, title=title, ranks=ranks,
-            hosts=job.hosts_of(ranks), pg=_pg_label(pg_name, behind, leaders), seq=first_missing, op=op,
+            code=self.code,
+            name=self.name,
+            kind=self.kind,
+            severity=self.severity,
+            title=title,
+            ranks=ranks,
+            hosts=job.hosts_of(ranks),
+            pg=_pg_label(pg_name, behind, leaders),
+            seq=first_missing,
+            op=op,
             evidence=evidence + entry_evidence(job, stuck, 2),
             advice="While the job still hangs, dump the Python stacks of the ranks behind (py-spy dump "
-                   "--pid) and find what they do instead of calling the collective; the dump entries name "
-                   "the call site.",
+            "--pid) and find what they do instead of calling the collective; the dump entries name "
+            "the call site.",
             first_seen=job.first_seen(logged) if not logged.is_empty() else None,
         )
 
@@ -363,15 +371,22 @@ class FlightRecorderRankBehind(Rule):
         ranks = tuple(sorted(silent))
         pg = _pg_label(pg_name, leaders)
         return Finding(
-            code=self.code, name=self.name, kind=self.kind, severity=Severity.ERROR,
+            code=self.code,
+            name=self.name,
+            kind=self.kind,
+            severity=Severity.ERROR,
             title=f"Flight Recorder: {_ranks(ranks)} of process group {pg} left no dump and no progress "
-                  f"in the logs, while every rank that dumped waits in collective #{waiting}"
-                  + (f" ({op})" if op else ""),
-            ranks=ranks, hosts=job.hosts_of(ranks), pg=pg, seq=waiting, op=op,
+            f"in the logs, while every rank that dumped waits in collective #{waiting}"
+            + (f" ({op})" if op else ""),
+            ranks=ranks,
+            hosts=job.hosts_of(ranks),
+            pg=pg,
+            seq=waiting,
+            op=op,
             evidence=entry_evidence(job, stuck, 3),
             advice="Look at the ranks without a dump first: a rank that died or hung outside PyTorch's "
-                   "watchdog writes none. Their logs (last lines, exit status) and a py-spy dump while it "
-                   "hangs say which.",
+            "watchdog writes none. Their logs (last lines, exit status) and a py-spy dump while it "
+            "hangs say which.",
         )
 
 

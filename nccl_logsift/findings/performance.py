@@ -13,7 +13,7 @@ calls, with a robust centre (median) and spread (median absolute deviation).
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import polars as pl
 
@@ -22,14 +22,14 @@ from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.process import locations, names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 
-MIN_ALIGNED = 5          # calls a rank must share with its peers before it can be called late
-MIN_LATE_SHARE = 0.5     # ... and the share of them it must be late for
-FLOOR_MS = 5.0           # never call a lag below this late (scheduling noise)
-HUGE_LAG_MS = 1000.0     # a rank a second or more behind at every call: error
-MAD_SCALE = 1.4826       # MAD of a normal distribution -> standard deviation
+MIN_ALIGNED = 5  # calls a rank must share with its peers before it can be called late
+MIN_LATE_SHARE = 0.5  # ... and the share of them it must be late for
+FLOOR_MS = 5.0  # never call a lag below this late (scheduling noise)
+HUGE_LAG_MS = 1000.0  # a rank a second or more behind at every call: error
+MAD_SCALE = 1.4826  # MAD of a normal distribution -> standard deviation
 BANDWIDTH_BYTES = 1 << 20  # nccl-tests sizes from here on measure bandwidth, below mostly latency
-SLOW_RATIO = 0.5         # a run below half its peers' bus bandwidth is slow
-VERY_SLOW_RATIO = 0.2    # below a fifth: error
+SLOW_RATIO = 0.5  # a run below half its peers' bus bandwidth is slow
+VERY_SLOW_RATIO = 0.2  # below a fifth: error
 
 
 def _time_ms(values: pl.Expr, fmt: str) -> pl.Expr:
@@ -40,14 +40,23 @@ def line_ms(frame: pl.DataFrame) -> pl.Expr:
     """Milliseconds since the epoch from the line's own timestamp: NCCL 2.26+ ``[2025-06-02 14:12:55.218200]``,
     or a glog ``E1003 18:37:01.832146`` (no year: counted from 1970, so only differences mean anything)."""
     ts = pl.col("ts").cast(pl.String) if "ts" in frame.columns else pl.lit(None, pl.String)
-    return pl.coalesce(_time_ms(ts, "%Y-%m-%d %H:%M:%S%.f"), _time_ms(pl.lit("1970") + ts, "%Y%m%d %H:%M:%S%.f"))
+    return pl.coalesce(
+        _time_ms(ts, "%Y-%m-%d %H:%M:%S%.f"), _time_ms(pl.lit("1970") + ts, "%Y%m%d %H:%M:%S%.f")
+    )
 
 
 def collector_ms(frame: pl.DataFrame) -> pl.Expr:
     """Milliseconds since the epoch from the collector's RFC 3339 prefix (docker, kubectl --timestamps)."""
     if "collector_ts" not in frame.columns:
         return pl.lit(None, pl.Float64)
-    return pl.col("collector_ts").cast(pl.String).str.to_datetime(time_zone="UTC", strict=False).dt.epoch("us").cast(pl.Float64) / 1000.0
+    return (
+        pl.col("collector_ts")
+        .cast(pl.String)
+        .str.to_datetime(time_zone="UTC", strict=False)
+        .dt.epoch("us")
+        .cast(pl.Float64)
+        / 1000.0
+    )
 
 
 def arrival_times(job: Job) -> pl.DataFrame:
@@ -69,32 +78,50 @@ def arrival_times(job: Job) -> pl.DataFrame:
     lines = job.lines
     if extra and any(lines[c].null_count() < lines.height for c in extra):
         keys = ["source_id", "line_no", "part"]
-        found = coll.select(keys).join(lines.select(*keys, *extra), on=keys, how="left", maintain_order="left")
+        found = coll.select(keys).join(
+            lines.select(*keys, *extra), on=keys, how="left", maintain_order="left"
+        )
         coll = coll.with_columns(found.select(extra).get_columns())
     elif extra:
         coll = coll.with_columns(pl.lit(None, lines.schema[c]).alias(c) for c in extra)
     ts = pl.col("ts").cast(pl.String) if "ts" in coll.columns else pl.lit(None, pl.String)
-    digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)  # noqa: E731
+    digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)
     coll = coll.with_columns(
-        t_nccl=line_ms(coll), t_collector=collector_ms(coll),
+        t_nccl=line_ms(coll),
+        t_collector=collector_ms(coll),
         res_nccl=pl.lit(10.0).pow(3 - digits(ts).fill_null(0)),
-        res_collector=(pl.lit(10.0).pow(3 - digits(pl.col("collector_ts").cast(pl.String)).fill_null(0))
-                       if "collector_ts" in coll.columns else pl.lit(None, pl.Float64)),
+        res_collector=(
+            pl.lit(10.0).pow(3 - digits(pl.col("collector_ts").cast(pl.String)).fill_null(0))
+            if "collector_ts" in coll.columns
+            else pl.lit(None, pl.Float64)
+        ),
     )
     if coll["t_nccl"].drop_nulls().len() >= coll.height // 2 and coll["t_nccl"].drop_nulls().len():
-        return coll.with_columns(t_ms=pl.col("t_nccl"), res_ms=pl.col("res_nccl"), clock=pl.lit("timestamp")).drop_nulls("t_ms")
+        return coll.with_columns(
+            t_ms=pl.col("t_nccl"), res_ms=pl.col("res_nccl"), clock=pl.lit("timestamp")
+        ).drop_nulls("t_ms")
     if coll["t_collector"].drop_nulls().len():
-        return coll.with_columns(t_ms=pl.col("t_collector"), res_ms=pl.col("res_collector"), clock=pl.lit("collector")).drop_nulls("t_ms")
+        return coll.with_columns(
+            t_ms=pl.col("t_collector"), res_ms=pl.col("res_collector"), clock=pl.lit("collector")
+        ).drop_nulls("t_ms")
     if "tms" in coll.columns and coll["tms"].drop_nulls().len():
         rel = coll.drop_nulls("tms")
         # Per-process clocks: subtract each rank's time at the first call every member of the comm logged.
         common = rel.group_by("comm_uid", "ordinal").agg(n=pl.col("job_rank").n_unique())
         full = rel.group_by("comm_uid").agg(members=pl.col("job_rank").n_unique())
-        first = (common.join(full, on="comm_uid").filter(pl.col("n") == pl.col("members"))
-                 .group_by("comm_uid").agg(pl.col("ordinal").min().alias("base")))
+        first = (
+            common.join(full, on="comm_uid")
+            .filter(pl.col("n") == pl.col("members"))
+            .group_by("comm_uid")
+            .agg(pl.col("ordinal").min().alias("base"))
+        )
         # A rank that logged its base call twice takes the first line (maintain_order: rows in line order).
-        base = rel.join(first, on="comm_uid", maintain_order="left").filter(pl.col("ordinal") == pl.col("base")).select(
-            "comm_uid", "job_rank", pl.col("tms").alias("t0")).unique(["comm_uid", "job_rank"], keep="first", maintain_order=True)
+        base = (
+            rel.join(first, on="comm_uid", maintain_order="left")
+            .filter(pl.col("ordinal") == pl.col("base"))
+            .select("comm_uid", "job_rank", pl.col("tms").alias("t0"))
+            .unique(["comm_uid", "job_rank"], keep="first", maintain_order=True)
+        )
         rel = rel.join(base, on=["comm_uid", "job_rank"], how="inner", maintain_order="left")
         return rel.with_columns(t_ms=pl.col("tms") - pl.col("t0"), res_ms=pl.lit(0.001), clock=pl.lit("tms"))
     return pl.DataFrame()
@@ -153,10 +180,17 @@ class LatencyOutlier(Rule):
             return
         # One row per rank and call, the first line that logged it; rows in line order from here on, so the
         # communicators, the worst calls and their peers are taken in the same order on every run.
-        times = (times.filter(pl.col("job_rank").is_not_null()).sort("source_id", "line_no", "part")
-                 .unique(["comm_uid", "ordinal", "job_rank"], keep="first", maintain_order=True))
-        per_call = times.group_by("comm_uid", "ordinal").agg(n=pl.len(), med=pl.col("t_ms").median(), total=pl.col("t_ms").sum())
-        times = times.join(per_call.filter(pl.col("n") >= 2), on=["comm_uid", "ordinal"], how="inner", maintain_order="left")
+        times = (
+            times.filter(pl.col("job_rank").is_not_null())
+            .sort("source_id", "line_no", "part")
+            .unique(["comm_uid", "ordinal", "job_rank"], keep="first", maintain_order=True)
+        )
+        per_call = times.group_by("comm_uid", "ordinal").agg(
+            n=pl.len(), med=pl.col("t_ms").median(), total=pl.col("t_ms").sum()
+        )
+        times = times.join(
+            per_call.filter(pl.col("n") >= 2), on=["comm_uid", "ordinal"], how="inner", maintain_order="left"
+        )
         # Two members: the other's time; more: the median of all members.
         centre = pl.when(pl.col("n") == 2).then(pl.col("total") - pl.col("t_ms")).otherwise(pl.col("med"))
         times = times.with_columns(lag=pl.col("t_ms") - centre)
@@ -181,11 +215,15 @@ class LatencyOutlier(Rule):
         threshold = max(FLOOR_MS, 2 * resolution, 3 * MAD_SCALE * mad)
         members = calls["job_rank"].n_unique()
         stats = calls.group_by("job_rank").agg(
-            calls=pl.len(), median_lag=pl.col("lag").median(), late=(pl.col("lag") > threshold).mean(),
+            calls=pl.len(),
+            median_lag=pl.col("lag").median(),
+            late=(pl.col("lag") > threshold).mean(),
             host=pl.col("host").first(),
         )  # rows of a rank in line order: first is its first line's host
         late = stats.filter(
-            (pl.col("calls") >= MIN_ALIGNED) & (pl.col("median_lag") > threshold) & (pl.col("late") >= MIN_LATE_SHARE)
+            (pl.col("calls") >= MIN_ALIGNED)
+            & (pl.col("median_lag") > threshold)
+            & (pl.col("late") >= MIN_LATE_SHARE)
         )
         if late.is_empty() or late.height * 2 >= members:
             return None
@@ -195,25 +233,50 @@ class LatencyOutlier(Rule):
         clock = calls["clock"][0]
         aligned = calls["ordinal"].n_unique()
         hosts = sorted(set(late["host"].drop_nulls()))
-        title = (f"{names(job, ranks) if len(ranks) <= 3 else f'{len(ranks)} ranks ({ranks_text(ranks)})'} "
-                 f"arrive{'s' if len(ranks) == 1 else ''} about {_ms(lag)} after the median of the "
-                 f"{members} member(s) of communicator {uid}, in at least {share} of {aligned} aligned calls "
-                 f"(noise threshold {_ms(threshold)}; {clock} clock): slow but progressing")
+        title = (
+            f"{names(job, ranks) if len(ranks) <= 3 else f'{len(ranks)} ranks ({ranks_text(ranks)})'} "
+            f"arrive{'s' if len(ranks) == 1 else ''} about {_ms(lag)} after the median of the "
+            f"{members} member(s) of communicator {uid}, in at least {share} of {aligned} aligned calls "
+            f"(noise threshold {_ms(threshold)}; {clock} clock): slow but progressing"
+        )
         if clock != "tms" and calls["host"].n_unique() > 1:
-            whole = [h for h in hosts if set(calls.filter(pl.col("host") == h)["job_rank"].unique()) <= set(ranks)]
+            whole = [
+                h for h in hosts if set(calls.filter(pl.col("host") == h)["job_rank"].unique()) <= set(ranks)
+            ]
             if whole:
-                title += (f"; every rank of {', '.join(whole)} lags alike, which clock skew between hosts would "
-                          "also explain")
-        worst = calls.filter(pl.col("job_rank").is_in(ranks)).sort("lag", descending=True, maintain_order=True).head(2)
-        peers = (calls.join(worst.select("ordinal"), on="ordinal", maintain_order="left")
-                 .filter(~pl.col("job_rank").is_in(ranks)).head(2))
-        op = worst["op"].mode().sort(nulls_last=True).first() if "op" in worst.columns and worst["op"].drop_nulls().len() else None
+                title += (
+                    f"; every rank of {', '.join(whole)} lags alike, which clock skew between hosts would "
+                    "also explain"
+                )
+        worst = (
+            calls.filter(pl.col("job_rank").is_in(ranks))
+            .sort("lag", descending=True, maintain_order=True)
+            .head(2)
+        )
+        peers = (
+            calls.join(worst.select("ordinal"), on="ordinal", maintain_order="left")
+            .filter(~pl.col("job_rank").is_in(ranks))
+            .head(2)
+        )
+        op = (
+            worst["op"].mode().sort(nulls_last=True).first()
+            if "op" in worst.columns and worst["op"].drop_nulls().len()
+            else None
+        )
         return self.finding(
-            job, title, evidence_rows=pl.concat([locations(worst), locations(peers)]), ranks=ranks, hosts=hosts,
-            severity=Severity.ERROR if lag >= HUGE_LAG_MS else Severity.WARNING, comm=uid, op=op,
-            advice=("Profile what the late rank does between collectives (py-spy on its pid, data loader and I/O, "
-                    "CPU contention, `nvidia-smi -q -d PERFORMANCE` for throttling); compare host clocks (NTP) "
-                    "if a whole host is late by the same amount."),
+            job,
+            title,
+            evidence_rows=pl.concat([locations(worst), locations(peers)]),
+            ranks=ranks,
+            hosts=hosts,
+            severity=Severity.ERROR if lag >= HUGE_LAG_MS else Severity.WARNING,
+            comm=uid,
+            op=op,
+            advice=(
+                "Profile what the late rank does between collectives (py-spy on its pid, data loader and I/O, "
+                "CPU contention, `nvidia-smi -q -d PERFORMANCE` for throttling); compare host clocks (NTP) "
+                "if a whole host is late by the same amount."
+            ),
         )
 
     # -------------------------------------------------------------------------------------- nccl-tests
@@ -225,9 +288,11 @@ class LatencyOutlier(Rule):
         for run, group in large.group_by("run", maintain_order=True):
             run = run[0]
             mine = group.select("test_name", "ndev", "dtype", "redop", "size", "busbw")
-            peers = large.filter((pl.col("run") != run)).join(
-                mine.select("test_name", "ndev", "dtype", "redop", "size"), on=["test_name", "ndev", "dtype", "redop", "size"],
-                how="semi", nulls_equal=True,
+            peers = large.filter(pl.col("run") != run).join(
+                mine.select("test_name", "ndev", "dtype", "redop", "size"),
+                on=["test_name", "ndev", "dtype", "redop", "size"],
+                how="semi",
+                nulls_equal=True,
             )
             if peers.is_empty():
                 continue
@@ -243,18 +308,29 @@ class LatencyOutlier(Rule):
             info = group.row(0, named=True)
             peer_runs = peers["run"].unique().to_list()
             peer_files = sorted({self._where(job, r, runs) for r in peer_runs})
-            ranks = sorted({int(r) for r in group["ranks"].explode().drop_nulls()}) if "ranks" in group.columns else []
-            title = (f"nccl-tests {info['test_name'] or 'run'} in {self._where(job, run, runs)} reaches {joined['busbw'].median():.3g} "
-                     f"GB/s bus bandwidth at sizes ≥ 1 MiB, {ratio:.0%} of the {joined['peer'].median():.3g} GB/s of "
-                     f"{len(peer_runs)} other run(s) of the same test ({', '.join(peer_files[:3])}), over "
-                     f"{joined.height} sizes")
+            ranks = (
+                sorted({int(r) for r in group["ranks"].explode().drop_nulls()})
+                if "ranks" in group.columns
+                else []
+            )
+            title = (
+                f"nccl-tests {info['test_name'] or 'run'} in {self._where(job, run, runs)} reaches {joined['busbw'].median():.3g} "
+                f"GB/s bus bandwidth at sizes ≥ 1 MiB, {ratio:.0%} of the {joined['peer'].median():.3g} GB/s of "
+                f"{len(peer_runs)} other run(s) of the same test ({', '.join(peer_files[:3])}), over "
+                f"{joined.height} sizes"
+            )
             evidence = group.sort("size", descending=True).head(4)
             yield self.finding(
-                job, title, evidence_rows=locations(evidence),
-                ranks=ranks, hosts=sorted(set(group["hosts"].explode().drop_nulls())) if "hosts" in group.columns else [],
+                job,
+                title,
+                evidence_rows=locations(evidence),
+                ranks=ranks,
+                hosts=sorted(set(group["hosts"].explode().drop_nulls())) if "hosts" in group.columns else [],
                 severity=Severity.ERROR if ratio < VERY_SLOW_RATIO else Severity.WARNING,
-                advice=("Compare this run's NCCL INFO lines with the fast run's: transports (NET/Socket, missing "
-                        "/GDRDMA, SHM), channel counts and settings; then test its nodes and links pair by pair."),
+                advice=(
+                    "Compare this run's NCCL INFO lines with the fast run's: transports (NET/Socket, missing "
+                    "/GDRDMA, SHM), channel counts and settings; then test its nodes and links pair by pair."
+                ),
             )
 
     @staticmethod
@@ -283,33 +359,57 @@ def nccltests_runs(job: Job) -> pl.DataFrame:
     t = t.sort("source_id", "line_no", "part").with_columns(
         run_no=(pl.col("event") == "parameters").cast(pl.Int32).cum_sum().over("source_id"),
     )
-    firsts = t.filter(pl.col("event") == "parameters").group_by("source_id", "run_no").agg(start=pl.col("line_no").min())
+    firsts = (
+        t.filter(pl.col("event") == "parameters")
+        .group_by("source_id", "run_no")
+        .agg(start=pl.col("line_no").min())
+    )
     t = t.join(firsts, on=["source_id", "run_no"], how="left", maintain_order="left").with_columns(
         run=pl.format("{}:{}", pl.col("source_id"), pl.col("start").fill_null(0)),
         test_name=pl.col("test_name").forward_fill().over("source_id"),
     )
-    ndev = t.filter(pl.col("event") == "device").group_by("run").agg(
-        ndev=pl.len(), hosts=pl.col("test_host").unique() if "test_host" in t.columns else pl.lit(None),
-        pids=pl.col("test_pid").unique() if "test_pid" in t.columns else pl.lit(None),
+    ndev = (
+        t.filter(pl.col("event") == "device")
+        .group_by("run")
+        .agg(
+            ndev=pl.len(),
+            hosts=pl.col("test_host").unique() if "test_host" in t.columns else pl.lit(None),
+            pids=pl.col("test_pid").unique() if "test_pid" in t.columns else pl.lit(None),
+        )
     )
     head = pl.col("event") == "result_head"
     rows = t.with_columns(
-        *[pl.when(head | (pl.col("event") == "result")).then(pl.col(c)).forward_fill().over("source_id").alias(c)
-          for c in ("size", "dtype", "redop")],
+        *[
+            pl.when(head | (pl.col("event") == "result"))
+            .then(pl.col(c))
+            .forward_fill()
+            .over("source_id")
+            .alias(c)
+            for c in ("size", "dtype", "redop")
+        ],
     ).filter(pl.col("event").is_in(["result", "result_timings"]) & pl.col("size").is_not_null())
-    rows = rows.with_columns(busbw=pl.max_horizontal("oop_busbw", "ip_busbw")).filter(pl.col("busbw").is_not_null())
+    rows = rows.with_columns(busbw=pl.max_horizontal("oop_busbw", "ip_busbw")).filter(
+        pl.col("busbw").is_not_null()
+    )
     if rows.is_empty():
         return pl.DataFrame()
     per_size = rows.group_by("run", "test_name", "dtype", "redop", "size").agg(
-        busbw=pl.col("busbw").max(), source_id=pl.col("source_id").first(), line_no=pl.col("line_no").first(),
+        busbw=pl.col("busbw").max(),
+        source_id=pl.col("source_id").first(),
+        line_no=pl.col("line_no").first(),
         part=pl.col("part").first(),
     )
     per_size = per_size.join(ndev, on="run", how="left")
     if not job.processes.is_empty() and "pids" in per_size.columns:
         procs = job.processes.select(pl.col("pid"), "global_rank")
         pid_ranks = (
-            per_size.select("run", "pids").unique("run").explode("pids").rename({"pids": "pid"})
-            .join(procs, on="pid", how="inner").group_by("run").agg(ranks=pl.col("global_rank").unique())
+            per_size.select("run", "pids")
+            .unique("run")
+            .explode("pids")
+            .rename({"pids": "pid"})
+            .join(procs, on="pid", how="inner")
+            .group_by("run")
+            .agg(ranks=pl.col("global_rank").unique())
         )
         per_size = per_size.join(pid_ranks, on="run", how="left")
     # A total order: a run can hold several rows of one size (one per datatype or reduction).

@@ -15,7 +15,7 @@ machines that share a name are told apart (LS403) instead of looking like one ma
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import polars as pl
 
@@ -103,10 +103,16 @@ class CudaError(Rule):
             group = group.sort("seq")
             ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
             hosts = sorted(set(group["host"].drop_nulls().to_list()))
-            unranked = group.filter(pl.col("job_rank").is_null() & pl.col("host").is_not_null()).select(PROC).unique()
+            unranked = (
+                group.filter(pl.col("job_rank").is_null() & pl.col("host").is_not_null())
+                .select(PROC)
+                .unique()
+            )
             who = names(job, ranks) if ranks else ""
             if unranked.height:
-                who = (who + " and " if who else "") + f"{plural(unranked.height, 'process')} on {', '.join(hosts[:3])}"
+                who = (
+                    who + " and " if who else ""
+                ) + f"{plural(unranked.height, 'process')} on {', '.join(hosts[:3])}"
             if not who:
                 who = "a rank (not identified in the log)"
             what = "ran out of GPU memory" if key == "out of memory" else f"hit a CUDA error: {key}"
@@ -120,11 +126,19 @@ class CudaError(Rule):
                 severity = Severity.ERROR
                 title += " — after the watchdog timeout, so probably a consequence of the hang, not its cause"
             primary = group.filter(pl.col("origin") != "chain")
-            ev = pl.concat([evidence(primary.head(4)), evidence(group.filter(pl.col("origin") == "chain").head(2))])
+            ev = pl.concat(
+                [evidence(primary.head(4)), evidence(group.filter(pl.col("origin") == "chain").head(2))]
+            )
             hardware = key in HARDWARE_CUDA or group.filter(pl.col("origin") == "xid").height > 0
             yield self.finding(
-                job, title, evidence_rows=ev, ranks=ranks, hosts=hosts, severity=severity,
-                comm=_comm_at(job, group), advice=_cuda_advice(key, hardware),
+                job,
+                title,
+                evidence_rows=ev,
+                ranks=ranks,
+                hosts=hosts,
+                severity=severity,
+                comm=_comm_at(job, group),
+                advice=_cuda_advice(key, hardware),
             )
 
 
@@ -144,27 +158,46 @@ def cuda_rows(job: Job) -> pl.DataFrame:
             cuda = cuda.with_columns(
                 origin=pl.lit("nccl"),
                 message=pl.when(pl.col("error_kind") == "alloc")
-                .then(pl.format("Failed to {} {} bytes", pl.col("call").fill_null("allocate"), pl.col("bytes").cast(pl.String).fill_null("?")))
+                .then(
+                    pl.format(
+                        "Failed to {} {} bytes",
+                        pl.col("call").fill_null("allocate"),
+                        pl.col("bytes").cast(pl.String).fill_null("?"),
+                    )
+                )
                 .otherwise(pl.col("cuda_error").fill_null(text)),
                 key=pl.when(pl.col("error_kind") == "alloc")
                 .then(pl.lit("out of memory"))
                 .otherwise(pl.col("cuda_error").fill_null(text)),
             )
             frames.append(cuda)
-            chains = errors.filter((pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA))
+            chains = errors.filter(
+                (pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA)
+            )
             if chains.height:
                 # Chains of processes that printed the CUDA message: evidence for that group.
                 owners = cuda.select(*PROC, "key").unique(PROC, keep="first", maintain_order=True)
-                frames.append(chains.join(owners, on=PROC, how="inner", maintain_order="left").with_columns(origin=pl.lit("chain"), message=pl.lit(None, pl.String)))
+                frames.append(
+                    chains.join(owners, on=PROC, how="inner", maintain_order="left").with_columns(
+                        origin=pl.lit("chain"), message=pl.lit(None, pl.String)
+                    )
+                )
         chains = errors.filter((pl.col("error_kind") == "chain") & (pl.col("result_code") == UNHANDLED_CUDA))
         if chains.height:
-            owners = cuda.select(*PROC).unique() if cuda.height else pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
+            owners = (
+                cuda.select(*PROC).unique()
+                if cuda.height
+                else pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64})
+            )
             silent = chains.join(owners, on=PROC, how="anti")
             if silent.height:
-                frames.append(silent.with_columns(
-                    origin=pl.lit("chain"), message=pl.lit(None, pl.String),
-                    key=pl.lit("unhandled CUDA error (ncclUnhandledCudaError, no CUDA message printed)"),
-                ))
+                frames.append(
+                    silent.with_columns(
+                        origin=pl.lit("chain"),
+                        message=pl.lit(None, pl.String),
+                        key=pl.lit("unhandled CUDA error (ncclUnhandledCudaError, no CUDA message printed)"),
+                    )
+                )
     apps = job.table("app_errors")
     if not apps.is_empty() and "event" in apps.columns:
         nccl_text = pl.col("nccl_error").fill_null("") if "nccl_error" in apps.columns else pl.lit("")
@@ -173,31 +206,65 @@ def cuda_rows(job: Job) -> pl.DataFrame:
         # error: …" when PyTorch (<= 2.1) printed no watchdog line of its own.
         detail = pl.col("detail") if "detail" in apps.columns else pl.lit(None, pl.String)
         what = detail.fill_null("").str.extract(CUDA_WHAT, 1)
-        app = apps.with_columns(
-            cuda_error=pl.when(pl.col("event") == "cpp_what").then(what).otherwise(pl.col("cuda_error"))
-        ).filter(
-            pl.col("event").is_in(("cuda_oom", "cuda_error"))
-            | ((pl.col("event") == "cpp_what") & pl.col("cuda_error").is_not_null())
-            | ((pl.col("event") == "nccl_error") & nccl_text.str.contains("unhandled cuda error"))
-            | ((pl.col("event") == "nccl_error_code") & (code == "ncclUnhandledCudaError"))
-        ).filter(~pl.col("cuda_error").fill_null("").is_in(BENIGN_CUDA))
+        app = (
+            apps.with_columns(
+                cuda_error=pl.when(pl.col("event") == "cpp_what").then(what).otherwise(pl.col("cuda_error"))
+            )
+            .filter(
+                pl.col("event").is_in(("cuda_oom", "cuda_error"))
+                | ((pl.col("event") == "cpp_what") & pl.col("cuda_error").is_not_null())
+                | ((pl.col("event") == "nccl_error") & nccl_text.str.contains("unhandled cuda error"))
+                | ((pl.col("event") == "nccl_error_code") & (code == "ncclUnhandledCudaError"))
+            )
+            .filter(~pl.col("cuda_error").fill_null("").is_in(BENIGN_CUDA))
+        )
         if app.height:
-            frames.append(app.with_columns(
-                origin=pl.lit("torch"),
-                message=pl.coalesce(pl.col("cuda_error"), pl.col("oom_alloc").map_elements(lambda s: f"tried to allocate {s}", return_dtype=pl.String)),
-                key=pl.when(pl.col("event") == "cuda_oom").then(pl.lit("out of memory"))
-                .when(pl.col("event").is_in(("cuda_error", "cpp_what"))).then(pl.col("cuda_error"))
-                .otherwise(pl.lit(None, pl.String)),
-            ))
+            frames.append(
+                app.with_columns(
+                    origin=pl.lit("torch"),
+                    message=pl.coalesce(
+                        pl.col("cuda_error"),
+                        pl.col("oom_alloc").map_elements(
+                            lambda s: f"tried to allocate {s}", return_dtype=pl.String
+                        ),
+                    ),
+                    key=pl.when(pl.col("event") == "cuda_oom")
+                    .then(pl.lit("out of memory"))
+                    .when(pl.col("event").is_in(("cuda_error", "cpp_what")))
+                    .then(pl.col("cuda_error"))
+                    .otherwise(pl.lit(None, pl.String)),
+                )
+            )
         frames.append(_xid_rows(job, apps))
     frames.append(_watchdog_cuda_rows(job))
     frames = [f for f in frames if not f.is_empty()]
     if not frames:
         return pl.DataFrame()
     keep = [
-        "source_id", "line_no", "part", "host", "pid", "tid", "origin", "message", "key", "event", "error_kind",
-        "torch_rank", "mpi_rank", "task", "local_rank", "global_rank", "gpu_index", "oom_alloc", "bytes", "cuda_error",
-        "alt_key", "xid", "xid_pci", "xid_bus",
+        "source_id",
+        "line_no",
+        "part",
+        "host",
+        "pid",
+        "tid",
+        "origin",
+        "message",
+        "key",
+        "event",
+        "error_kind",
+        "torch_rank",
+        "mpi_rank",
+        "task",
+        "local_rank",
+        "global_rank",
+        "gpu_index",
+        "oom_alloc",
+        "bytes",
+        "cuda_error",
+        "alt_key",
+        "xid",
+        "xid_pci",
+        "xid_bus",
     ]
     rows = pl.concat(
         [f.select([pl.col(c) if c in f.columns else pl.lit(None).alias(c) for c in keep]) for f in frames],
@@ -211,7 +278,11 @@ def cuda_rows(job: Job) -> pl.DataFrame:
     # PyTorch's report of a NCCL CUDA failure ("unhandled cuda error") joins the group of that rank's message.
     unkeyed = rows.filter(pl.col("key").is_null())
     if unkeyed.height:
-        by_rank = rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null()).select("job_rank", "key").unique("job_rank", keep="first", maintain_order=True)
+        by_rank = (
+            rows.filter(pl.col("key").is_not_null() & pl.col("job_rank").is_not_null())
+            .select("job_rank", "key")
+            .unique("job_rank", keep="first", maintain_order=True)
+        )
         fallback = rows.filter(pl.col("key").is_not_null())["key"]
         default = fallback[0] if fallback.len() else "unhandled CUDA error (reported by PyTorch)"
         rows = (
@@ -220,7 +291,11 @@ def cuda_rows(job: Job) -> pl.DataFrame:
             .with_columns(key=pl.coalesce("key", "_rk", "alt_key", pl.lit(default)))
             .drop("_rk")
         )
-    rows = rows.with_columns(key=pl.when(pl.col("key").str.contains(OOM.pattern)).then(pl.lit("out of memory")).otherwise(pl.col("key")))
+    rows = rows.with_columns(
+        key=pl.when(pl.col("key").str.contains(OOM.pattern))
+        .then(pl.lit("out of memory"))
+        .otherwise(pl.col("key"))
+    )
     return rows
 
 
@@ -231,15 +306,19 @@ def _watchdog_cuda_rows(job: Job) -> pl.DataFrame:
     torch = job.table("torch")
     if torch.is_empty() or "detail" not in torch.columns:
         return pl.DataFrame()
-    rows = torch.filter(pl.col("event") == "watchdog_terminated").with_columns(
-        cuda_error=pl.col("detail").str.extract(CUDA_WHAT, 1)
-    ).filter(pl.col("cuda_error").is_not_null() & ~pl.col("cuda_error").is_in(BENIGN_CUDA))
+    rows = (
+        torch.filter(pl.col("event") == "watchdog_terminated")
+        .with_columns(cuda_error=pl.col("detail").str.extract(CUDA_WHAT, 1))
+        .filter(pl.col("cuda_error").is_not_null() & ~pl.col("cuda_error").is_in(BENIGN_CUDA))
+    )
     if rows.is_empty():
         return pl.DataFrame()
     default_pg = pl.col("pg_id").fill_null(0) == 0 if "pg_id" in rows.columns else pl.lit(True)
     return rows.with_columns(
         torch_rank=pl.coalesce("torch_rank", pl.when(default_pg).then(pl.col("pg_rank"))).cast(pl.Int64),
-        origin=pl.lit("torch"), message=pl.col("cuda_error"), key=pl.col("cuda_error"),
+        origin=pl.lit("torch"),
+        message=pl.col("cuda_error"),
+        key=pl.col("cuda_error"),
     )
 
 
@@ -294,8 +373,11 @@ def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     gpus = process_gpus(job)
     if gpus.is_empty():
         only = failed["job_rank"].unique()
-        return rows.with_columns(job_rank=pl.when(loose).then(pl.lit(only[0]) if only.len() == 1 else None)
-                                 .otherwise(pl.col("job_rank")))
+        return rows.with_columns(
+            job_rank=pl.when(loose)
+            .then(pl.lit(only[0]) if only.len() == 1 else None)
+            .otherwise(pl.col("job_rank"))
+        )
     gpu_of = gpus.select("gpu_bus", "host", job_rank="global_rank")
     suspects = failed.unique().join(gpu_of, on="job_rank", how="inner")
     suspects = suspects.unique("gpu_bus", keep="none")
@@ -326,7 +408,9 @@ def process_gpus(job: Job) -> pl.DataFrame:
     if procs.is_empty() or "bus_id" not in procs.columns:
         return pl.DataFrame()
     return procs.select(
-        "host", "pid", "global_rank",
+        "host",
+        "pid",
+        "global_rank",
         gpu_bus=pl.col("bus_id").str.replace_all(r"[:.]", "").str.to_integer(base=16, strict=False),
     ).drop_nulls("gpu_bus")
 
@@ -336,11 +420,19 @@ def _local_rank_to_rank(job: Job, rows: pl.DataFrame) -> pl.Expr:
     lines = job.lines
     if lines.is_empty() or "local_rank" not in lines.columns or "local_rank" not in rows.columns:
         return pl.lit(None, pl.Int64)
-    tagged = lines.select("local_rank", *PROC).filter(pl.col("local_rank").is_not_null() & pl.col("host").is_not_null()).unique()
+    tagged = (
+        lines.select("local_rank", *PROC)
+        .filter(pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
+        .unique()
+    )
     if tagged.is_empty():
         return pl.lit(None, pl.Int64)
     ranks = known_ranks(job)
-    single = tagged.group_by("local_rank").agg(pl.len(), pl.col("host").first(), pl.col("pid").first()).filter(pl.col("len") == 1)
+    single = (
+        tagged.group_by("local_rank")
+        .agg(pl.len(), pl.col("host").first(), pl.col("pid").first())
+        .filter(pl.col("len") == 1)
+    )
     mapping = single.join(ranks, on=PROC, how="inner")
     if mapping.is_empty():
         return pl.lit(None, pl.Int64)
@@ -395,9 +487,16 @@ def _comm_at(job: Job, group: pl.DataFrame) -> str | None:
     located = group.filter(pl.col("host").is_not_null())
     if inst.is_empty() or located.is_empty():
         return None
-    mine = located.select(*PROC, "seq").join(inst.select(*PROC, "start_seq", "complete_seq", "comm_uid"), on=PROC, how="inner",
-                                             maintain_order="left_right")
-    inside = mine.filter((pl.col("start_seq") <= pl.col("seq")) & (pl.col("complete_seq").is_null() | (pl.col("complete_seq") >= pl.col("seq"))))
+    mine = located.select(*PROC, "seq").join(
+        inst.select(*PROC, "start_seq", "complete_seq", "comm_uid"),
+        on=PROC,
+        how="inner",
+        maintain_order="left_right",
+    )
+    inside = mine.filter(
+        (pl.col("start_seq") <= pl.col("seq"))
+        & (pl.col("complete_seq").is_null() | (pl.col("complete_seq") >= pl.col("seq")))
+    )
     if inside.height:
         return inside.sort("start_seq", maintain_order=True).tail(1)["comm_uid"][0]
     return None
@@ -500,19 +599,33 @@ class DuplicateGpu(Rule):
         for (host, device, uid), entry in groups.items():
             ranks = sorted(entry["ranks"])
             frame = pl.DataFrame([{k: row[k] for k in EVIDENCE} for row in entry["rows"]])
-            who = names(job, ranks, hosts=[host]) if ranks else f"communicator ranks {ranks_text(entry['comm_ranks'])} on {host}"
+            who = (
+                names(job, ranks, hosts=[host])
+                if ranks
+                else f"communicator ranks {ranks_text(entry['comm_ranks'])} on {host}"
+            )
             gpu = f"the same GPU of {host} (busId {device})" if device else f"the same GPU of {host}"
             yield self.finding(
-                job, f"{who} use {gpu}; NCCL refused the communicator", evidence_rows=evidence(frame), ranks=ranks,
-                hosts=[host], comm=uid, advice=self._advice(),
+                job,
+                f"{who} use {gpu}; NCCL refused the communicator",
+                evidence_rows=evidence(frame),
+                ranks=ranks,
+                hosts=[host],
+                comm=uid,
+                advice=self._advice(),
             )
 
     def _from_init_lines(self, job: Job) -> Iterator[Finding]:
         inst = lifecycle_instances(job)
         if inst.is_empty():
             return
-        gpu = pl.coalesce(pl.col("bus_id"), pl.col("nvml_dev").cast(pl.String).map_elements(lambda s: f"nvml{s}", return_dtype=pl.String))
-        inst = inst.with_columns(gpu=gpu).filter(pl.col("gpu").is_not_null() & pl.col("global_rank").is_not_null())
+        gpu = pl.coalesce(
+            pl.col("bus_id"),
+            pl.col("nvml_dev").cast(pl.String).map_elements(lambda s: f"nvml{s}", return_dtype=pl.String),
+        )
+        inst = inst.with_columns(gpu=gpu).filter(
+            pl.col("gpu").is_not_null() & pl.col("global_rank").is_not_null()
+        )
         addr = bootstrap_addresses(job)
         if not addr.is_empty():
             inst = inst.join(addr, on=PROC, how="left", maintain_order="left")
@@ -523,7 +636,8 @@ class DuplicateGpu(Rule):
             .agg(
                 ranks=pl.col("global_rank").unique().sort(),
                 completed=pl.col("init_completed").all(),
-                source_id=pl.col("source_id"), line_no=pl.col("line_no"),
+                source_id=pl.col("source_id"),
+                line_no=pl.col("line_no"),
             )
             .filter((pl.col("ranks").list.len() > 1) & ~pl.col("completed"))
             .sort("host", "gpu", "comm_uid", "addr")  # group_by's order follows its threads
@@ -535,13 +649,20 @@ class DuplicateGpu(Rule):
                 continue
             seen.add(key)
             ranks = row["ranks"]
-            frame = pl.DataFrame({"source_id": row["source_id"], "line_no": row["line_no"]}).with_columns(part=pl.lit(0, pl.UInt8))
+            frame = pl.DataFrame({"source_id": row["source_id"], "line_no": row["line_no"]}).with_columns(
+                part=pl.lit(0, pl.UInt8)
+            )
             title = (
                 f"{names(job, ranks, hosts=[row['host']])} initialise communicator {row['comm_uid']} on the same GPU of "
                 f"{row['host']} (busId {row['gpu']}) and never complete init"
             )
             yield self.finding(
-                job, title, evidence_rows=frame, ranks=ranks, hosts=[row["host"]], comm=row["comm_uid"],
+                job,
+                title,
+                evidence_rows=frame,
+                ranks=ranks,
+                hosts=[row["host"]],
+                comm=row["comm_uid"],
                 advice=self._advice(),
             )
 
@@ -563,7 +684,11 @@ def _current_comm(job: Job, inst: pl.DataFrame, host: str, pid: int, seq: int):
     mine = inst.filter((pl.col("host") == host) & (pl.col("pid") == pid)) if not inst.is_empty() else inst
     earlier = mine.filter(pl.col("complete_seq") < seq) if not mine.is_empty() else mine
     first = earlier.is_empty()
-    started = mine.filter(pl.col("init_started") & (pl.col("start_seq") <= seq)).sort("start_seq") if not mine.is_empty() else mine
+    started = (
+        mine.filter(pl.col("init_started") & (pl.col("start_seq") <= seq)).sort("start_seq")
+        if not mine.is_empty()
+        else mine
+    )
     if started.is_empty():
         return None, None, None, first
     row = started.row(-1, named=True)
@@ -571,7 +696,9 @@ def _current_comm(job: Job, inst: pl.DataFrame, host: str, pid: int, seq: int):
     return row["comm_uid"], row["nranks"], members, first
 
 
-def _to_global(job: Job, members: pl.DataFrame | None, nranks: int | None, comm_rank: int | None, first: bool) -> int | None:
+def _to_global(
+    job: Job, members: pl.DataFrame | None, nranks: int | None, comm_rank: int | None, first: bool
+) -> int | None:
     if comm_rank is None:
         return None
     if members is not None:
@@ -597,16 +724,32 @@ def bootstrap_addresses(job: Job) -> pl.DataFrame:
     prio = {"bootstrap": 0, "oob": 1, "socket": 2}
     rows = [
         (i.host, i.pid, i.ifname, i.address, prio[i.role], i.source_id, i.line_no, i.part)
-        for i in interfaces(job) if i.role in prio and i.address
+        for i in interfaces(job)
+        if i.role in prio and i.address
     ]
     if not rows:
-        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "ifname": pl.String, "address": pl.String})
+        return pl.DataFrame(
+            schema={"host": pl.String, "pid": pl.Int64, "ifname": pl.String, "address": pl.String}
+        )
     frame = pl.DataFrame(
-        rows, schema={"host": pl.String, "pid": pl.Int64, "ifname": pl.String, "address": pl.String, "prio": pl.Int32,
-                      "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+        rows,
+        schema={
+            "host": pl.String,
+            "pid": pl.Int64,
+            "ifname": pl.String,
+            "address": pl.String,
+            "prio": pl.Int32,
+            "source_id": pl.UInt16,
+            "line_no": pl.UInt32,
+            "part": pl.UInt8,
+        },
         orient="row",
     )
-    return frame.sort("prio", "source_id", "line_no").unique(PROC, keep="first", maintain_order=True).drop("prio")
+    return (
+        frame.sort("prio", "source_id", "line_no")
+        .unique(PROC, keep="first", maintain_order=True)
+        .drop("prio")
+    )
 
 
 # ---------------------------------------------------------------------------------------------- LS403
@@ -666,8 +809,12 @@ class HostCollision(Rule):
         cross = _cross_machine_transports(job, addr)
         merged = _merged_summaries(job, addr)
         for host in sorted(multi["host"].to_list()):
-            procs = addr.filter(pl.col("host") == host).join(ranks_of, on=PROC, how="left", maintain_order="left")
-            same_if = procs.group_by("ifname").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1)
+            procs = addr.filter(pl.col("host") == host).join(
+                ranks_of, on=PROC, how="left", maintain_order="left"
+            )
+            same_if = (
+                procs.group_by("ifname").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1)
+            )
             x = cross.filter(pl.col("host") == host) if not cross.is_empty() else cross
             m = merged.filter(pl.col("host") == host) if not merged.is_empty() else merged
             if same_if.is_empty() and not _bus_shared_across_addresses(job, procs):
@@ -677,15 +824,21 @@ class HostCollision(Rule):
             addresses = sorted(procs["address"].unique().to_list())
             ranks = sorted(int(r) for r in procs["rank"].drop_nulls())
             per_addr = procs.group_by("address").agg(pl.col("rank").drop_nulls().sort()).sort("address")
-            split = "; ".join(f"{a}: ranks {ranks_text(r)}" if len(r) else f"{a}" for a, r in per_addr.iter_rows())
+            split = "; ".join(
+                f"{a}: ranks {ranks_text(r)}" if len(r) else f"{a}" for a, r in per_addr.iter_rows()
+            )
             if x.height or m.height:
                 how = []
                 if x.height:
                     row = x.row(0, named=True)
-                    how.append(f"{row['transport']} between rank {row['a_rank']} ({row['a_addr']}) and rank {row['b_rank']} ({row['b_addr']})")
+                    how.append(
+                        f"{row['transport']} between rank {row['a_rank']} ({row['a_addr']}) and rank {row['b_rank']} ({row['b_addr']})"
+                    )
                 if m.height:
                     row = m.row(0, named=True)
-                    how.append(f"NCCL counts {row['local_ranks']} local ranks where {row['at_addr']} processes share an address")
+                    how.append(
+                        f"NCCL counts {row['local_ranks']} local ranks where {row['at_addr']} processes share an address"
+                    )
                 title = (
                     f"{len(addresses)} machines share the host name {host} ({split}) and NCCL treats them as one node: "
                     + "; ".join(how)
@@ -697,13 +850,24 @@ class HostCollision(Rule):
                     "per-host diagnostics mix them"
                 )
                 severity = Severity.WARNING
-            ev = pl.concat([
-                evidence(procs.sort("address", maintain_order=True).unique("address", keep="first", maintain_order=True)),
-                evidence(x.head(2)) if x.height else evidence(pl.DataFrame()),
-                evidence(m.head(1)) if m.height else evidence(pl.DataFrame()),
-            ])
+            ev = pl.concat(
+                [
+                    evidence(
+                        procs.sort("address", maintain_order=True).unique(
+                            "address", keep="first", maintain_order=True
+                        )
+                    ),
+                    evidence(x.head(2)) if x.height else evidence(pl.DataFrame()),
+                    evidence(m.head(1)) if m.height else evidence(pl.DataFrame()),
+                ]
+            )
             yield self.finding(
-                job, title, evidence_rows=ev, ranks=ranks, hosts=[host], severity=severity,
+                job,
+                title,
+                evidence_rows=ev,
+                ranks=ranks,
+                hosts=[host],
+                severity=severity,
                 comm=(x["comm_uid"][0] if x.height and "comm_uid" in x.columns else None),
                 advice=self._advice(),
             )
@@ -713,28 +877,47 @@ class HostCollision(Rule):
         if inst.is_empty():
             return
         errors = job.table("errors")
-        if not errors.is_empty() and "error_kind" in errors.columns and errors.filter(pl.col("error_kind") == "duplicate_gpu").height:
+        if (
+            not errors.is_empty()
+            and "error_kind" in errors.columns
+            and errors.filter(pl.col("error_kind") == "duplicate_gpu").height
+        ):
             return
-        rows = inst.filter(pl.col("bus_id").is_not_null() & pl.col("global_rank").is_not_null() & pl.col("init_completed"))
+        rows = inst.filter(
+            pl.col("bus_id").is_not_null() & pl.col("global_rank").is_not_null() & pl.col("init_completed")
+        )
         dup = (
             rows.group_by("comm_uid", "host", "bus_id")
-            .agg(ranks=pl.col("global_rank").unique().sort(), pids=pl.col("pid").n_unique(),
-                 source_id=pl.col("source_id"), line_no=pl.col("line_no"))
+            .agg(
+                ranks=pl.col("global_rank").unique().sort(),
+                pids=pl.col("pid").n_unique(),
+                source_id=pl.col("source_id"),
+                line_no=pl.col("line_no"),
+            )
             .filter((pl.col("ranks").list.len() > 1) & (pl.col("pids") > 1))
         )
         for (host,), group in dup.sort("host", "bus_id", "comm_uid").group_by("host", maintain_order=True):
             if host in reported:
                 continue
             ranks = sorted({int(r) for rs in group["ranks"] for r in rs})
-            all_ranks = sorted(int(r) for r in inst.filter(pl.col("host") == host)["global_rank"].drop_nulls().unique())
+            all_ranks = sorted(
+                int(r) for r in inst.filter(pl.col("host") == host)["global_rank"].drop_nulls().unique()
+            )
             first = group.row(0, named=True)
-            frame = pl.DataFrame({"source_id": first["source_id"], "line_no": first["line_no"]}).with_columns(part=pl.lit(0, pl.UInt8))
+            frame = pl.DataFrame({"source_id": first["source_id"], "line_no": first["line_no"]}).with_columns(
+                part=pl.lit(0, pl.UInt8)
+            )
             title = (
                 f"Processes on host {host} share GPUs (ranks {ranks_text(ranks)} on busId {first['bus_id']}) and NCCL "
                 "accepted them: the name probably covers more than one machine"
             )
             yield self.finding(
-                job, title, evidence_rows=frame, ranks=all_ranks, hosts=[host], severity=Severity.WARNING,
+                job,
+                title,
+                evidence_rows=frame,
+                ranks=all_ranks,
+                hosts=[host],
+                severity=Severity.WARNING,
                 advice=self._advice(),
             )
 
@@ -751,10 +934,16 @@ def _bus_shared_across_addresses(job: Job, procs: pl.DataFrame) -> bool:
     inst = lifecycle_instances(job)
     if inst.is_empty():
         return False
-    gpus = inst.filter(pl.col("bus_id").is_not_null()).select(*PROC, "bus_id").unique().join(
-        procs.select(*PROC, "address"), on=PROC, how="inner"
+    gpus = (
+        inst.filter(pl.col("bus_id").is_not_null())
+        .select(*PROC, "bus_id")
+        .unique()
+        .join(procs.select(*PROC, "address"), on=PROC, how="inner")
     )
-    return gpus.group_by("bus_id").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1).height > 0
+    return (
+        gpus.group_by("bus_id").agg(pl.col("address").n_unique().alias("n")).filter(pl.col("n") > 1).height
+        > 0
+    )
 
 
 def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
@@ -763,35 +952,57 @@ def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
     inst = lifecycle_instances(job)
     if transports.is_empty() or inst.is_empty() or "transport" not in transports.columns:
         return pl.DataFrame()
-    local = with_seq(transports.filter(pl.col("transport").is_in(("P2P", "SHM")) & pl.col("host").is_not_null()))
+    local = with_seq(
+        transports.filter(pl.col("transport").is_in(("P2P", "SHM")) & pl.col("host").is_not_null())
+    )
     if local.is_empty():
         return pl.DataFrame()
-    windows = inst.with_columns(close_seq=pl.coalesce("complete_seq", pl.lit(1 << 62))).select(
-        *PROC, "close_seq", "comm_uid", "nranks"
-    ).sort("close_seq")
-    located = local.sort("seq").join_asof(
-        windows, left_on="seq", right_on="close_seq", by=PROC, strategy="forward", check_sortedness=False
-    ).filter(pl.col("comm_uid").is_not_null())
+    windows = (
+        inst.with_columns(close_seq=pl.coalesce("complete_seq", pl.lit(1 << 62)))
+        .select(*PROC, "close_seq", "comm_uid", "nranks")
+        .sort("close_seq")
+    )
+    located = (
+        local.sort("seq")
+        .join_asof(
+            windows, left_on="seq", right_on="close_seq", by=PROC, strategy="forward", check_sortedness=False
+        )
+        .filter(pl.col("comm_uid").is_not_null())
+    )
     if located.is_empty():
         return pl.DataFrame()
-    members = (inst.select("comm_uid", "rank", *PROC).unique(["comm_uid", "rank"], keep="first", maintain_order=True)
-               .join(addr.select(*PROC, "address"), on=PROC, how="left", maintain_order="left"))
+    members = (
+        inst.select("comm_uid", "rank", *PROC)
+        .unique(["comm_uid", "rank"], keep="first", maintain_order=True)
+        .join(addr.select(*PROC, "address"), on=PROC, how="left", maintain_order="left")
+    )
     a = members.rename({"rank": "from_rank", "host": "a_host", "pid": "a_pid", "address": "a_addr"})
     b = members.rename({"rank": "to_rank", "host": "b_host", "pid": "b_pid", "address": "b_addr"})
-    pairs = (located.join(a, on=["comm_uid", "from_rank"], how="inner", maintain_order="left")
-             .join(b, on=["comm_uid", "to_rank"], how="inner", maintain_order="left"))
+    pairs = located.join(a, on=["comm_uid", "from_rank"], how="inner", maintain_order="left").join(
+        b, on=["comm_uid", "to_rank"], how="inner", maintain_order="left"
+    )
     pairs = pairs.filter(
-        (pl.col("a_host") == pl.col("b_host")) & pl.col("a_addr").is_not_null() & pl.col("b_addr").is_not_null()
+        (pl.col("a_host") == pl.col("b_host"))
+        & pl.col("a_addr").is_not_null()
+        & pl.col("b_addr").is_not_null()
         & (pl.col("a_addr") != pl.col("b_addr"))
     )
     if pairs.is_empty():
         return pairs
     ranks = known_ranks(job)
     pairs = (
-        pairs.join(ranks.rename({"host": "a_host", "pid": "a_pid", "rank": "a_rank"}), on=["a_host", "a_pid"], how="left",
-                   maintain_order="left")
-        .join(ranks.rename({"host": "b_host", "pid": "b_pid", "rank": "b_rank"}), on=["b_host", "b_pid"], how="left",
-              maintain_order="left")
+        pairs.join(
+            ranks.rename({"host": "a_host", "pid": "a_pid", "rank": "a_rank"}),
+            on=["a_host", "a_pid"],
+            how="left",
+            maintain_order="left",
+        )
+        .join(
+            ranks.rename({"host": "b_host", "pid": "b_pid", "rank": "b_rank"}),
+            on=["b_host", "b_pid"],
+            how="left",
+            maintain_order="left",
+        )
         .with_columns(host=pl.col("a_host"))
     )
     return pairs.sort("seq", maintain_order=True)
@@ -802,11 +1013,15 @@ def _merged_summaries(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
     comms = job.table("comms")
     if comms.is_empty() or "local_ranks" not in comms.columns:
         return pl.DataFrame()
-    summary = comms.filter((pl.col("what") == "Summary") & pl.col("local_ranks").is_not_null() & pl.col("host").is_not_null())
+    summary = comms.filter(
+        (pl.col("what") == "Summary") & pl.col("local_ranks").is_not_null() & pl.col("host").is_not_null()
+    )
     if summary.is_empty():
         return pl.DataFrame()
     at = addr.group_by("host", "address").agg(at_addr=pl.len())
-    rows = summary.join(addr.select(*PROC, "address"), on=PROC, how="inner").join(at, on=["host", "address"], how="inner")
+    rows = summary.join(addr.select(*PROC, "address"), on=PROC, how="inner").join(
+        at, on=["host", "address"], how="inner"
+    )
     # Only meaningful for the world communicator (local ranks of a sub-communicator are fewer anyway).
     world = job.world_size
     if world is not None:

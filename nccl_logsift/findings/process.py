@@ -14,8 +14,8 @@ the NCCL lines allow it. The helpers here that give any table row the global ran
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import polars as pl
 
@@ -34,9 +34,20 @@ CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 # PyTorch events that say the process is tearing itself down after a watchdog timeout or an NCCL error.
 TEARDOWN_TORCH_EVENTS = (
-    "watchdog_timeout", "blocking_wait_timeout", "timeout_at_work", "exception_at_work", "failure_at_work",
-    "ops_failed", "taking_down", "watchdog_terminated", "heartbeat_timeout", "heartbeat_kill", "watchdog_stuck",
-    "comm_aborted", "remote_abort", "desync_timeout",
+    "watchdog_timeout",
+    "blocking_wait_timeout",
+    "timeout_at_work",
+    "exception_at_work",
+    "failure_at_work",
+    "ops_failed",
+    "taking_down",
+    "watchdog_terminated",
+    "heartbeat_timeout",
+    "heartbeat_kill",
+    "watchdog_stuck",
+    "comm_aborted",
+    "remote_abort",
+    "desync_timeout",
 )
 # Exceptions whose cause another rule reports (NCCL errors: LS901/LS302, CUDA and OOM: LS401).
 NCCL_OR_CUDA = r"(?i)DistBackendError|NCCL|OutOfMemory|CUDA|cuda|ProcessGroup"
@@ -52,7 +63,11 @@ def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     """
     if frame.is_empty():
         return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
-    labels = [pl.col(c).cast(pl.Int64) for c in ("global_rank", "torch_rank", "mpi_rank", "task") if c in frame.columns]
+    labels = [
+        pl.col(c).cast(pl.Int64)
+        for c in ("global_rank", "torch_rank", "mpi_rank", "task")
+        if c in frame.columns
+    ]
     out = frame.with_columns(job_rank=pl.coalesce(labels) if labels else pl.lit(None, pl.Int64))
     procs = job.processes
     # One host in the processes table is a single-host job only when it holds every rank: the ranks of a node
@@ -60,7 +75,9 @@ def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     whole = job.world_size is None or procs.height >= job.world_size
     if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1 and whole:
         by_dev = (
-            procs.select(pl.col("cuda_dev").cast(pl.Int64).alias("local_rank"), pl.col("global_rank").alias("_by_dev"))
+            procs.select(
+                pl.col("cuda_dev").cast(pl.Int64).alias("local_rank"), pl.col("global_rank").alias("_by_dev")
+            )
             .drop_nulls()
             .unique("local_rank", keep="none")
         )
@@ -105,7 +122,9 @@ def locations(frame: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
     part = pl.col("part") if "part" in frame.columns else pl.lit(0)
     return frame.select(
-        pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32), part.cast(pl.UInt8).alias("part")
+        pl.col("source_id").cast(pl.UInt16),
+        pl.col("line_no").cast(pl.UInt32),
+        part.cast(pl.UInt8).alias("part"),
     ).filter(pl.col("line_no").is_not_null())
 
 
@@ -137,15 +156,20 @@ class Death:
     def label(self, job: Job) -> str:
         if self.rank is not None:
             return describe_rank(job, self.rank)
-        where = [f"local rank {self.local_rank}" if self.local_rank is not None else None,
-                 self.host, f"pid {self.pid}" if self.pid is not None else None]
+        where = [
+            f"local rank {self.local_rank}" if self.local_rank is not None else None,
+            self.host,
+            f"pid {self.pid}" if self.pid is not None else None,
+        ]
         return "process " + ", ".join(w for w in where if w) if any(where) else "a process"
 
     def how(self) -> str:
         if self.category == "oom":
             return "was killed by the out-of-memory killer (SIGKILL)"
         if self.signal:
-            code = f" (exit code {self.exit_code})" if self.exit_code is not None and self.exit_code < 0 else ""
+            code = (
+                f" (exit code {self.exit_code})" if self.exit_code is not None and self.exit_code < 0 else ""
+            )
             return f"died from {self.signal}{code}"
         if self.exit_code is not None:
             return f"exited with code {self.exit_code}"
@@ -235,7 +259,8 @@ class ProcessExit(Rule):
         if ras.is_empty() or not {"event", "peer"} <= set(ras.columns):
             return
         dead = ras.filter((pl.col("event") == "dead_peer") & pl.col("peer").is_not_null()).with_columns(
-            peer_addr=pl.col("peer").str.extract(r"^([^<\s]+)<"))
+            peer_addr=pl.col("peer").str.extract(r"^([^<\s]+)<")
+        )
         if dead.is_empty():
             return
         addresses = address_hosts(job)
@@ -255,21 +280,31 @@ class ProcessExit(Rule):
                 ranks = []  # RAS names addresses, not ranks: without a one-to-one match, name the host only
             if set(ranks or on_host) <= ended and (ranks or on_host):
                 continue  # they tore their communicators down: a normal end that RAS saw as a lost peer
-            who = rows.join(reporters.select("source_id", "line_no", "job_rank"), on=["source_id", "line_no"],
-                            how="left")
+            who = rows.join(
+                reporters.select("source_id", "line_no", "job_rank"), on=["source_id", "line_no"], how="left"
+            )
             told = sorted({int(r) for r in who["job_rank"].drop_nulls()})
             all_of = bool(ranks) and ranks == on_host
             whole = f"every process on {host}" if all_of else f"{peers} process(es) on {host}"
             which = ranks_text(ranks) if ranks else "ranks not known"
             declared = pl.col("pattern") != "dead-peer"  # the declarations first: deadPeer lines pass them on
-            title = (f"NCCL's RAS declared {whole} dead ({which}): the node or its network went away "
-                     f"without an exit report; {len(told)} rank(s) on other hosts reported it and waited")
-            advice = (f"Find out what happened to {host}: the scheduler's node state (sinfo / scontrol show "
-                      "node), its kernel log and BMC (power, kernel panic, Xid or ECC errors), its network "
-                      "links. The other ranks' timeouts and aborts follow from its loss; exclude the node.")
+            title = (
+                f"NCCL's RAS declared {whole} dead ({which}): the node or its network went away "
+                f"without an exit report; {len(told)} rank(s) on other hosts reported it and waited"
+            )
+            advice = (
+                f"Find out what happened to {host}: the scheduler's node state (sinfo / scontrol show "
+                "node), its kernel log and BMC (power, kernel panic, Xid or ECC errors), its network "
+                "links. The other ranks' timeouts and aborts follow from its loss; exclude the node."
+            )
             yield self.finding(
-                job, title, evidence_rows=locations(rows.sort(declared, "source_id", "line_no")).head(4),
-                ranks=ranks, hosts=[host], severity=Severity.CRITICAL, advice=advice,
+                job,
+                title,
+                evidence_rows=locations(rows.sort(declared, "source_id", "line_no")).head(4),
+                ranks=ranks,
+                hosts=[host],
+                severity=Severity.CRITICAL,
+                advice=advice,
             )
 
     # -------------------------------------------------------------------------------------- assembly
@@ -288,7 +323,12 @@ class ProcessExit(Rule):
 
         def add(rank, host, pid, local_rank, signal, exit_code, reason, root, origin, sid, line, part):
             host = short_host(host)
-            if rank is None and pid is not None and pid in by_pid and (host is None or by_pid[pid]["host"] == host):
+            if (
+                rank is None
+                and pid is not None
+                and pid in by_pid
+                and (host is None or by_pid[pid]["host"] == host)
+            ):
                 rank = by_pid[pid]["global_rank"]
                 host = host or by_pid[pid]["host"]
             if host is None and rank is not None:
@@ -299,8 +339,17 @@ class ProcessExit(Rule):
             pid_key = ("pid", host, pid) if pid is not None else None
             if pid is not None and host is None and len(by_pid_keys.get(pid, ())) == 1:
                 pid_key = next(iter(by_pid_keys[pid]))
-            keys = [k for k in (("rank", rank) if rank is not None else None, pid_key,
-                                ("local", host, local_rank) if local_rank is not None and rank is None and pid is None else None) if k]
+            keys = [
+                k
+                for k in (
+                    ("rank", rank) if rank is not None else None,
+                    pid_key,
+                    ("local", host, local_rank)
+                    if local_rank is not None and rank is None and pid is None
+                    else None,
+                )
+                if k
+            ]
             if not keys:
                 keys = [("line", sid, line)]
             if pid is not None and host is not None and ("pid", None, pid) in alias:
@@ -326,8 +375,20 @@ class ProcessExit(Rule):
             d.rows.append((sid, line, part or 0))
 
         for r in rows.iter_rows(named=True) if not rows.is_empty() else ():
-            add(r["rank"], r["host"], r["pid"], r["local_rank"], r["signal"], r["exit_code"], r["reason"],
-                r["root_cause"], r["origin"], r["source_id"], r["line_no"], 0)
+            add(
+                r["rank"],
+                r["host"],
+                r["pid"],
+                r["local_rank"],
+                r["signal"],
+                r["exit_code"],
+                r["reason"],
+                r["root_cause"],
+                r["origin"],
+                r["source_id"],
+                r["line_no"],
+                0,
+            )
         for r in with_job_rank(job, spawn).iter_rows(named=True) if not spawn.is_empty() else ():
             signal = r.get("signal_name")
             code = r.get("exit_code")
@@ -335,7 +396,20 @@ class ProcessExit(Rule):
                 signal = SIGNAL_NAMES.get(-code)
             local = r.get("spawn_index")
             rank = _rank_of_local(job, local)
-            add(rank, r.get("host"), None, local, signal, code, None, False, "spawn", r["source_id"], r["line_no"], r["part"])
+            add(
+                rank,
+                r.get("host"),
+                None,
+                local,
+                signal,
+                code,
+                None,
+                False,
+                "spawn",
+                r["source_id"],
+                r["line_no"],
+                r["part"],
+            )
         found = [d for d in deaths.values() if d.signal or d.exit_code not in (None, 0) or d.reason]
         if found:
             # An exit code the launcher reports says that a process failed, its traceback says why: a rank
@@ -353,17 +427,36 @@ class ProcessExit(Rule):
                     d.rows.insert(0, (r["source_id"], r["line_no"], r["part"] or 0))
         if not found:
             for r in _uncaught(job):
-                add(r["job_rank"], r.get("host"), r.get("pid"), r.get("local_rank"), None, None, r["what"], False,
-                    "traceback", r["source_id"], r["line_no"], r["part"])
+                add(
+                    r["job_rank"],
+                    r.get("host"),
+                    r.get("pid"),
+                    r.get("local_rank"),
+                    None,
+                    None,
+                    r["what"],
+                    False,
+                    "traceback",
+                    r["source_id"],
+                    r["line_no"],
+                    r["part"],
+                )
             found = list(deaths.values())
             for d in found:
                 d.category = "uncaught"
         return found
 
     # -------------------------------------------------------------------------------------- classification
-    def _classify(self, d: Death, teardown: dict[int, int], exceptions: dict[int, tuple[int, str]],
-                  oom_rows: pl.DataFrame, first: int | None, by_root: bool,
-                  same_as_first: bool = False) -> None:
+    def _classify(
+        self,
+        d: Death,
+        teardown: dict[int, int],
+        exceptions: dict[int, tuple[int, str]],
+        oom_rows: pl.DataFrame,
+        first: int | None,
+        by_root: bool,
+        same_as_first: bool = False,
+    ) -> None:
         came_first = (d.root_cause if by_root else d.first == first) or same_as_first
         if d.category == "uncaught":
             related = re.search(NCCL_OR_CUDA, d.reason or "")
@@ -408,7 +501,9 @@ class ProcessExit(Rule):
             ranks = sorted({d.rank for d in members if d.rank is not None})
             hosts = sorted({d.host for d in members if d.host})
             if len(ranks) == len(members) and len(ranks) > 2:
-                who = f"{len(ranks)} ranks ({ranks_text(ranks)})" + (f" on {', '.join(hosts[:4])}" if hosts else "")
+                who = f"{len(ranks)} ranks ({ranks_text(ranks)})" + (
+                    f" on {', '.join(hosts[:4])}" if hosts else ""
+                )
             elif len(ranks) == len(members):
                 who = names(job, ranks)
             elif not ranks and all(d.label(job) == "a process" for d in members):
@@ -419,68 +514,99 @@ class ProcessExit(Rule):
             how = lead.how()
             title, advice = self._wording(category, who, how, lead, first_death, job)
             evidence = pl.DataFrame(
-                [r for d in members for r in d.rows], schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+                [r for d in members for r in d.rows],
+                schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
                 orient="row",
             )
             if category == "oom" and not oom_rows.is_empty():
                 evidence = pl.concat([locations(oom_rows).head(2), evidence])
             yield self.finding(
-                job, title, evidence_rows=evidence, ranks=ranks, hosts=hosts,
-                severity=max(d.severity for d in members), advice=advice,
+                job,
+                title,
+                evidence_rows=evidence,
+                ranks=ranks,
+                hosts=hosts,
+                severity=max(d.severity for d in members),
+                advice=advice,
             )
 
-    def _wording(self, category: str, who: str, how: str, lead: Death, first: Death | None,
-                 job: Job) -> tuple[str, str]:
+    def _wording(
+        self, category: str, who: str, how: str, lead: Death, first: Death | None, job: Job
+    ) -> tuple[str, str]:
         earlier = ""
         if first is not None and first is not lead and first.first < lead.first:
             earlier = f", after {first.label(job)} {first.how()}"
         if category == "crash":
-            return (f"{who} {how}: the process crashed",
-                    "Find what crashed: enable core dumps (ulimit -c unlimited) or faulthandler / "
-                    "TORCH_SHOW_CPP_STACKTRACES=1, and check custom CUDA extensions, data loader workers and "
-                    "library versions. Its peers' timeouts and aborts follow from this crash.")
+            return (
+                f"{who} {how}: the process crashed",
+                "Find what crashed: enable core dumps (ulimit -c unlimited) or faulthandler / "
+                "TORCH_SHOW_CPP_STACKTRACES=1, and check custom CUDA extensions, data loader workers and "
+                "library versions. Its peers' timeouts and aborts follow from this crash.",
+            )
         if category == "oom":
-            return (f"{who} {how}: host memory ran out",
-                    "Check dmesg / the Slurm job record for the OOM killer and reduce host memory use (data "
-                    "loader workers, pinned memory, prefetching, large CPU copies) or request more memory.")
+            return (
+                f"{who} {how}: host memory ran out",
+                "Check dmesg / the Slurm job record for the OOM killer and reduce host memory use (data "
+                "loader workers, pinned memory, prefetching, large CPU copies) or request more memory.",
+            )
         if category == "killed":
-            return (f"{who} {how}: the out-of-memory killer or a hard kill (kill -9, a scheduler) ended it",
-                    "Check dmesg for the OOM killer and the scheduler's record for a kill; the other ranks' "
-                    "failures follow from this one.")
+            return (
+                f"{who} {how}: the out-of-memory killer or a hard kill (kill -9, a scheduler) ended it",
+                "Check dmesg for the OOM killer and the scheduler's record for a kill; the other ranks' "
+                "failures follow from this one.",
+            )
         if category == "teardown":
-            return (f"{who} aborted (SIGABRT){earlier}: PyTorch's watchdog took the process down after a timeout "
-                    "or NCCL error (a consequence)",
-                    "These aborts are the watchdog's teardown; look at the finding that explains the timeout "
-                    "or NCCL error first.")
+            return (
+                f"{who} aborted (SIGABRT){earlier}: PyTorch's watchdog took the process down after a timeout "
+                "or NCCL error (a consequence)",
+                "These aborts are the watchdog's teardown; look at the finding that explains the timeout "
+                "or NCCL error first.",
+            )
         if category == "abort":
-            return (f"{who} aborted (SIGABRT) with no watchdog timeout or NCCL error logged before it",
-                    "An abort without a watchdog timeout is usually a failed assertion or std::terminate in "
-                    "native code: look at the lines just before the abort on this rank and enable core dumps.")
+            return (
+                f"{who} aborted (SIGABRT) with no watchdog timeout or NCCL error logged before it",
+                "An abort without a watchdog timeout is usually a failed assertion or std::terminate in "
+                "native code: look at the lines just before the abort on this rank and enable core dumps.",
+            )
         if category == "abort-later":
-            return (f"{who} aborted (SIGABRT){earlier}",
-                    "These aborts came after another process failed; start from the first failure.")
+            return (
+                f"{who} aborted (SIGABRT){earlier}",
+                "These aborts came after another process failed; start from the first failure.",
+            )
         if category == "stopped":
-            return (f"{who} {how}{earlier}: stopped by the launcher or the scheduler (a consequence)",
-                    "Launchers terminate the remaining workers once one fails; start from the first failure.")
+            return (
+                f"{who} {how}{earlier}: stopped by the launcher or the scheduler (a consequence)",
+                "Launchers terminate the remaining workers once one fails; start from the first failure.",
+            )
         if category == "after-exception":
-            return (f"{who} {how} after {lead.because}",
-                    "The exception is the cause: see the NCCL or CUDA error finding for this rank.")
+            return (
+                f"{who} {how} after {lead.because}",
+                "The exception is the cause: see the NCCL or CUDA error finding for this rank.",
+            )
         if category == "uncaught":
-            return (f"{who} ended with an uncaught {lead.reason} (a Python traceback from the top level of the "
-                    "script; no launcher exit report)",
-                    "The exception is what ended the process: read its traceback; if it is an NCCL or CUDA "
-                    "error, the finding for that error explains the cause.")
+            return (
+                f"{who} ended with an uncaught {lead.reason} (a Python traceback from the top level of the "
+                "script; no launcher exit report)",
+                "The exception is what ended the process: read its traceback; if it is an NCCL or CUDA "
+                "error, the finding for that error explains the cause.",
+            )
         if category == "exit-first" and lead.because:
-            return (f"{who} {how}, the first process to fail: uncaught {lead.because} at the top level "
-                    "of the script",
-                    "The exception ended the process before or while the job started, and the other ranks "
-                    "waited for it: fix what its traceback names (a missing package or module on that node's "
-                    "image, a bad path or argument); the others' timeouts follow from it.")
+            return (
+                f"{who} {how}, the first process to fail: uncaught {lead.because} at the top level "
+                "of the script",
+                "The exception ended the process before or while the job started, and the other ranks "
+                "waited for it: fix what its traceback names (a missing package or module on that node's "
+                "image, a bad path or argument); the others' timeouts follow from it.",
+            )
         if category == "exit-first":
-            return (f"{who} {how}, the first process to fail",
-                    "Look at this rank's Python traceback (or its error file) for the exception that ended it.")
-        return (f"{who} {how}{earlier}",
-                "These exits came after another process failed; start from the first failure.")
+            return (
+                f"{who} {how}, the first process to fail",
+                "Look at this rank's Python traceback (or its error file) for the exception that ended it.",
+            )
+        return (
+            f"{who} {how}{earlier}",
+            "These exits came after another process failed; start from the first failure.",
+        )
 
     def _scheduler(self, job: Job, exits: pl.DataFrame) -> Iterator[Finding]:
         if exits.is_empty() or "event" not in exits.columns:
@@ -488,10 +614,21 @@ class ProcessExit(Rule):
         nodes = exits.filter(pl.col("event") == "slurm_node_failure")
         if nodes.height:
             hosts = sorted({short_host(h) for h in nodes["exit_host"].drop_nulls().to_list()})
-            ranks = [int(r) for r in job.processes.filter(pl.col("host").is_in(hosts))["global_rank"].drop_nulls()] if not job.processes.is_empty() else []
+            ranks = (
+                [
+                    int(r)
+                    for r in job.processes.filter(pl.col("host").is_in(hosts))["global_rank"].drop_nulls()
+                ]
+                if not job.processes.is_empty()
+                else []
+            )
             yield self.finding(
-                job, f"Slurm reported a node failure on {', '.join(hosts)}: every process on it died",
-                evidence_rows=locations(nodes), ranks=ranks, hosts=hosts, severity=Severity.CRITICAL,
+                job,
+                f"Slurm reported a node failure on {', '.join(hosts)}: every process on it died",
+                evidence_rows=locations(nodes),
+                ranks=ranks,
+                hosts=hosts,
+                severity=Severity.CRITICAL,
                 advice="Drain the node and check its hardware and kernel logs (GPU Xid, ECC, power, network).",
             )
         cancelled = exits.filter(pl.col("event") == "slurm_cancelled")
@@ -501,18 +638,25 @@ class ProcessExit(Rule):
                 hosts = sorted({short_host(h) for h in group["exit_host"].drop_nulls().to_list()})
                 when = group["cancel_time"].drop_nulls().first() if "cancel_time" in group.columns else None
                 if reason == "TIME LIMIT":
-                    title = (f"Slurm cancelled the job at its time limit{f' ({when})' if when else ''}: every "
-                             "process was killed; the job had stopped making progress or needed more time")
-                    advice = ("If the job was hanging, the other findings say where; otherwise raise the time "
-                              "limit. Dump the stacks (py-spy dump) of a job that stops progressing before the "
-                              "limit kills it.")
+                    title = (
+                        f"Slurm cancelled the job at its time limit{f' ({when})' if when else ''}: every "
+                        "process was killed; the job had stopped making progress or needed more time"
+                    )
+                    advice = (
+                        "If the job was hanging, the other findings say where; otherwise raise the time "
+                        "limit. Dump the stacks (py-spy dump) of a job that stops progressing before the "
+                        "limit kills it."
+                    )
                     severity = Severity.ERROR
                 else:
-                    title = f"Slurm cancelled the job due to {reason.lower()} on {', '.join(hosts) or 'a node'}"
+                    title = (
+                        f"Slurm cancelled the job due to {reason.lower()} on {', '.join(hosts) or 'a node'}"
+                    )
                     advice = "Check the Slurm controller log (sacct, scontrol show job) for why."
                     severity = Severity.CRITICAL if "NODE FAILURE" in reason else Severity.ERROR
-                yield self.finding(job, title, evidence_rows=locations(group), hosts=hosts, severity=severity,
-                                   advice=advice)
+                yield self.finding(
+                    job, title, evidence_rows=locations(group), hosts=hosts, severity=severity, advice=advice
+                )
 
 
 def _rank_of_local(job: Job, local: int | None) -> int | None:
@@ -563,7 +707,9 @@ def _uncaught(job: Job) -> list[dict]:
     )
     tracebacks = rows.filter(pl.col("event") == "traceback").select(*stream, "tb", "line_no")
     first_frames = tracebacks.select("source_id", (pl.col("line_no") + 1).alias("line_no")).join(
-        lines.filter(pl.col("part") == 0).select("source_id", "line_no", "text"), on=["source_id", "line_no"], how="left"
+        lines.filter(pl.col("part") == 0).select("source_id", "line_no", "text"),
+        on=["source_id", "line_no"],
+        how="left",
     )
     top = first_frames.filter(pl.col("text").fill_null("").str.contains(MODULE_FRAME)).select(
         "source_id", (pl.col("line_no") - 1).alias("line_no")
@@ -571,7 +717,11 @@ def _uncaught(job: Job) -> list[dict]:
     tracebacks = tracebacks.join(top, on=["source_id", "line_no"], how="semi")
     if tracebacks.is_empty() or "error_class" not in rows.columns:
         return []
-    ends = rows.filter((pl.col("tb") > 0) & pl.col("error_class").is_not_null()).group_by(*stream, "tb").agg(pl.all().first())
+    ends = (
+        rows.filter((pl.col("tb") > 0) & pl.col("error_class").is_not_null())
+        .group_by(*stream, "tb")
+        .agg(pl.all().first())
+    )
     out = []
     matched = ends.join(tracebacks.select(*stream, "tb"), on=[*stream, "tb"], how="inner", nulls_equal=True)
     for r in matched.sort("line_no").iter_rows(named=True):
@@ -586,7 +736,9 @@ def _teardown_ranks(job: Job) -> dict[int, int]:
     found: dict[int, int] = {}
 
     def note(frame: pl.DataFrame) -> None:
-        for rank, sid, line in with_job_rank(job, frame).select("job_rank", "source_id", "line_no").iter_rows():
+        for rank, sid, line in (
+            with_job_rank(job, frame).select("job_rank", "source_id", "line_no").iter_rows()
+        ):
             if rank is not None:
                 found.setdefault(int(rank), order_key(sid, line))
 
@@ -594,8 +746,15 @@ def _teardown_ranks(job: Job) -> dict[int, int]:
     if not torch.is_empty() and "event" in torch.columns:
         rows = torch.filter(pl.col("event").is_in(TEARDOWN_TORCH_EVENTS))
         if "pg_rank" in rows.columns:
-            rows = rows.with_columns(torch_rank=pl.coalesce(
-                *[pl.col(c).cast(pl.Int64) for c in ("torch_rank", "task", "mpi_rank", "pg_rank") if c in rows.columns]))
+            rows = rows.with_columns(
+                torch_rank=pl.coalesce(
+                    *[
+                        pl.col(c).cast(pl.Int64)
+                        for c in ("torch_rank", "task", "mpi_rank", "pg_rank")
+                        if c in rows.columns
+                    ]
+                )
+            )
         note(rows)
     comms = job.table("comms")
     if not comms.is_empty() and "what" in comms.columns:
@@ -616,9 +775,13 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
     if not apps.is_empty() and "error_class" in apps.columns:
         rows = with_job_rank(job, apps.filter(pl.col("error_class").is_not_null()))
         for r in rows.iter_rows(named=True):
-            text = " ".join(str(r.get(c) or "") for c in ("error_class", "nccl_error", "cuda_error", "detail"))
+            text = " ".join(
+                str(r.get(c) or "") for c in ("error_class", "nccl_error", "cuda_error", "detail")
+            )
             if r["job_rank"] is not None and pl.Series([text]).str.contains(NCCL_OR_CUDA)[0]:
-                what = "raising " + r["error_class"] + (f" ({r['nccl_error']})" if r.get("nccl_error") else "")
+                what = (
+                    "raising " + r["error_class"] + (f" ({r['nccl_error']})" if r.get("nccl_error") else "")
+                )
                 found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     failed_tests = nccl_tests_failures(job)
     if "job_rank" in failed_tests.columns:
@@ -627,7 +790,12 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
         what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
         found.setdefault(int(r["job_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     tests = job.table("nccltests")
-    if not tests.is_empty() and "event" in tests.columns and "test_pid" in tests.columns and not job.processes.is_empty():
+    if (
+        not tests.is_empty()
+        and "event" in tests.columns
+        and "test_pid" in tests.columns
+        and not job.processes.is_empty()
+    ):
         failures = (
             tests.filter(pl.col("event").is_in(["test_nccl_failure", "test_cuda_failure", "test_failure"]))
             .sort("source_id", "line_no")
@@ -635,9 +803,13 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
             .filter(pl.col("test_pid").is_not_null())
             .select("source_id", "line_no", "test_pid", "test_host", "test_error")
         )
-        procs = job.processes.select(pl.col("pid").alias("test_pid"), pl.col("host").alias("_host"), "global_rank")
+        procs = job.processes.select(
+            pl.col("pid").alias("test_pid"), pl.col("host").alias("_host"), "global_rank"
+        )
         for r in failures.join(procs, on="test_pid", how="inner").iter_rows(named=True):
-            if r["global_rank"] is not None and (r["test_host"] is None or short_host(r["test_host"]) == r["_host"]):
+            if r["global_rank"] is not None and (
+                r["test_host"] is None or short_host(r["test_host"]) == r["_host"]
+            ):
                 what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
                 found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     return found
@@ -660,12 +832,21 @@ def nccl_tests_failures(job: Job) -> pl.DataFrame:
     if failures.is_empty():
         return failures
     host = pl.col("test_host").str.split(".").list.first()
-    devices = tests.filter(pl.col("event") == "device").select(
-        host.alias("_h"), pl.col("test_pid").alias("_pid"), pl.col("rank").cast(pl.Int64).alias("_dev_rank")
-    ).drop_nulls().unique(["_h", "_pid"])
-    traces = tests.filter((pl.col("event") == "test_failure") & pl.col("test_pid").is_not_null()).select(
-        host.alias("_h"), pl.col("test_pid").alias("_pid")
-    ).unique()
+    devices = (
+        tests.filter(pl.col("event") == "device")
+        .select(
+            host.alias("_h"),
+            pl.col("test_pid").alias("_pid"),
+            pl.col("rank").cast(pl.Int64).alias("_dev_rank"),
+        )
+        .drop_nulls()
+        .unique(["_h", "_pid"])
+    )
+    traces = (
+        tests.filter((pl.col("event") == "test_failure") & pl.col("test_pid").is_not_null())
+        .select(host.alias("_h"), pl.col("test_pid").alias("_pid"))
+        .unique()
+    )
     # Only a host with one failing process says which one printed the failure.
     traced = traces.join(devices, on=["_h", "_pid"], how="inner").unique("_h", keep="none")
     traced = traced.select("_h", _traced="_dev_rank")

@@ -14,8 +14,8 @@ grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1).
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import polars as pl
 
@@ -79,10 +79,18 @@ def timeouts(job: Job) -> pl.DataFrame:
     states = _work_states(job)
     if not states.is_empty():
         # Sorted by line, then source (a total order: rows keep it, and equal lines of two files tie).
-        follow = states.select("source_id", "job_rank", "line_no", "part", pl.col("pg").alias("next_pg")).sort(
-            "line_no", "source_id", "part").drop("part")
+        follow = (
+            states.select("source_id", "job_rank", "line_no", "part", pl.col("pg").alias("next_pg"))
+            .sort("line_no", "source_id", "part")
+            .drop("part")
+        )
         rows = rows.sort("line_no", "source_id", "part").join_asof(
-            follow, on="line_no", by=["source_id", "job_rank"], strategy="forward", tolerance=8, check_sortedness=False
+            follow,
+            on="line_no",
+            by=["source_id", "job_rank"],
+            strategy="forward",
+            tolerance=8,
+            check_sortedness=False,
         )
     else:
         rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
@@ -112,13 +120,14 @@ def _work_states(job: Job) -> pl.DataFrame:
     if torch.is_empty() or "event" not in torch.columns:
         return pl.DataFrame()
     rows = torch.filter(pl.col("event").is_in(WORK_STATE_EVENTS))
-    plausible = lambda c: pl.when(pl.col(c).is_between(-1, PLAUSIBLE_SEQ)).then(pl.col(c))  # noqa: E731
+    plausible = lambda c: pl.when(pl.col(c).is_between(-1, PLAUSIBLE_SEQ)).then(pl.col(c))
     return rows.with_columns(
         job_rank=pl.coalesce(pl.col("torch_rank"), pl.col("pg_rank")).cast(pl.Int64),
         pg=pg_key(),
         last_enqueued=plausible("last_enqueued"),
         last_completed=plausible("last_completed"),
-        implausible=~pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ) | ~pl.col("last_enqueued").is_between(-1, PLAUSIBLE_SEQ),
+        implausible=~pl.col("last_completed").is_between(-1, PLAUSIBLE_SEQ)
+        | ~pl.col("last_enqueued").is_between(-1, PLAUSIBLE_SEQ),
     )
 
 
@@ -135,10 +144,14 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
     if coll.is_empty():
         return coll.with_columns(position=pl.lit(None, pl.Int64))
     if stats is None or stats.is_empty():
-        stats = coll.sort("ordinal", "source_id", "line_no", "part").group_by("comm_uid", "rank").agg(
-            steady=(pl.col("opcount").diff().drop_nulls() > 0).all(),
-            min_opcount=pl.col("opcount").min(),
-            calls=pl.len(),
+        stats = (
+            coll.sort("ordinal", "source_id", "line_no", "part")
+            .group_by("comm_uid", "rank")
+            .agg(
+                steady=(pl.col("opcount").diff().drop_nulls() > 0).all(),
+                min_opcount=pl.col("opcount").min(),
+                calls=pl.len(),
+            )
         )
     reliable = stats.group_by("comm_uid").agg(
         use=(pl.col("steady") & (pl.col("min_opcount") <= 1).fill_null(False)).all()
@@ -148,7 +161,9 @@ def positioned(coll: pl.DataFrame, stats: pl.DataFrame | None = None) -> pl.Data
     unread = coll.filter(pl.col("opcount").is_null())["comm_uid"].unique().implode()
     by_opcount = reliable.filter(pl.col("use") & ~pl.col("comm_uid").is_in(unread))["comm_uid"].to_list()
     return coll.with_columns(
-        position=pl.when(pl.col("comm_uid").is_in(by_opcount)).then(pl.col("opcount")).otherwise(pl.col("ordinal"))
+        position=pl.when(pl.col("comm_uid").is_in(by_opcount))
+        .then(pl.col("opcount"))
+        .otherwise(pl.col("ordinal"))
     )
 
 
@@ -162,9 +177,16 @@ def with_signature(coll: pl.DataFrame) -> pl.DataFrame:
 
 def per_position(coll: pl.DataFrame) -> pl.DataFrame:
     """Per (comm_uid, ordinal) of positioned calls: how many, how many signatures, whether all are p2p."""
-    return with_signature(coll).group_by("comm_uid", "ordinal").agg(
-        n=pl.len(), kinds=pl.col("sig").n_unique(), p2p=pl.col("is_p2p").all(), nranks=pl.col("nranks").max(),
-        ops=pl.col("op").unique().sort(),
+    return (
+        with_signature(coll)
+        .group_by("comm_uid", "ordinal")
+        .agg(
+            n=pl.len(),
+            kinds=pl.col("sig").n_unique(),
+            p2p=pl.col("is_p2p").all(),
+            nranks=pl.col("nranks").max(),
+            ops=pl.col("op").unique().sort(),
+        )
     )
 
 
@@ -173,8 +195,10 @@ def first_divergences(positions: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFra
     (both sides send, or both receive)."""
     collectives = positions.filter(~pl.col("p2p") & (pl.col("kinds") > 1))
     pairs = positions.filter(pl.col("p2p") & (pl.col("n") == 2) & (pl.col("ops").list.len() == 1))
-    return tuple(frame.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).sort("comm_uid")
-                 for frame in (collectives, pairs))
+    return tuple(
+        frame.sort("ordinal").group_by("comm_uid").agg(pl.all().first()).sort("comm_uid")
+        for frame in (collectives, pairs)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +232,21 @@ def members_last_calls(job: Job) -> pl.DataFrame:
     if coll.is_empty() or "comm_uid" not in coll.columns:
         return pl.DataFrame(schema={"comm_uid": pl.String, "ordinal": pl.Int64, "nranks": pl.Int64})
     # The columns kept, first: sorting every column of a 4096-rank job's window of calls held ~100 MB.
-    kept = ["comm_uid", "rank", "global_rank", "ordinal", "opcount", "op", "source_id", "line_no", "part", "host",
-            "pid", "dev", "nranks"]
+    kept = [
+        "comm_uid",
+        "rank",
+        "global_rank",
+        "ordinal",
+        "opcount",
+        "op",
+        "source_id",
+        "line_no",
+        "part",
+        "host",
+        "pid",
+        "dev",
+        "nranks",
+    ]
     coll = coll.select(kept).filter(pl.col("comm_uid").is_not_null())
     coll = positioned(coll, job.table("coll_stats")).with_columns(ordinal=pl.col("position"))
     # The last call of each member: by position, then by line (a member can log one position twice).
@@ -217,15 +254,37 @@ def members_last_calls(job: Job) -> pl.DataFrame:
         coll.sort("ordinal", "source_id", "line_no", "part")
         .group_by("comm_uid", "rank")
         .agg(pl.all().last())
-        .select("comm_uid", "rank", "global_rank", "ordinal", "op", "source_id", "line_no", "part", "host", "pid", "dev", "nranks")
+        .select(
+            "comm_uid",
+            "rank",
+            "global_rank",
+            "ordinal",
+            "op",
+            "source_id",
+            "line_no",
+            "part",
+            "host",
+            "pid",
+            "dev",
+            "nranks",
+        )
     )
     if not comms.is_empty():
         # Members that initialised a communicator with calls but never logged one of them: ordinal -1.
         members = comms.join(last.select("comm_uid").unique(), on="comm_uid", how="semi")
         silent = members.join(last.select("comm_uid", "rank"), on=["comm_uid", "rank"], how="anti").select(
-            "comm_uid", "rank", "global_rank", pl.lit(-1, pl.Int64).alias("ordinal"), pl.lit(None, pl.String).alias("op"),
-            "source_id", "line_no", pl.lit(0, pl.UInt8).alias("part"), "host", "pid",
-            pl.col("cuda_dev").alias("dev"), "nranks",
+            "comm_uid",
+            "rank",
+            "global_rank",
+            pl.lit(-1, pl.Int64).alias("ordinal"),
+            pl.lit(None, pl.String).alias("op"),
+            "source_id",
+            "line_no",
+            pl.lit(0, pl.UInt8).alias("part"),
+            "host",
+            "pid",
+            pl.col("cuda_dev").alias("dev"),
+            "nranks",
         )
         last = pl.concat([last, silent], how="diagonal_relaxed")
     # Communicators by uid, members by rank, then where their line is: the same order on every run.
@@ -251,8 +310,11 @@ def _stopped_after(job: Job, coll: pl.DataFrame, uid: str, ordinal: int) -> bool
     a run that goes on."""
     last = coll.filter(pl.col("comm_uid") == uid)["ordinal"].max()
     inst = job.table("communicators")
-    ended = (not inst.is_empty() and {"comm_uid", "ended"} <= set(inst.columns)
-             and inst.filter((pl.col("comm_uid") == uid) & pl.col("ended").is_not_null()).height > 0)
+    ended = (
+        not inst.is_empty()
+        and {"comm_uid", "ended"} <= set(inst.columns)
+        and inst.filter((pl.col("comm_uid") == uid) & pl.col("ended").is_not_null()).height > 0
+    )
     return last is not None and last - ordinal <= STOP_TAIL and not ended
 
 
@@ -264,7 +326,10 @@ def hang_evidence(job: Job) -> bool:
     if not comms.is_empty() and comms.filter(pl.col("what") == "Abort").height:
         return True
     lines = job.lines
-    if not lines.is_empty() and lines.select(((pl.col("producer") == "nccl") & (pl.col("level") == "WARN")).any()).item():
+    if (
+        not lines.is_empty()
+        and lines.select(((pl.col("producer") == "nccl") & (pl.col("level") == "WARN")).any()).item()
+    ):
         return True
     exits = job.table("exits")
     return not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height > 0
@@ -335,7 +400,9 @@ class RankBehind(Rule):
         # Only the lagging communicators are split out (one group each took ~0.05 ms: 0.2 s over a 4096-rank
         # job's thousands); in the order of members_last_calls, as comm_progress gives them.
         last = members_last_calls(job)
-        for progress in progress_of(last.filter(pl.col("comm_uid").is_in(sorted(lagging)))) if lagging else []:
+        for progress in (
+            progress_of(last.filter(pl.col("comm_uid").is_in(sorted(lagging)))) if lagging else []
+        ):
             finding = self._from_collectives(job, progress, failing)
             if finding:
                 reported.update(finding.ranks)
@@ -349,13 +416,23 @@ class RankBehind(Rule):
         ordinal = pl.col("ordinal")
         front = ordinal.max()
         behind = ordinal < front
-        screen = members_last_calls(job).group_by("comm_uid").agg(
-            members=pl.len(), behind=behind.sum(), gap=front - ordinal.filter(behind).max(),
+        screen = (
+            members_last_calls(job)
+            .group_by("comm_uid")
+            .agg(
+                members=pl.len(),
+                behind=behind.sum(),
+                gap=front - ordinal.filter(behind).max(),
+            )
         )
-        return set(screen.filter(
-            (pl.col("members") >= 2) & (pl.col("behind") > 0) & (pl.col("behind") * 2 < pl.col("members"))
-            & (pl.lit(failing) | (pl.col("gap") >= 2))
-        )["comm_uid"].to_list())
+        return set(
+            screen.filter(
+                (pl.col("members") >= 2)
+                & (pl.col("behind") > 0)
+                & (pl.col("behind") * 2 < pl.col("members"))
+                & (pl.lit(failing) | (pl.col("gap") >= 2))
+            )["comm_uid"].to_list()
+        )
 
     def _from_collectives(self, job: Job, progress: CommProgress, failing: bool) -> Finding | None:
         last = progress.last
@@ -378,11 +455,22 @@ class RankBehind(Rule):
             f"{progress.uid} ({progress.nranks} ranks): last call #{stuck_at}, while {ahead.height} rank(s) "
             f"went on to #{front + 1}"
         )
-        rows = pl.concat([behind.select("source_id", "line_no", "part"), ahead.head(2).select("source_id", "line_no", "part")])
+        rows = pl.concat(
+            [
+                behind.select("source_id", "line_no", "part"),
+                ahead.head(2).select("source_id", "line_no", "part"),
+            ]
+        )
         return self.finding(
-            job, title, evidence_rows=rows.filter(pl.col("line_no").is_not_null()), ranks=ranks,
-            severity=Severity.CRITICAL if failing else Severity.ERROR, advice=stack_advice(job, ranks),
-            comm=progress.uid, seq=stuck_at + 1, op=missing_op,
+            job,
+            title,
+            evidence_rows=rows.filter(pl.col("line_no").is_not_null()),
+            ranks=ranks,
+            severity=Severity.CRITICAL if failing else Severity.ERROR,
+            advice=stack_advice(job, ranks),
+            comm=progress.uid,
+            seq=stuck_at + 1,
+            op=missing_op,
         )
 
     def _from_torch(self, job: Job, reported: set[int]) -> Iterator[Finding]:
@@ -394,30 +482,63 @@ class RankBehind(Rule):
         waiting = set(timed_out["job_rank"].drop_nulls().to_list()) if not timed_out.is_empty() else set()
         for (pg,), group in _by_pg(timed_out, states):
             t_rows, s_rows = group
-            reporters = set(t_rows["job_rank"].drop_nulls().to_list()) | set(s_rows["job_rank"].drop_nulls().to_list())
+            reporters = set(t_rows["job_rank"].drop_nulls().to_list()) | set(
+                s_rows["job_rank"].drop_nulls().to_list()
+            )
             laggards: list[int] = []
             evidence = t_rows.select("source_id", "line_no", "part").head(3)
-            seq = int(t_rows["seq"].mode().sort(nulls_last=True).first()) if t_rows.height and t_rows["seq"].drop_nulls().len() else None
-            op = t_rows["op_type"].mode().sort(nulls_last=True).first() if t_rows.height and t_rows["op_type"].drop_nulls().len() else None
-            enq = s_rows.filter(pl.col("last_enqueued").is_not_null()).group_by("job_rank").agg(pl.col("last_enqueued").max())
+            seq = (
+                int(t_rows["seq"].mode().sort(nulls_last=True).first())
+                if t_rows.height and t_rows["seq"].drop_nulls().len()
+                else None
+            )
+            op = (
+                t_rows["op_type"].mode().sort(nulls_last=True).first()
+                if t_rows.height and t_rows["op_type"].drop_nulls().len()
+                else None
+            )
+            enq = (
+                s_rows.filter(pl.col("last_enqueued").is_not_null())
+                .group_by("job_rank")
+                .agg(pl.col("last_enqueued").max())
+            )
             if enq.height >= 2 and enq["last_enqueued"].n_unique() > 1:
                 low = enq["last_enqueued"].min()
                 candidates = enq.filter(pl.col("last_enqueued") == low)
                 if candidates.height * 2 < enq.height:
                     laggards = sorted(candidates["job_rank"].to_list())
-                    evidence = pl.concat([s_rows.filter(pl.col("job_rank").is_in(laggards)).select("source_id", "line_no", "part").head(3), evidence])
+                    evidence = pl.concat(
+                        [
+                            s_rows.filter(pl.col("job_rank").is_in(laggards))
+                            .select("source_id", "line_no", "part")
+                            .head(3),
+                            evidence,
+                        ]
+                    )
             if not laggards and pg.split(" ")[0] == DEFAULT_PG and world and len(reporters) * 2 > world:
                 # A rank whose watchdog fired in another group was waiting there, not stuck outside NCCL.
                 laggards = sorted(set(rank_range(world)) - reporters - waiting)
             laggards = [r for r in laggards if r not in reported]
             if not laggards:
                 continue
-            names = ", ".join(describe_rank(job, r) for r in laggards[:4]) + (" …" if len(laggards) > 4 else "")
-            where = f"{op} #{seq}" if op and seq else (f"work #{seq}" if seq else "the collective its peers wait in")
+            names = ", ".join(describe_rank(job, r) for r in laggards[:4]) + (
+                " …" if len(laggards) > 4 else ""
+            )
+            where = (
+                f"{op} #{seq}"
+                if op and seq
+                else (f"work #{seq}" if seq else "the collective its peers wait in")
+            )
             title = f"{names} never joined {where} of process group {pg}; {len(reporters)} rank(s) timed out waiting"
             yield self.finding(
-                job, title, evidence_rows=evidence, ranks=laggards, advice=stack_advice(job, laggards),
-                pg=pg, seq=seq, op=op,
+                job,
+                title,
+                evidence_rows=evidence,
+                ranks=laggards,
+                advice=stack_advice(job, laggards),
+                pg=pg,
+                seq=seq,
+                op=op,
             )
 
 
@@ -438,9 +559,26 @@ def _by_pg(timed_out: pl.DataFrame, states: pl.DataFrame):
         t = timed_out.filter(pl.col("pg") == key) if not timed_out.is_empty() else timed_out
         s = states.filter(pl.col("pg") == key) if not states.is_empty() else states
         if t.is_empty():
-            t = pl.DataFrame(schema={"job_rank": pl.Int64, "seq": pl.Int64, "op_type": pl.String, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+            t = pl.DataFrame(
+                schema={
+                    "job_rank": pl.Int64,
+                    "seq": pl.Int64,
+                    "op_type": pl.String,
+                    "source_id": pl.UInt16,
+                    "line_no": pl.UInt32,
+                    "part": pl.UInt8,
+                }
+            )
         if s.is_empty():
-            s = pl.DataFrame(schema={"job_rank": pl.Int64, "last_enqueued": pl.Int64, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+            s = pl.DataFrame(
+                schema={
+                    "job_rank": pl.Int64,
+                    "last_enqueued": pl.Int64,
+                    "source_id": pl.UInt16,
+                    "line_no": pl.UInt32,
+                    "part": pl.UInt8,
+                }
+            )
         yield (key,), (t, s)
 
 
@@ -508,9 +646,9 @@ class CollectiveMismatch(Rule):
         # A real mismatch hangs the job. Without any sign of failure, a divergence is more likely a COLL line
         # lost to interleaved output (which shifts the counted positions), so it is only a warning then.
         hung = hang_evidence(job)
-        coll = positioned(coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")).with_columns(
-            ordinal=pl.col("position")
-        )
+        coll = positioned(
+            coll.filter(pl.col("comm_uid").is_not_null()), job.table("coll_stats")
+        ).with_columns(ordinal=pl.col("position"))
         first, pairs = first_divergences(per_position(coll))
         coll = with_signature(coll)
         for row in first.iter_rows(named=True):
@@ -518,7 +656,9 @@ class CollectiveMismatch(Rule):
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
             # Signatures in the order of their first line; of two equally common, the first seen is the majority.
             at = at.sort("source_id", "line_no", "part")
-            counts = at.group_by("sig", maintain_order=True).agg(pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first())
+            counts = at.group_by("sig", maintain_order=True).agg(
+                pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first()
+            )
             majority = counts.sort("len", descending=True, maintain_order=True).row(0, named=True)
             minority = at.filter(pl.col("sig") != majority["sig"])
             if minority.height * 2 > at.height:
@@ -543,27 +683,49 @@ class CollectiveMismatch(Rule):
                     "wrong"
                 )
                 ranks = sorted(ranks + same)
-            before = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"] - 1))
-            rows = pl.concat([minority.head(2), at.filter(pl.col("sig") == majority["sig"]).head(2), before.head(1)])
+            before = coll.filter(
+                (pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"] - 1)
+            )
+            rows = pl.concat(
+                [minority.head(2), at.filter(pl.col("sig") == majority["sig"]).head(2), before.head(1)]
+            )
             yield self.finding(
-                job, title + suspect, evidence_rows=rows.select("source_id", "line_no", "part"), ranks=ranks,
-                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=odd["op"], advice=self._advice(), severity=severity,
+                job,
+                title + suspect,
+                evidence_rows=rows.select("source_id", "line_no", "part"),
+                ranks=ranks,
+                comm=row["comm_uid"],
+                seq=row["ordinal"] + 1,
+                op=odd["op"],
+                advice=self._advice(),
+                severity=severity,
             )
         for row in pairs.iter_rows(named=True):
             severity, suspect = _graded(job, coll, row, hung)
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
             op = at["op"].first()
             culprits = self._p2p_deviants(coll, row["comm_uid"], row["ordinal"])
-            ranks = [int(r) for r in (culprits if culprits is not None else at)["global_rank"].drop_nulls().to_list()]
+            ranks = [
+                int(r)
+                for r in (culprits if culprits is not None else at)["global_rank"].drop_nulls().to_list()
+            ]
             who = (
                 f"rank(s) {_ranks_text(ranks)} call {op} where the same position of the other pipeline pairs calls "
                 f"{'Recv' if op == 'Send' else 'Send'}"
-                if culprits is not None else f"ranks {_ranks_text(ranks)}"
+                if culprits is not None
+                else f"ranks {_ranks_text(ranks)}"
             )
             title = f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call #{row['ordinal'] + 1}: a send/recv deadlock ({who})"
             yield self.finding(
-                job, title + suspect, evidence_rows=at.select("source_id", "line_no", "part"), ranks=ranks,
-                comm=row["comm_uid"], seq=row["ordinal"] + 1, op=op, advice=self._advice(), severity=severity,
+                job,
+                title + suspect,
+                evidence_rows=at.select("source_id", "line_no", "part"),
+                ranks=ranks,
+                comm=row["comm_uid"],
+                seq=row["ordinal"] + 1,
+                op=op,
+                advice=self._advice(),
+                severity=severity,
             )
 
     @staticmethod
@@ -573,12 +735,16 @@ class CollectiveMismatch(Rule):
         Pipeline stages repeat one schedule, so the other 2-rank point-to-point communicators show what
         each side should call at this position; None when there is no such majority to compare with.
         """
-        pairs = coll.filter(pl.col("op").is_in(P2P_OPS) & (pl.col("nranks") == 2) & (pl.col("ordinal") == ordinal))
+        pairs = coll.filter(
+            pl.col("op").is_in(P2P_OPS) & (pl.col("nranks") == 2) & (pl.col("ordinal") == ordinal)
+        )
         others = pairs.filter(pl.col("comm_uid") != uid)
         if others.is_empty():
             return None
         expected = others.group_by("rank").agg(pl.col("op").mode().sort().first().alias("expected"), pl.len())
-        mine = pairs.filter(pl.col("comm_uid") == uid).join(expected, on="rank", how="inner", maintain_order="left")
+        mine = pairs.filter(pl.col("comm_uid") == uid).join(
+            expected, on="rank", how="inner", maintain_order="left"
+        )
         deviants = mine.filter(pl.col("op") != pl.col("expected"))
         return deviants if 0 < deviants.height < mine.height else None
 
@@ -620,8 +786,13 @@ class CollectiveMismatch(Rule):
         culprit = pl.col("reporter").is_in(ranks)
         ev = pl.concat([reports.filter(culprit).head(3), reports.filter(~culprit).head(2)])
         yield self.finding(
-            job, title, evidence_rows=ev.select("source_id", "line_no", "part"), ranks=ranks,
-            seq=first["seq"], op=first["op"], advice=self._advice(),
+            job,
+            title,
+            evidence_rows=ev.select("source_id", "line_no", "part"),
+            ranks=ranks,
+            seq=first["seq"],
+            op=first["op"],
+            advice=self._advice(),
         )
 
     def _from_torch(self, job: Job) -> Iterator[Finding]:
@@ -629,25 +800,42 @@ class CollectiveMismatch(Rule):
         if rows.is_empty():
             return
         rows = rows.with_columns(
-            sig=pl.concat_str([pl.col("op_type").fill_null("-"), pl.col("numel_in").cast(pl.String).fill_null("-")], separator="|")
+            sig=pl.concat_str(
+                [pl.col("op_type").fill_null("-"), pl.col("numel_in").cast(pl.String).fill_null("-")],
+                separator="|",
+            )
         )
         for (pg, seq), group in rows.group_by("pg", "seq", maintain_order=True):
             per_rank = group.unique("job_rank", keep="first", maintain_order=True)
             if per_rank["sig"].n_unique() < 2:
-                if per_rank.height == 2 and per_rank["op_type"].n_unique() == 1 and per_rank["op_type"].first() in ("SEND", "RECV"):
+                if (
+                    per_rank.height == 2
+                    and per_rank["op_type"].n_unique() == 1
+                    and per_rank["op_type"].first() in ("SEND", "RECV")
+                ):
                     ranks = sorted(per_rank["job_rank"].drop_nulls().to_list())
                     op = per_rank["op_type"].first()
                     title = f"Both ranks {_ranks_text(ranks)} of process group {pg} wait in {op} #{seq}: a send/recv deadlock"
                     yield self.finding(
-                        job, title, evidence_rows=per_rank.select("source_id", "line_no", "part"), ranks=ranks,
-                        pg=pg, seq=seq, op=op, advice=self._advice(),
+                        job,
+                        title,
+                        evidence_rows=per_rank.select("source_id", "line_no", "part"),
+                        ranks=ranks,
+                        pg=pg,
+                        seq=seq,
+                        op=op,
+                        advice=self._advice(),
                     )
                 continue
             if per_rank["op_type"].is_in(["SEND", "RECV"]).all():
                 # Point-to-point work: one stage sends while the next receives at the same SeqNum, and a PG id
                 # names a different pair on each pipeline, so a majority says nothing about who is wrong.
                 continue
-            counts = per_rank.group_by("sig", maintain_order=True).agg(pl.len()).sort("len", descending=True, maintain_order=True)
+            counts = (
+                per_rank.group_by("sig", maintain_order=True)
+                .agg(pl.len())
+                .sort("len", descending=True, maintain_order=True)
+            )
             majority = counts["sig"].first()
             minority = per_rank.filter(pl.col("sig") != majority)
             if minority.height * 2 >= per_rank.height:
@@ -662,8 +850,14 @@ class CollectiveMismatch(Rule):
             )
             rows_ev = pl.concat([minority.head(2), per_rank.filter(pl.col("sig") == majority).head(2)])
             yield self.finding(
-                job, title, evidence_rows=rows_ev.select("source_id", "line_no", "part"), ranks=ranks,
-                pg=pg, seq=seq, op=odd["op_type"], advice=self._advice(),
+                job,
+                title,
+                evidence_rows=rows_ev.select("source_id", "line_no", "part"),
+                ranks=ranks,
+                pg=pg,
+                seq=seq,
+                op=odd["op_type"],
+                advice=self._advice(),
             )
 
     @staticmethod
@@ -787,8 +981,13 @@ class WatchdogTimeout(Rule):
                 if mine.height and mine["implausible"].any():
                     notes = " Some 'last completed' values PyTorch printed are uninitialised memory: treated as unknown."
             yield self.finding(
-                job, title + "." + notes if notes else title, evidence_rows=group.select("source_id", "line_no", "part"),
-                ranks=ranks, pg=pg, seq=seqs[0] if len(seqs) == 1 else None, op=ops[0] if len(ops) == 1 else None,
+                job,
+                title + "." + notes if notes else title,
+                evidence_rows=group.select("source_id", "line_no", "part"),
+                ranks=ranks,
+                pg=pg,
+                seq=seqs[0] if len(seqs) == 1 else None,
+                op=ops[0] if len(ops) == 1 else None,
                 advice=(
                     "These ranks were waiting for a peer. When another finding names a cause, start there. When "
                     "every rank timed out in the same collective and nothing else is wrong, suspect the network or "

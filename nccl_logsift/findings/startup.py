@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import polars as pl
 
@@ -41,10 +41,28 @@ LIFECYCLE = ("Init", "Destroy", "Abort")
 # Error kinds of the errors table that are noise or fallout, never a rank's own failure: teardown chatter,
 # retries, probes, and what a rank logs when a *peer* died (closed sockets, -> 6 remote-error chains).
 BENIGN_KINDS = (
-    "proxy_closed", "socket_retry", "dlsym", "socket_abort", "collnet", "p2p", "plugin", "ib_device", "syscall",
-    "warn", "ras", "nvls",
+    "proxy_closed",
+    "socket_retry",
+    "dlsym",
+    "socket_abort",
+    "collnet",
+    "p2p",
+    "plugin",
+    "ib_device",
+    "syscall",
+    "warn",
+    "ras",
+    "nvls",
 )
-CASCADE_KINDS = ("socket_closed", "socket_io", "socket_accept", "proxy", "comm_reclaim", "async_error", "fatal")
+CASCADE_KINDS = (
+    "socket_closed",
+    "socket_io",
+    "socket_accept",
+    "proxy",
+    "comm_reclaim",
+    "async_error",
+    "fatal",
+)
 REMOTE_ERROR = 6
 
 # Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.
@@ -62,7 +80,9 @@ def ranks_text(ranks) -> str:
         if r is not None and r == prev + 1:
             prev = r
             continue
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}" if prev > start + 1 else f"{start}, {prev}")
+        parts.append(
+            f"{start}" if start == prev else f"{start}-{prev}" if prev > start + 1 else f"{start}, {prev}"
+        )
         if r is not None:
             start = prev = r
     return ", ".join(parts)
@@ -85,7 +105,11 @@ def rows_of(frame: pl.DataFrame) -> pl.DataFrame:
     if frame.is_empty() or not set(EVIDENCE[:2]) <= set(frame.columns):
         return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
     part = pl.col("part") if "part" in frame.columns else pl.lit(0)
-    return frame.select(pl.col("source_id").cast(pl.UInt16), pl.col("line_no").cast(pl.UInt32), part.cast(pl.UInt8).alias("part"))
+    return frame.select(
+        pl.col("source_id").cast(pl.UInt16),
+        pl.col("line_no").cast(pl.UInt32),
+        part.cast(pl.UInt8).alias("part"),
+    )
 
 
 def evidence(*frames: pl.DataFrame) -> pl.DataFrame:
@@ -116,12 +140,30 @@ def lifecycle_instances(job: Job) -> pl.DataFrame:
 
 def _no_instances(job: Job) -> pl.DataFrame:
     table = job.table("communicators")
-    return table.clear() if not table.is_empty() else pl.DataFrame(
-        schema={"host": pl.String, "pid": pl.Int64, "comm": pl.UInt64, "init_started": pl.Boolean,
-                "init_completed": pl.Boolean, "rank": pl.Int64, "nranks": pl.Int64, "comm_uid": pl.String,
-                "global_rank": pl.Int64, "world_size": pl.Int64, "start_seq": pl.Int64, "complete_seq": pl.Int64,
-                "source_id": pl.UInt16, "line_no": pl.UInt32, "bus_id": pl.String, "nvml_dev": pl.Int64,
-                "cuda_dev": pl.Int64}
+    return (
+        table.clear()
+        if not table.is_empty()
+        else pl.DataFrame(
+            schema={
+                "host": pl.String,
+                "pid": pl.Int64,
+                "comm": pl.UInt64,
+                "init_started": pl.Boolean,
+                "init_completed": pl.Boolean,
+                "rank": pl.Int64,
+                "nranks": pl.Int64,
+                "comm_uid": pl.String,
+                "global_rank": pl.Int64,
+                "world_size": pl.Int64,
+                "start_seq": pl.Int64,
+                "complete_seq": pl.Int64,
+                "source_id": pl.UInt16,
+                "line_no": pl.UInt32,
+                "bus_id": pl.String,
+                "nvml_dev": pl.Int64,
+                "cuda_dev": pl.Int64,
+            }
+        )
     )
 
 
@@ -131,7 +173,9 @@ def known_ranks(job: Job) -> pl.DataFrame:
     frames = []
     procs = job.processes
     if not procs.is_empty():
-        frames.append(procs.select(*PROC, pl.col("global_rank").cast(pl.Int64).alias("rank"), pl.lit(0).alias("prio")))
+        frames.append(
+            procs.select(*PROC, pl.col("global_rank").cast(pl.Int64).alias("rank"), pl.lit(0).alias("prio"))
+        )
     lines = job.lines
     if not lines.is_empty() and set(PROC) <= set(lines.columns):
         labels = [c for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
@@ -143,7 +187,11 @@ def known_ranks(job: Job) -> pl.DataFrame:
                 .drop_nulls("rank")
             )
             if labelled.height:
-                frames.append(labelled.group_by(PROC).agg(pl.col("rank").mode().sort().first()).with_columns(prio=pl.lit(1)))
+                frames.append(
+                    labelled.group_by(PROC)
+                    .agg(pl.col("rank").mode().sort().first())
+                    .with_columns(prio=pl.lit(1))
+                )
     exits = job.table("exits")
     if not exits.is_empty():
         try:
@@ -153,14 +201,33 @@ def known_ranks(job: Job) -> pl.DataFrame:
         if not done.is_empty():
             done = done.filter(pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
             if done.height:
-                frames.append(done.select(short_host(pl.col("host")).alias("host"), "pid", "rank").with_columns(prio=pl.lit(2)))
+                frames.append(
+                    done.select(short_host(pl.col("host")).alias("host"), "pid", "rank").with_columns(
+                        prio=pl.lit(2)
+                    )
+                )
     trees = _tree_ranks(job)
     if not trees.is_empty():
         frames.append(trees.with_columns(prio=pl.lit(3)))
     if not frames:
         return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "rank": pl.Int64})
-    merged = pl.concat([f.select(pl.col("host").cast(pl.String), pl.col("pid").cast(pl.Int64), pl.col("rank").cast(pl.Int64), pl.col("prio").cast(pl.Int32)) for f in frames])
-    return merged.drop_nulls().sort("prio", maintain_order=True).unique(PROC, keep="first", maintain_order=True).drop("prio")
+    merged = pl.concat(
+        [
+            f.select(
+                pl.col("host").cast(pl.String),
+                pl.col("pid").cast(pl.Int64),
+                pl.col("rank").cast(pl.Int64),
+                pl.col("prio").cast(pl.Int32),
+            )
+            for f in frames
+        ]
+    )
+    return (
+        merged.drop_nulls()
+        .sort("prio", maintain_order=True)
+        .unique(PROC, keep="first", maintain_order=True)
+        .drop("prio")
+    )
 
 
 def _tree_ranks(job: Job) -> pl.DataFrame:
@@ -173,13 +240,17 @@ def _tree_ranks(job: Job) -> pl.DataFrame:
     topo = job.table("topology")
     if topo.is_empty() or "event" not in topo.columns or "trees" not in topo.columns:
         return pl.DataFrame()
-    rows = topo.filter((pl.col("event") == "trees") & pl.col("host").is_not_null() & pl.col("trees").is_not_null())
+    rows = topo.filter(
+        (pl.col("event") == "trees") & pl.col("host").is_not_null() & pl.col("trees").is_not_null()
+    )
     if rows.is_empty():
         return pl.DataFrame()
     inst = job.table("comms")
     if not inst.is_empty():
         rows = rows.join(inst.filter(pl.col("what") == "Init").select(*PROC).unique(), on=PROC, how="anti")
-    rows = rows.with_columns(rank=pl.col("trees").str.extract(r"->(-?\d+)->", 1).cast(pl.Int64, strict=False)).drop_nulls("rank")
+    rows = rows.with_columns(
+        rank=pl.col("trees").str.extract(r"->(-?\d+)->", 1).cast(pl.Int64, strict=False)
+    ).drop_nulls("rank")
     if rows.is_empty():
         return pl.DataFrame()
     return with_seq(rows).sort("seq").group_by(PROC).agg(pl.col("rank").first())
@@ -240,12 +311,12 @@ class InitState:
     uid: str
     nranks: int
     world: bool
-    members: pl.DataFrame          # instances that started and never completed
-    failed: list[int] = field(default_factory=list)          # global ranks that logged an error in init
-    waiting: list[int] = field(default_factory=list)         # global ranks still in init, no error
-    missing: list[int] = field(default_factory=list)         # communicator ranks absent from every Init line
+    members: pl.DataFrame  # instances that started and never completed
+    failed: list[int] = field(default_factory=list)  # global ranks that logged an error in init
+    waiting: list[int] = field(default_factory=list)  # global ranks still in init, no error
+    missing: list[int] = field(default_factory=list)  # communicator ranks absent from every Init line
     failed_elsewhere: list[int] = field(default_factory=list)  # missing ranks that failed before Init START
-    unexplained: list[int] = field(default_factory=list)     # missing ranks with no sign of life
+    unexplained: list[int] = field(default_factory=list)  # missing ranks with no sign of life
 
 
 @per_job
@@ -275,8 +346,12 @@ def stalled_inits(job: Job) -> list[InitState]:
             .agg(pl.col("hit").any())
         )
         state = InitState(uid, nranks, is_world, members)
-        state.failed = sorted(int(r) for r in failed_seq.filter(pl.col("hit").fill_null(False))["global_rank"].drop_nulls())
-        state.waiting = sorted(int(r) for r in failed_seq.filter(~pl.col("hit").fill_null(False))["global_rank"].drop_nulls())
+        state.failed = sorted(
+            int(r) for r in failed_seq.filter(pl.col("hit").fill_null(False))["global_rank"].drop_nulls()
+        )
+        state.waiting = sorted(
+            int(r) for r in failed_seq.filter(~pl.col("hit").fill_null(False))["global_rank"].drop_nulls()
+        )
         present = set(int(r) for r in members["rank"].drop_nulls())
         state.missing = sorted(set(rank_range(nranks)) - present)
         if state.missing and is_world:
@@ -316,7 +391,9 @@ def unranked_failures(job: Job) -> dict[tuple[str, int], int]:
         return out
     ranks = known_ranks(job)
     inst_procs = lifecycle_instances(job).select(*PROC).unique()
-    procs = failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti").join(ranks, on=PROC, how="anti")
+    procs = (
+        failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti").join(ranks, on=PROC, how="anti")
+    )
     if procs.is_empty():
         return out
     for state in stalled_inits(job):
@@ -340,7 +417,11 @@ def resolve_rows(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
             {"host": [h for h, _ in guess], "pid": [p for _, p in guess], "_guess": list(guess.values())},
             schema={"host": pl.String, "pid": pl.Int64, "_guess": pl.Int64},
         )
-        out = out.join(g, on=PROC, how="left").with_columns(job_rank=pl.coalesce("job_rank", "_guess")).drop("_guess")
+        out = (
+            out.join(g, on=PROC, how="left")
+            .with_columns(job_rank=pl.coalesce("job_rank", "_guess"))
+            .drop("_guess")
+        )
     return out
 
 
@@ -348,7 +429,11 @@ def resolve_rows(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
 def hang_signs(job: Job) -> bool:
     """Anything that says the job ended badly: a watchdog, an abort, a NCCL WARN, a failed process."""
     torch = job.table("torch")
-    if not torch.is_empty() and "event" in torch.columns and torch.filter(pl.col("event").str.contains("timeout")).height:
+    if (
+        not torch.is_empty()
+        and "event" in torch.columns
+        and torch.filter(pl.col("event").str.contains("timeout")).height
+    ):
         return True
     comms = job.table("comms")
     if not comms.is_empty() and comms.filter(pl.col("what") == "Abort").height:
@@ -359,7 +444,10 @@ def hang_signs(job: Job) -> bool:
     if not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height:
         return True
     apps = job.table("app_errors")
-    return not apps.is_empty() and apps.filter(pl.col("event").is_in(("nccl_error", "store_barrier_timeout", "cuda_oom"))).height > 0
+    return (
+        not apps.is_empty()
+        and apps.filter(pl.col("event").is_in(("nccl_error", "store_barrier_timeout", "cuda_oom"))).height > 0
+    )
 
 
 def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
@@ -380,8 +468,14 @@ def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
 # ProcessGroupNCCL/c10d store lines a rank prints before its NCCL communicator exists
 # (grammars/torch/pg_init.toml, c10d_store.toml).
 BEFORE_COMM_EVENTS = (
-    "pg_options", "pg_environment", "device_guess", "c10d", "store_connect_failed", "store_connect_timeout",
-    "store_server_failed", "store_socket_init_failed",
+    "pg_options",
+    "pg_environment",
+    "device_guess",
+    "c10d",
+    "store_connect_failed",
+    "store_connect_timeout",
+    "store_server_failed",
+    "store_socket_init_failed",
 )
 
 
@@ -515,8 +609,13 @@ class InitIncomplete(Rule):
             f"{rank_word(found.absent)} never arrived at the rendezvous: "
             f"{plural(len(found.waiting), 'rank')} ({ranks_text(found.waiting)}) {found.what}"
         )
-        yield self.finding(job, title, evidence_rows=evidence(found.rows.head(4)), ranks=list(found.absent),
-                           advice=self._advice_absent(found))
+        yield self.finding(
+            job,
+            title,
+            evidence_rows=evidence(found.rows.head(4)),
+            ranks=list(found.absent),
+            advice=self._advice_absent(found),
+        )
 
     @staticmethod
     def _advice_absent(found: Absence) -> str:
@@ -554,8 +653,12 @@ class InitIncomplete(Rule):
                 f"wait for them{failed_note}"
             )
             yield self.finding(
-                job, title, evidence_rows=evidence(waiting_rows.head(3)), ranks=state.unexplained,
-                comm=state.uid, advice=self._advice_missing(job, state),
+                job,
+                title,
+                evidence_rows=evidence(waiting_rows.head(3)),
+                ranks=state.unexplained,
+                comm=state.uid,
+                advice=self._advice_missing(job, state),
             )
         if not state.waiting:
             return
@@ -571,16 +674,23 @@ class InitIncomplete(Rule):
         )
         explained = bool(state.unexplained or failed)
         yield self.finding(
-            job, title, evidence_rows=evidence(waiting_rows), ranks=state.waiting, comm=state.uid,
+            job,
+            title,
+            evidence_rows=evidence(waiting_rows),
+            ranks=state.waiting,
+            comm=state.uid,
             severity=Severity.ERROR if explained else Severity.CRITICAL,
-            advice="These ranks were waiting; look at the ranks they wait for first." if explained else self._advice_hang(),
+            advice="These ranks were waiting; look at the ranks they wait for first."
+            if explained
+            else self._advice_hang(),
         )
 
     def _sub_communicators(self, job: Job, states: list[InitState]) -> Finding:
         """Smaller communicators (process subgroups, point-to-point pairs) that never completed init: one finding."""
         ranks = sorted({r for s in states for r in s.waiting})
         groups = "; ".join(
-            f"{ranks_text(s.waiting)}" + (f" (+{len(s.missing)} absent)" if s.missing else "") for s in states[:6]
+            f"{ranks_text(s.waiting)}" + (f" (+{len(s.missing)} absent)" if s.missing else "")
+            for s in states[:6]
         ) + (" …" if len(states) > 6 else "")
         sizes = sorted({s.nranks for s in states})
         failed = sorted({r for s in states for r in s.failed})
@@ -593,9 +703,15 @@ class InitIncomplete(Rule):
         explained = bool(failed) or any(s.missing for s in states) or hang_signs(job)
         if explained and not failed:
             title += "; other failures or timeouts in the job may explain it"
-        rows = pl.concat([evidence(s.members.filter(pl.col("global_rank").is_in(s.waiting)).head(2)) for s in states])
+        rows = pl.concat(
+            [evidence(s.members.filter(pl.col("global_rank").is_in(s.waiting)).head(2)) for s in states]
+        )
         return self.finding(
-            job, title, evidence_rows=rows, ranks=ranks, comm=states[0].uid if len(states) == 1 else None,
+            job,
+            title,
+            evidence_rows=rows,
+            ranks=ranks,
+            comm=states[0].uid if len(states) == 1 else None,
             severity=Severity.ERROR if explained else Severity.CRITICAL,
             advice=(
                 "A subgroup communicator is created when its members first use it (new_group, a send/recv pair): "
@@ -626,7 +742,11 @@ class InitIncomplete(Rule):
         apps = job.table("app_errors")
         if apps.is_empty() or "event" not in apps.columns:
             return
-        rows = apps.filter(pl.col("event").is_in(("store_barrier", "store_barrier_timeout", "store_barrier_done", "store_barrier_key")))
+        rows = apps.filter(
+            pl.col("event").is_in(
+                ("store_barrier", "store_barrier_timeout", "store_barrier_done", "store_barrier_key")
+            )
+        )
         if not rows.is_empty():
             for (key,), group in rows.group_by("barrier_key"):
                 finding = self._barrier(job, key, group)
@@ -641,7 +761,9 @@ class InitIncomplete(Rule):
                 f"{expected - joined} never connected"
             )
             yield self.finding(
-                job, title, evidence_rows=evidence(clients.head(3)),
+                job,
+                title,
+                evidence_rows=evidence(clients.head(3)),
                 advice="Check that every rank was launched and can reach MASTER_ADDR:MASTER_PORT (firewall, wrong address).",
             )
 
@@ -668,7 +790,10 @@ class InitIncomplete(Rule):
         )
         ev = pl.concat([rows_of(timed_out.head(2)), rows_of(waits.sort("line_no").head(2))])
         return self.finding(
-            job, title, evidence_rows=ev, ranks=ranks,
+            job,
+            title,
+            evidence_rows=ev,
+            ranks=ranks,
             advice=(
                 "The missing ranks never called init_process_group: check that they were launched, that they use "
                 "the same MASTER_ADDR/MASTER_PORT and WORLD_SIZE, and dump their stacks if they run."
@@ -690,8 +815,13 @@ class InitIncomplete(Rule):
         done = inst.group_by(PROC).agg(inits=pl.len(), last_complete=pl.col("complete_seq").max())
         per = (
             selected.group_by(PROC)
-            .agg(selects=pl.len(), last_select=pl.col("seq").max(), source_id=pl.col("source_id").last(),
-                 line_no=pl.col("line_no").last(), part=pl.col("part").last())
+            .agg(
+                selects=pl.len(),
+                last_select=pl.col("seq").max(),
+                source_id=pl.col("source_id").last(),
+                line_no=pl.col("line_no").last(),
+                part=pl.col("part").last(),
+            )
             .join(done, on=PROC, how="left")
             .with_columns(pl.col("inits").fill_null(0))
         )
@@ -705,7 +835,8 @@ class InitIncomplete(Rule):
         failed = (
             stuck.join(failures.select(*PROC, pl.col("seq").alias("fail_seq")), on=PROC, how="inner")
             .filter(pl.col("fail_seq") > pl.col("last_select"))
-            .select(PROC).unique()
+            .select(PROC)
+            .unique()
         )
         waiting = with_ranks(job, stuck.join(failed, on=PROC, how="anti"))
         if waiting.is_empty():
@@ -731,11 +862,18 @@ class InitIncomplete(Rule):
         title = f"{who} began NCCL communicator init ('Using network …') and never logged Init COMPLETE{why}"
         explained = failed.height > 0
         yield self.finding(
-            job, title, evidence_rows=evidence(waiting), ranks=ranks, hosts=hosts,
-            severity=Severity.ERROR if explained or not (none_completed or hang_signs(job)) else Severity.CRITICAL,
+            job,
+            title,
+            evidence_rows=evidence(waiting),
+            ranks=ranks,
+            hosts=hosts,
+            severity=Severity.ERROR
+            if explained or not (none_completed or hang_signs(job))
+            else Severity.CRITICAL,
             advice=(
-                "These ranks were waiting; look at the ranks that failed first." if explained else
-                "This NCCL release prints no Init START line, so which ranks never arrived cannot be read from "
+                "These ranks were waiting; look at the ranks that failed first."
+                if explained
+                else "This NCCL release prints no Init START line, so which ranks never arrived cannot be read from "
                 "the log. Compare the processes here with the launched world size, and rerun with "
                 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP on every rank."
             ),
@@ -800,14 +938,21 @@ class BootstrapFailure(Rule):
                 unranked = group.filter(pl.col("job_rank").is_null()).select(*PROC).unique().height
                 who = names(job, ranks, hosts=hosts) if ranks else ""
                 if unranked:
-                    who = (who + " and " if who else "") + f"{plural(unranked, 'process')} on {', '.join(hosts[:3])}"
+                    who = (
+                        who + " and " if who else ""
+                    ) + f"{plural(unranked, 'process')} on {', '.join(hosts[:3])}"
                 title = f"{who} could not bootstrap: {cause}"
                 if ifname and group["error_kind"].is_in(["no_interface"]).any():
                     title += f" (NCCL_SOCKET_IFNAME={ifname})"
                 comm = _comm_of(job, group)
                 yield self.finding(
-                    job, title, evidence_rows=evidence(group.sort("seq").head(4)), ranks=ranks, hosts=hosts,
-                    comm=comm, advice=_bootstrap_advice(group),
+                    job,
+                    title,
+                    evidence_rows=evidence(group.sort("seq").head(4)),
+                    ranks=ranks,
+                    hosts=hosts,
+                    comm=comm,
+                    advice=_bootstrap_advice(group),
                 )
         yield from self._from_torch(job)
 
@@ -824,7 +969,9 @@ class BootstrapFailure(Rule):
                 continue
             rows = with_ranks(job, rows)
             if "barrier_rank" in rows.columns:
-                rows = rows.with_columns(job_rank=pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64)))
+                rows = rows.with_columns(
+                    job_rank=pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64))
+                )
             for (event,), group in rows.group_by("event", maintain_order=True):
                 ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
                 first = group.row(0, named=True)
@@ -841,12 +988,17 @@ class BootstrapFailure(Rule):
                     yield self.finding(
                         job,
                         f"{who}: rendezvous failed, {cause}, as {rank_word(absence.absent)} never arrived",
-                        evidence_rows=evidence(group.head(4)), ranks=ranks, severity=Severity.ERROR,
+                        evidence_rows=evidence(group.head(4)),
+                        ranks=ranks,
+                        severity=Severity.ERROR,
                         advice="These ranks waited; look at the rank that never arrived first.",
                     )
                     continue
                 yield self.finding(
-                    job, f"{who}: rendezvous failed, {cause}", evidence_rows=evidence(group.head(4)), ranks=ranks,
+                    job,
+                    f"{who}: rendezvous failed, {cause}",
+                    evidence_rows=evidence(group.head(4)),
+                    ranks=ranks,
                     advice=(
                         "Check MASTER_ADDR/MASTER_PORT on every rank, that rank 0's host is reachable on that port "
                         "(firewall, wrong interface), and that no stale process holds the port."
@@ -870,9 +1022,13 @@ def bootstrap_errors(job: Job) -> pl.DataFrame:
     errors = job.table("errors")
     if errors.is_empty() or "error_kind" not in errors.columns:
         return pl.DataFrame()
-    rows = with_seq(errors.filter(
-        (pl.col("level") == "WARN") & pl.col("error_kind").is_in(BOOTSTRAP_KINDS + CONNECT_KINDS) & pl.col("host").is_not_null()
-    ))
+    rows = with_seq(
+        errors.filter(
+            (pl.col("level") == "WARN")
+            & pl.col("error_kind").is_in(BOOTSTRAP_KINDS + CONNECT_KINDS)
+            & pl.col("host").is_not_null()
+        )
+    )
     if rows.is_empty():
         return rows
     rows = rows.with_row_index("row")
@@ -882,16 +1038,24 @@ def bootstrap_errors(job: Job) -> pl.DataFrame:
         via_bootstrap = set()
         with_chain = set()
         if not chains.is_empty():
-            for row_idx, files, codes in chains.group_by("row").agg(pl.col("chain_file"), pl.col("result_code")).iter_rows():
+            for row_idx, files, codes in (
+                chains.group_by("row").agg(pl.col("chain_file"), pl.col("result_code")).iter_rows()
+            ):
                 rid = int(connect["row"][row_idx])
                 with_chain.add(rid)
-                if any(f and "bootstrap" in f for f in files) and not all(c == REMOTE_ERROR for c in codes if c is not None):
+                if any(f and "bootstrap" in f for f in files) and not all(
+                    c == REMOTE_ERROR for c in codes if c is not None
+                ):
                     via_bootstrap.add(rid)
         inst = lifecycle_instances(job)
-        first_done = inst.filter(pl.col("init_completed")).group_by(PROC).agg(done_seq=pl.col("complete_seq").min())
-        early = connect.join(first_done, on=PROC, how="left").filter(
-            pl.col("done_seq").is_null() | (pl.col("seq") < pl.col("done_seq"))
-        )["row"].to_list()
+        first_done = (
+            inst.filter(pl.col("init_completed")).group_by(PROC).agg(done_seq=pl.col("complete_seq").min())
+        )
+        early = (
+            connect.join(first_done, on=PROC, how="left")
+            .filter(pl.col("done_seq").is_null() | (pl.col("seq") < pl.col("done_seq")))["row"]
+            .to_list()
+        )
         keep = via_bootstrap | {r for r in early if r not in with_chain}
         rows = rows.filter(~pl.col("error_kind").is_in(CONNECT_KINDS) | pl.col("row").is_in(list(keep)))
     rows = _with_last_retry(errors, rows)
@@ -901,11 +1065,15 @@ def bootstrap_errors(job: Job) -> pl.DataFrame:
     text = pl.col("error_text") if "error_text" in rows.columns else pl.lit(None, pl.String)
     return rows.with_columns(
         cause=pl.when(pl.col("error_kind").is_in(CONNECT_KINDS) & exhausted)
-        .then(pl.format(
-            "connect{} gave up after its retries{}",
-            pl.when(peer.is_not_null()).then(pl.format(" to {}", peer)).otherwise(pl.lit("")),
-            pl.when(pl.col("retry_errno").is_not_null()).then(pl.format(" ({})", pl.col("retry_errno"))).otherwise(pl.lit("")),
-        ))
+        .then(
+            pl.format(
+                "connect{} gave up after its retries{}",
+                pl.when(peer.is_not_null()).then(pl.format(" to {}", peer)).otherwise(pl.lit("")),
+                pl.when(pl.col("retry_errno").is_not_null())
+                .then(pl.format(" ({})", pl.col("retry_errno")))
+                .otherwise(pl.lit("")),
+            )
+        )
         .when(pl.col("error_kind").is_in(CONNECT_KINDS) & peer.is_not_null())
         .then(pl.format("connect to {} failed: {}", peer, errno))
         .when(pl.col("error_kind").is_in(CONNECT_KINDS))
@@ -913,31 +1081,63 @@ def bootstrap_errors(job: Job) -> pl.DataFrame:
         .when(text.is_not_null())
         .then(text)
         .when(pl.col("rank").is_not_null())
-        .then(pl.format(
-            "Bootstrap Root : rank {} of {} ranks has already checked in (a duplicate rank or a reused unique id)",
-            pl.col("rank"), pl.col("nranks"),
-        ))
+        .then(
+            pl.format(
+                "Bootstrap Root : rank {} of {} ranks has already checked in (a duplicate rank or a reused unique id)",
+                pl.col("rank"),
+                pl.col("nranks"),
+            )
+        )
         .when(pl.col("received").is_not_null())
-        .then(pl.format("bootstrap message truncated: received {} bytes instead of {}", pl.col("received"), pl.col("expected")))
+        .then(
+            pl.format(
+                "bootstrap message truncated: received {} bytes instead of {}",
+                pl.col("received"),
+                pl.col("expected"),
+            )
+        )
         .otherwise(pl.lit("bootstrap error"))
     ).drop("row", "retry_errno")
 
 
 def _with_last_retry(errors: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     """Add ``retry_errno`` (and fill a missing peer) from the last 'connect … retrying' line of the thread."""
-    for c, t in (("errno_text", pl.String), ("peer_ip", pl.String), ("retry_max", pl.Int64), ("rank", pl.Int64),
-                 ("nranks", pl.Int64), ("received", pl.String), ("expected", pl.String)):
+    for c, t in (
+        ("errno_text", pl.String),
+        ("peer_ip", pl.String),
+        ("retry_max", pl.Int64),
+        ("rank", pl.Int64),
+        ("nranks", pl.Int64),
+        ("received", pl.String),
+        ("expected", pl.String),
+    ):
         if c not in rows.columns:
             rows = rows.with_columns(pl.lit(None, t).alias(c))
-    retries = errors.filter(pl.col("error_kind") == "socket_retry") if "error_kind" in errors.columns else errors.clear()
+    retries = (
+        errors.filter(pl.col("error_kind") == "socket_retry")
+        if "error_kind" in errors.columns
+        else errors.clear()
+    )
     if retries.is_empty():
         return rows.with_columns(retry_errno=pl.lit(None, pl.String))
-    retries = with_seq(retries).select(
-        *PROC, "tid", pl.col("seq").alias("retry_seq"), pl.col("errno_text").alias("retry_errno"),
-        pl.col("peer_ip").alias("retry_peer"),
-    ).sort("retry_seq")
+    retries = (
+        with_seq(retries)
+        .select(
+            *PROC,
+            "tid",
+            pl.col("seq").alias("retry_seq"),
+            pl.col("errno_text").alias("retry_errno"),
+            pl.col("peer_ip").alias("retry_peer"),
+        )
+        .sort("retry_seq")
+    )
     joined = rows.sort("seq").join_asof(
-        retries, left_on="seq", right_on="retry_seq", by=[*PROC, "tid"], strategy="backward", check_sortedness=False
+        retries,
+        left_on="seq",
+        right_on="retry_seq",
+        by=[*PROC, "tid"],
+        strategy="backward",
+        check_sortedness=False,
     )
     return joined.with_columns(peer_ip=pl.coalesce("peer_ip", "retry_peer")).drop("retry_seq", "retry_peer")
 
@@ -947,8 +1147,10 @@ def _comm_of(job: Job, group: pl.DataFrame) -> str | None:
     inst = lifecycle_instances(job)
     if inst.is_empty():
         return None
-    mine = group.select(*PROC, "seq").join(inst.select(*PROC, "start_seq", "comm_uid"), on=PROC, how="inner").filter(
-        pl.col("start_seq") <= pl.col("seq")
+    mine = (
+        group.select(*PROC, "seq")
+        .join(inst.select(*PROC, "start_seq", "comm_uid"), on=PROC, how="inner")
+        .filter(pl.col("start_seq") <= pl.col("seq"))
     )
     if mine.height:
         return mine.sort("start_seq").tail(1)["comm_uid"][0]
@@ -1001,8 +1203,11 @@ def interfaces(job: Job) -> list[Iface]:
     if net.is_empty() or "event" not in net.columns:
         return []
     # A pid that did not fit its column is null (parse/kinds.py): its line names no process to attribute.
-    rows = net.filter(pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices"))
-                      & pl.col("host").is_not_null() & pl.col("pid").is_not_null())
+    rows = net.filter(
+        pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices"))
+        & pl.col("host").is_not_null()
+        & pl.col("pid").is_not_null()
+    )
     out = []
     role_of = {"bootstrap_interface": "bootstrap", "socket_devices": "socket", "ib_devices": "oob"}
     for r in rows.iter_rows(named=True):
@@ -1015,11 +1220,24 @@ def interfaces(job: Job) -> list[Iface]:
         for i, (ifname, address) in enumerate(pairs):
             # Old NCCL lists every interface in the Bootstrap line; bootstrap itself uses the first one.
             this_role = role if not (role == "bootstrap" and i > 0) else "listed"
-            out.append(Iface(r["host"], int(r["pid"]), ifname, address, this_role, int(r["source_id"]), int(r["line_no"]), int(r["part"] or 0)))
+            out.append(
+                Iface(
+                    r["host"],
+                    int(r["pid"]),
+                    ifname,
+                    address,
+                    this_role,
+                    int(r["source_id"]),
+                    int(r["line_no"]),
+                    int(r["part"] or 0),
+                )
+            )
     return out
 
 
-@functools.lru_cache(maxsize=1 << 14)  # a 4096-rank job names a few thousand addresses tens of thousands of times
+@functools.lru_cache(
+    maxsize=1 << 14
+)  # a 4096-rank job names a few thousand addresses tens of thousands of times
 def address_kind(address: str | None) -> str | None:
     """'loopback' / 'link-local' for addresses other hosts cannot reach, else None."""
     ip = _ip(address)
@@ -1095,7 +1313,9 @@ class InterfaceMisconfig(Rule):
         yield from self._no_interface(job)
         yield from self._subnets(job, ifaces, failed_peers)
 
-    def _bad_interfaces(self, job: Job, ifaces: list[Iface], nodes: int, failed_peers: pl.DataFrame) -> Iterator[Finding]:
+    def _bad_interfaces(
+        self, job: Job, ifaces: list[Iface], nodes: int, failed_peers: pl.DataFrame
+    ) -> Iterator[Finding]:
         bad: dict[tuple, list[Iface]] = {}
         for i in ifaces:
             if i.role == "listed" and nodes <= 1:
@@ -1118,15 +1338,30 @@ class InterfaceMisconfig(Rule):
         for users, keys in by_users.items():
             used = [u for k in keys for u in bad[k]]
             frame = pl.DataFrame(
-                {"host": [u.host for u in used], "pid": [u.pid for u in used], "source_id": [u.source_id for u in used],
-                 "line_no": [u.line_no for u in used], "part": [u.part for u in used]},
-                schema={"host": pl.String, "pid": pl.Int64, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+                {
+                    "host": [u.host for u in used],
+                    "pid": [u.pid for u in used],
+                    "source_id": [u.source_id for u in used],
+                    "line_no": [u.line_no for u in used],
+                    "part": [u.part for u in used],
+                },
+                schema={
+                    "host": pl.String,
+                    "pid": pl.Int64,
+                    "source_id": pl.UInt16,
+                    "line_no": pl.UInt32,
+                    "part": pl.UInt8,
+                },
             )
             frame = with_ranks(job, frame, ranks_of)
             ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
             hosts = sorted({u.host for u in used})
             addresses = [a for _, a, _ in keys if a]
-            hits = failed_peers.filter(pl.col("peer_ip").is_in(addresses)) if addresses and not failed_peers.is_empty() else pl.DataFrame()
+            hits = (
+                failed_peers.filter(pl.col("peer_ip").is_in(addresses))
+                if addresses and not failed_peers.is_empty()
+                else pl.DataFrame()
+            )
             parts = []
             for ifname, address, why in keys:
                 roles = sorted({u.role for u in bad[(ifname, address, why)]})
@@ -1138,15 +1373,26 @@ class InterfaceMisconfig(Rule):
                     f"({hits['errno_text'].drop_nulls().first() or 'error'})"
                 )
             elif nodes > 1:
-                severity, consequence = Severity.ERROR, f"; the job spans {nodes} nodes, and other hosts cannot reach it"
+                severity, consequence = (
+                    Severity.ERROR,
+                    f"; the job spans {nodes} nodes, and other hosts cannot reach it",
+                )
             else:
                 severity, consequence = Severity.WARNING, " — works on this single node, breaks across nodes"
-            who = names(job, ranks, limit=2, hosts=hosts) if ranks else f"{plural(len(users), 'process')} on {', '.join(hosts[:4])}"
+            who = (
+                names(job, ranks, limit=2, hosts=hosts)
+                if ranks
+                else f"{plural(len(users), 'process')} on {', '.join(hosts[:4])}"
+            )
             title = f"{who} use{'s' if len(users) == 1 else ''} {' and '.join(parts)}{consequence}"
             first_if = keys[0][0]
             yield self.finding(
-                job, title, evidence_rows=evidence(frame.head(3), hits.head(2) if hits.height else pl.DataFrame()),
-                ranks=ranks, hosts=hosts, severity=severity,
+                job,
+                title,
+                evidence_rows=evidence(frame.head(3), hits.head(2) if hits.height else pl.DataFrame()),
+                ranks=ranks,
+                hosts=hosts,
+                severity=severity,
                 advice=(
                     f"Set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (e.g. the fabric or "
                     f"management NIC; exclusions such as '^docker,veth,lo' also work) so that {first_if} is never "
@@ -1167,7 +1413,9 @@ class InterfaceMisconfig(Rule):
         ranks = sorted({int(r) for r in rows["job_rank"].drop_nulls()})
         values = sorted({setting[h] for h in bad_hosts if h in setting})
         good = [i for i in interfaces(job) if i.role == "bootstrap" and i.host not in bad_hosts]
-        elsewhere = f"; elsewhere it selects {good[0].ifname}:{good[0].address} ({good[0].host})" if good else ""
+        elsewhere = (
+            f"; elsewhere it selects {good[0].ifname}:{good[0].address} ({good[0].host})" if good else ""
+        )
         who = names(job, ranks) if ranks else f"processes on {', '.join(bad_hosts[:4])}"
         if values:
             title = f"NCCL_SOCKET_IFNAME={'/'.join(values)} matches no interface on {', '.join(bad_hosts[:4])} ({who}){elsewhere}"
@@ -1175,11 +1423,18 @@ class InterfaceMisconfig(Rule):
             title = f"No usable socket interface on {', '.join(bad_hosts[:4])} ({who}): {rows['error_text'].drop_nulls().first()}"
         settings = job.table("settings")
         env_rows = (
-            settings.filter((pl.col("name") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(bad_hosts)).head(1)
-            if not settings.is_empty() and "name" in settings.columns else pl.DataFrame()
+            settings.filter((pl.col("name") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(bad_hosts)).head(
+                1
+            )
+            if not settings.is_empty() and "name" in settings.columns
+            else pl.DataFrame()
         )
         yield self.finding(
-            job, title, evidence_rows=evidence(env_rows, rows.sort("seq").head(3)), ranks=ranks, hosts=bad_hosts,
+            job,
+            title,
+            evidence_rows=evidence(env_rows, rows.sort("seq").head(3)),
+            ranks=ranks,
+            hosts=bad_hosts,
             advice=(
                 "Use a value that matches the interface on every node (`ip -br addr`): a common prefix (e.g. "
                 "'ens' or 'ib') or an exclusion list ('^docker,lo') instead of one exact name, or per-node values "
@@ -1190,7 +1445,12 @@ class InterfaceMisconfig(Rule):
     def _subnets(self, job: Job, ifaces: list[Iface], failed_peers: pl.DataFrame) -> Iterator[Finding]:
         per_host: dict[str, set] = {}
         for i in ifaces:
-            if i.role != "bootstrap" or not i.address or address_kind(i.address) or (i.ifname and BAD_IFNAME.match(i.ifname)):
+            if (
+                i.role != "bootstrap"
+                or not i.address
+                or address_kind(i.address)
+                or (i.ifname and BAD_IFNAME.match(i.ifname))
+            ):
                 continue
             ip = _ip(i.address)
             if ip is None or ip.version != 4:
@@ -1211,11 +1471,26 @@ class InterfaceMisconfig(Rule):
             odd_hosts = sorted(per_host)
         used = [i for i in ifaces if i.role == "bootstrap" and i.host in odd_hosts]
         addrs = sorted({i.address for i in used if i.address})
-        hits = failed_peers.filter(pl.col("peer_ip").is_in(addrs)) if not failed_peers.is_empty() else pl.DataFrame()
+        hits = (
+            failed_peers.filter(pl.col("peer_ip").is_in(addrs))
+            if not failed_peers.is_empty()
+            else pl.DataFrame()
+        )
         frame = pl.DataFrame(
-            {"host": [u.host for u in used], "pid": [u.pid for u in used], "source_id": [u.source_id for u in used],
-             "line_no": [u.line_no for u in used], "part": [u.part for u in used]},
-            schema={"host": pl.String, "pid": pl.Int64, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8},
+            {
+                "host": [u.host for u in used],
+                "pid": [u.pid for u in used],
+                "source_id": [u.source_id for u in used],
+                "line_no": [u.line_no for u in used],
+                "part": [u.part for u in used],
+            },
+            schema={
+                "host": pl.String,
+                "pid": pl.Int64,
+                "source_id": pl.UInt16,
+                "line_no": pl.UInt32,
+                "part": pl.UInt8,
+            },
         )
         frame = with_ranks(job, frame)
         ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
@@ -1225,8 +1500,12 @@ class InterfaceMisconfig(Rule):
             f"{', '.join(odd_hosts[:4])} use{'s' if len(odd_hosts) == 1 else ''} {', '.join(addrs[:4])}"
         )
         yield self.finding(
-            job, title, evidence_rows=evidence(frame.head(3), hits.head(2) if hits.height else pl.DataFrame()),
-            ranks=ranks, hosts=odd_hosts, severity=Severity.ERROR if hits.height else Severity.WARNING,
+            job,
+            title,
+            evidence_rows=evidence(frame.head(3), hits.head(2) if hits.height else pl.DataFrame()),
+            ranks=ranks,
+            hosts=odd_hosts,
+            severity=Severity.ERROR if hits.height else Severity.WARNING,
             advice=(
                 "Check that every node bootstraps on the same network (NCCL_SOCKET_IFNAME) and that the networks "
                 "are routed to each other; a host that picked another NIC than its peers is the usual cause."

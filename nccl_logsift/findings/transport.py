@@ -14,7 +14,7 @@ ranks and hosts through the communicator instances the line belongs to (grammar 
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import polars as pl
 
@@ -27,15 +27,32 @@ from nccl_logsift.resolve.exits import assemble_exits
 
 # ibv_wc_status (libibverbs), grammar §6.1.
 IB_STATUS = {
-    0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 3: "LOC_EEC_OP_ERR", 4: "LOC_PROT_ERR", 5: "WR_FLUSH_ERR",
-    6: "MW_BIND_ERR", 7: "BAD_RESP_ERR", 8: "LOC_ACCESS_ERR", 9: "REM_INV_REQ_ERR", 10: "REM_ACCESS_ERR",
-    11: "REM_OP_ERR", 12: "RETRY_EXC_ERR", 13: "RNR_RETRY_EXC_ERR", 14: "LOC_RDD_VIOL_ERR",
-    15: "REM_INV_RD_REQ_ERR", 16: "REM_ABORT_ERR", 17: "INV_EECN_ERR", 18: "INV_EEC_STATE_ERR", 19: "FATAL_ERR",
-    20: "RESP_TIMEOUT_ERR", 21: "GENERAL_ERR",
+    0: "SUCCESS",
+    1: "LOC_LEN_ERR",
+    2: "LOC_QP_OP_ERR",
+    3: "LOC_EEC_OP_ERR",
+    4: "LOC_PROT_ERR",
+    5: "WR_FLUSH_ERR",
+    6: "MW_BIND_ERR",
+    7: "BAD_RESP_ERR",
+    8: "LOC_ACCESS_ERR",
+    9: "REM_INV_REQ_ERR",
+    10: "REM_ACCESS_ERR",
+    11: "REM_OP_ERR",
+    12: "RETRY_EXC_ERR",
+    13: "RNR_RETRY_EXC_ERR",
+    14: "LOC_RDD_VIOL_ERR",
+    15: "REM_INV_RD_REQ_ERR",
+    16: "REM_ABORT_ERR",
+    17: "INV_EECN_ERR",
+    18: "INV_EEC_STATE_ERR",
+    19: "FATAL_ERR",
+    20: "RESP_TIMEOUT_ERR",
+    21: "GENERAL_ERR",
 }
 IB_MEANING = {
     12: "retries exhausted, the peer never acknowledged: link down or flapping, routing, a wrong RoCE GID "
-        "index, or a dead peer",
+    "index, or a dead peer",
     13: "receiver not ready: the peer stopped posting receives (stalled or dead)",
     4: "local protection error: GPUDirect RDMA blocked by PCIe ACS or the IOMMU, or a bad memory registration",
     5: "flushed because the queue pair was already in error (a consequence, not the cause)",
@@ -49,15 +66,15 @@ IB_MEANING = {
 }
 IB_ADVICE = {
     12: "Check the link and switch port of both NICs (ibstat / ibstatus rate and state, port error counters "
-        "with perfquery, dmesg for link flaps), the routing between the two hosts, and for RoCE the GID "
-        "index (show_gids, NCCL_IB_GID_INDEX). If the peer process or node died, start from that failure.",
+    "with perfquery, dmesg for link flaps), the routing between the two hosts, and for RoCE the GID "
+    "index (show_gids, NCCL_IB_GID_INDEX). If the peer process or node died, start from that failure.",
     13: "The peer stopped posting receives: look at what the peer process was doing (it may have died or "
-        "stalled); for RoCE also check PFC / lossless configuration.",
+    "stalled); for RoCE also check PFC / lossless configuration.",
     4: "GPUDirect RDMA is being blocked: disable PCIe ACS on the switches between GPU and NIC (or set "
-       "iommu=pt / disable the IOMMU), check nvidia-peermem or DMA-BUF support; NCCL_NET_GDR_LEVEL=LOC "
-       "avoids GDR as a workaround.",
+    "iommu=pt / disable the IOMMU), check nvidia-peermem or DMA-BUF support; NCCL_NET_GDR_LEVEL=LOC "
+    "avoids GDR as a workaround.",
     5: "Flushed requests follow an earlier error on the same queue pair: find the first completion error or "
-       "the failure of the peer.",
+    "the failure of the peer.",
 }
 SOCKET_KINDS = ("socket_closed", "socket_io", "socket_truncated")
 IB_CALLS = r"^(?:ibv_|mlx5dv_|rdma_)"
@@ -83,7 +100,10 @@ def logged_hosts(job: Job) -> frozenset[str]:
     completed (bootstrap) names its host in WARN lines only; a host seen once is the tail of a torn line
     (``x3005x3005c0s31b0n0``, ``xn0``), not a node. The job summary lists these hosts."""
     hosts = set(job.processes["host"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
-    for name in ("lines", "collectives"):  # the lines hold every line but the COLL calls, connections included
+    for name in (
+        "lines",
+        "collectives",
+    ):  # the lines hold every line but the COLL calls, connections included
         t = job.table(name)
         if t.is_empty() or "host" not in t.columns or "pid" not in t.columns:
             continue
@@ -113,33 +133,54 @@ def transport_rows(job: Job) -> pl.DataFrame:
     t = with_job_rank(job, with_seq(t))
     local_is_to = pl.col("direction") == "receive"
     t = t.with_columns(
-        peer_comm_rank=pl.when(local_is_to).then(pl.col("from_rank")).otherwise(pl.col("to_rank")).cast(pl.Int64),
+        peer_comm_rank=pl.when(local_is_to)
+        .then(pl.col("from_rank"))
+        .otherwise(pl.col("to_rank"))
+        .cast(pl.Int64),
     )
     inst = job.table("communicators")
     if inst.is_empty() or "start_seq" not in inst.columns:
-        return t.with_columns(peer_global=pl.lit(None, pl.Int64), peer_host=pl.lit(None, pl.String),
-                              same_host=pl.lit(None, pl.Boolean))
+        return t.with_columns(
+            peer_global=pl.lit(None, pl.Int64),
+            peer_host=pl.lit(None, pl.String),
+            same_host=pl.lit(None, pl.Boolean),
+        )
     world = job.world_size
     # A pre-2.16 uid (n<size>#<k>) is shared by disjoint groups of that size; trust it for the world only.
-    trusted = pl.col("uid_exact").fill_null(False) | (pl.col("nranks") == world) if "uid_exact" in inst.columns else pl.lit(True)
+    trusted = (
+        pl.col("uid_exact").fill_null(False) | (pl.col("nranks") == world)
+        if "uid_exact" in inst.columns
+        else pl.lit(True)
+    )
     # A line belongs to the instance whose init window it falls in: from Init START, or (before 2.18.3, no
     # START line) from just after the process's previous Init COMPLETE; later lines go to the last instance.
     done = pl.coalesce("complete_seq", "start_seq")
     owners = (
-        inst.drop_nulls(["host", "pid", "start_seq"]).sort("start_seq")
+        inst.drop_nulls(["host", "pid", "start_seq"])
+        .sort("start_seq")
         .with_columns(
             comm_uid=pl.when(trusted).then(pl.col("comm_uid")),
-            open_seq=pl.when(pl.col("init_started").fill_null(False)).then(pl.col("start_seq"))
+            open_seq=pl.when(pl.col("init_started").fill_null(False))
+            .then(pl.col("start_seq"))
             .otherwise(done.shift(1).over(["host", "pid"], order_by="start_seq").fill_null(-1) + 1),
         )
         .select("host", "pid", "open_seq", "comm_uid", pl.col("nranks").alias("owner_nranks"))
-        .sort("open_seq", "host", "pid", "comm_uid", "owner_nranks", nulls_last=True)  # a total order: ties reach the output
+        .sort(
+            "open_seq", "host", "pid", "comm_uid", "owner_nranks", nulls_last=True
+        )  # a total order: ties reach the output
     )
     keys = (
-        t.select("seq", "host", "pid", "from_rank", "to_rank", "peer_comm_rank").with_row_index("_row")
+        t.select("seq", "host", "pid", "from_rank", "to_rank", "peer_comm_rank")
+        .with_row_index("_row")
         .sort("seq", maintain_order=True)
-        .join_asof(owners, left_on="seq", right_on="open_seq", by=["host", "pid"], strategy="backward",
-                   check_sortedness=False)
+        .join_asof(
+            owners,
+            left_on="seq",
+            right_on="open_seq",
+            by=["host", "pid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
     )
     # From NCCL 2.22 connections are made at a communicator's first collective (runtime connect), which may
     # come after the process created smaller split communicators: a line naming a rank beyond the latest
@@ -151,16 +192,21 @@ def transport_rows(job: Job) -> pl.DataFrame:
             misfit.select("seq", "host", "pid", top.alias("top"))
             .join(owners, on=["host", "pid"], maintain_order="right")
             .filter((pl.col("open_seq") <= pl.col("seq")) & (pl.col("owner_nranks") > pl.col("top")))
-            .group_by("seq", "host", "pid").agg(pl.col("comm_uid").last().alias("fit_uid"))
+            .group_by("seq", "host", "pid")
+            .agg(pl.col("comm_uid").last().alias("fit_uid"))
         )
         keys = keys.join(fits, on=["seq", "host", "pid"], how="left", maintain_order="left").with_columns(
-            comm_uid=pl.when(top >= pl.col("owner_nranks").fill_null(1 << 40)).then("fit_uid").otherwise("comm_uid")
+            comm_uid=pl.when(top >= pl.col("owner_nranks").fill_null(1 << 40))
+            .then("fit_uid")
+            .otherwise("comm_uid")
         )
     members = (
         inst.group_by("comm_uid", "rank")
         .agg(peer_global=pl.col("global_rank").unique(), peer_host=pl.col("host").unique())
         .with_columns(
-            peer_global=pl.when(pl.col("peer_global").list.len() == 1).then(pl.col("peer_global").list.first()),
+            peer_global=pl.when(pl.col("peer_global").list.len() == 1).then(
+                pl.col("peer_global").list.first()
+            ),
             peer_host=pl.when(pl.col("peer_host").list.len() == 1).then(pl.col("peer_host").list.first()),
         )
         .rename({"rank": "peer_comm_rank"})
@@ -173,10 +219,17 @@ def transport_rows(job: Job) -> pl.DataFrame:
         t = t[order]
     t = t.with_columns(keys.select("open_seq", "comm_uid", "peer_global", "peer_host").get_columns())
     # Two ranks of one host never print the same device bracket (busId / nvmlDev) on a NET line.
-    same_dev = (pl.col("from_dev") == pl.col("to_dev")).fill_null(False) if "from_dev" in t.columns else pl.lit(False)
-    return t.with_columns(
-        same_host=pl.when(pl.col("peer_host").is_not_null()).then((pl.col("peer_host") == pl.col("host")) & ~same_dev)
+    same_dev = (
+        (pl.col("from_dev") == pl.col("to_dev")).fill_null(False)
+        if "from_dev" in t.columns
+        else pl.lit(False)
     )
+    return t.with_columns(
+        same_host=pl.when(pl.col("peer_host").is_not_null()).then(
+            (pl.col("peer_host") == pl.col("host")) & ~same_dev
+        )
+    )
+
 
 # The address of each "[0]eth0:10.0.0.1<0>": a try starts at a "[" and stops at the next, so a long list costs
 # its length once (a try from every ":" that read to the end of the text cost its square).
@@ -194,7 +247,7 @@ def address_hosts(job: Job) -> dict[str, set[str]]:
             for a in [addr] + _IFACE_ADDRESS.findall(ifaces or ""):
                 if a:
                     out.setdefault(a, set()).add(host)
-    for host in (job.processes["host"].to_list() if not job.processes.is_empty() else []):
+    for host in job.processes["host"].to_list() if not job.processes.is_empty() else []:
         out.setdefault(host, set()).add(host)
     return out
 
@@ -205,7 +258,9 @@ def peer_ranks_on(job: Job, host: str | None, logger: int | None, t: pl.DataFram
         return []
     on_host = sorted(int(r) for r in job.processes.filter(pl.col("host") == host)["global_rank"].drop_nulls())
     if logger is not None and len(on_host) > 1 and not t.is_empty() and "peer_global" in t.columns:
-        peers = t.filter((pl.col("job_rank") == logger) & (pl.col("transport") == "NET") & (pl.col("peer_host") == host))
+        peers = t.filter(
+            (pl.col("job_rank") == logger) & (pl.col("transport") == "NET") & (pl.col("peer_host") == host)
+        )
         narrowed = sorted({int(r) for r in peers["peer_global"].drop_nulls()} & set(on_host))
         if narrowed:
             return narrowed
@@ -230,8 +285,16 @@ def _message(job: Job, rows: pl.DataFrame) -> str:
     """The message text of the first row (the line without its prefix)."""
     if rows.is_empty():
         return ""
-    first = rows.sort("source_id", "line_no").head(1).select("source_id", "line_no", *(["part"] if "part" in rows.columns else []))
-    text = job.lines.join(first, on=first.columns, how="inner")["text"] if not job.lines.is_empty() else pl.Series([])
+    first = (
+        rows.sort("source_id", "line_no")
+        .head(1)
+        .select("source_id", "line_no", *(["part"] if "part" in rows.columns else []))
+    )
+    text = (
+        job.lines.join(first, on=first.columns, how="inner")["text"]
+        if not job.lines.is_empty()
+        else pl.Series([])
+    )
     if not text.len():
         return ""
     return re.sub(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "", text[0]).strip()
@@ -239,11 +302,19 @@ def _message(job: Job, rows: pl.DataFrame) -> str:
 
 def _texts(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     """Rows with ``message`` (line text after the NCCL prefix) and ``sig`` (the same, numbers blanked)."""
-    lines = job.lines.select("source_id", "line_no", "part", "text") if not job.lines.is_empty() else pl.DataFrame(
-        schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8, "text": pl.String})
-    out = rows.sort("source_id", "line_no").join(lines, on=["source_id", "line_no", "part"], how="left", maintain_order="left")
-    return out.with_columns(message=pl.col("text").str.replace(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "").str.strip_chars()).with_columns(
-        sig=pl.col("message").str.replace_all(r"\d+", "N"))
+    lines = (
+        job.lines.select("source_id", "line_no", "part", "text")
+        if not job.lines.is_empty()
+        else pl.DataFrame(
+            schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8, "text": pl.String}
+        )
+    )
+    out = rows.sort("source_id", "line_no").join(
+        lines, on=["source_id", "line_no", "part"], how="left", maintain_order="left"
+    )
+    return out.with_columns(
+        message=pl.col("text").str.replace(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "").str.strip_chars()
+    ).with_columns(sig=pl.col("message").str.replace_all(r"\d+", "N"))
 
 
 def _ranks(frame: pl.DataFrame, column: str = "job_rank") -> list[int]:
@@ -330,7 +401,11 @@ class TransportFallback(Rule):
         sock = net.filter(pl.col("net_name") == "Socket") if not net.is_empty() else net
         other = net.filter(pl.col("net_name") != "Socket") if not net.is_empty() else net
         network = job.table("network")
-        selected = with_job_rank(job, network.filter(pl.col("event") == "net_selected")) if not network.is_empty() and "event" in network.columns else pl.DataFrame()
+        selected = (
+            with_job_rank(job, network.filter(pl.col("event") == "net_selected"))
+            if not network.is_empty() and "event" in network.columns
+            else pl.DataFrame()
+        )
         if sock.is_empty():
             if net.is_empty() and nodes > 1 and not selected.is_empty():
                 sock = selected.filter(pl.col("net_name") == "Socket")
@@ -352,12 +427,16 @@ class TransportFallback(Rule):
             # nNodes counts the job's nodes; a per-node output file holds one node's lines only.
             logged = len(logged_hosts(job))
             partial = f" (these logs show {logged} of its nodes)" if 0 < logged < nodes else ""
-            title = (f"All inter-node traffic of this {nodes}-node job{partial} runs over TCP sockets (NET/Socket) "
-                     f"instead of RDMA ({carriers})")
+            title = (
+                f"All inter-node traffic of this {nodes}-node job{partial} runs over TCP sockets (NET/Socket) "
+                f"instead of RDMA ({carriers})"
+            )
         else:
             nets = ", ".join(sorted(other["net_name"].drop_nulls().unique().to_list()))
-            title = (f"Inter-node traffic of {carriers} runs over TCP sockets (NET/Socket) while "
-                     f"{len(_ranks(other))} rank(s) use {nets}")
+            title = (
+                f"Inter-node traffic of {carriers} runs over TCP sockets (NET/Socket) while "
+                f"{len(_ranks(other))} rank(s) use {nets}"
+            )
         if reasons:
             title += ": " + "; ".join(reasons)
         # Severity policy: sockets that carry the traffic keep a job working, slower, so this is never an
@@ -370,7 +449,11 @@ class TransportFallback(Rule):
             title += f"; the job chose sockets on purpose ({', '.join(chosen) or tuned})"
         rows = pl.concat([locations(reason_rows).head(3), locations(sock).head(3)])
         yield self.finding(
-            job, title, evidence_rows=rows, ranks=ranks, hosts=hosts,
+            job,
+            title,
+            evidence_rows=rows,
+            ranks=ranks,
+            hosts=hosts,
             severity=Severity.INFO if deliberate else Severity.WARNING,
             advice=(
                 "If RDMA is wanted, make the devices usable by NCCL: unset NCCL_IB_DISABLE / NCCL_NET, "
@@ -420,12 +503,24 @@ class TransportFallback(Rule):
             if verbs.height:
                 reasons.append("libibverbs could not be loaded")
                 rows.append(locations(verbs))
-            missing = network.filter(
-                (pl.col("event") == "plugin") & (pl.col("plugin_type").fill_null("NET") == "NET")
-                & (pl.col("plugin_lib").is_not_null() | pl.col("plugin_text").fill_null("").str.contains("(?i)no plugin|could not find"))
-                & pl.col("plugin_name").is_null()
-            ) if "plugin_lib" in network.columns else pl.DataFrame()
-            loaded = network.filter(pl.col("event") == "plugin").filter(pl.col("plugin_name").is_not_null()) if "plugin_name" in network.columns else pl.DataFrame()
+            missing = (
+                network.filter(
+                    (pl.col("event") == "plugin")
+                    & (pl.col("plugin_type").fill_null("NET") == "NET")
+                    & (
+                        pl.col("plugin_lib").is_not_null()
+                        | pl.col("plugin_text").fill_null("").str.contains("(?i)no plugin|could not find")
+                    )
+                    & pl.col("plugin_name").is_null()
+                )
+                if "plugin_lib" in network.columns
+                else pl.DataFrame()
+            )
+            loaded = (
+                network.filter(pl.col("event") == "plugin").filter(pl.col("plugin_name").is_not_null())
+                if "plugin_name" in network.columns
+                else pl.DataFrame()
+            )
             failed = _errors(job, "plugin")
             if not failed.is_empty() and "error_text" in failed.columns:
                 failed = failed.filter(pl.col("error_text").fill_null("").str.contains(r"^IB"))
@@ -433,10 +528,18 @@ class TransportFallback(Rule):
                 reasons.append("'Failed to initialize NET plugin IB'")
                 rows.append(locations(failed))
             if not missing.is_empty() and loaded.is_empty() and not reasons:
-                reasons.append("no network plugin was loaded (clusters whose RDMA network needs one, such as EFA "
-                               "or Slingshot, fall back to sockets without it)")
+                reasons.append(
+                    "no network plugin was loaded (clusters whose RDMA network needs one, such as EFA "
+                    "or Slingshot, fall back to sockets without it)"
+                )
             devices = network.filter(pl.col("event").is_in(["socket_devices", "bootstrap_interface"]))
-            ifaces = " ".join(devices["interfaces"].drop_nulls().to_list() + devices["ifname"].drop_nulls().to_list()) if devices.height else ""
+            ifaces = (
+                " ".join(
+                    devices["interfaces"].drop_nulls().to_list() + devices["ifname"].drop_nulls().to_list()
+                )
+                if devices.height
+                else ""
+            )
             if re.search(r"(?:^|[\s\]])ib\d", ifaces):
                 reasons.append("the sockets run over IPoIB interfaces, so InfiniBand hardware is there")
         ibdev = _errors(job, "ib_device")
@@ -450,10 +553,16 @@ class TransportFallback(Rule):
     def _gdr(self, job: Job, t: pl.DataFrame) -> Iterator[Finding]:
         if t.is_empty():
             return
-        rdma = t.filter((pl.col("transport") == "NET") & (pl.col("net_name") != "Socket") & pl.col("job_rank").is_not_null())
+        rdma = t.filter(
+            (pl.col("transport") == "NET")
+            & (pl.col("net_name") != "Socket")
+            & pl.col("job_rank").is_not_null()
+        )
         if rdma.is_empty():
             return
-        per_rank = rdma.group_by("job_rank").agg(n=pl.len(), with_gdr=pl.col("gdr").is_not_null().sum(), host=pl.col("host").first())
+        per_rank = rdma.group_by("job_rank").agg(
+            n=pl.len(), with_gdr=pl.col("gdr").is_not_null().sum(), host=pl.col("host").first()
+        )
         per_host = rdma.group_by("host").agg(with_gdr=pl.col("gdr").is_not_null().sum())
         bare_hosts = set(per_host.filter(pl.col("with_gdr") == 0)["host"].drop_nulls())
         gdr_hosts = set(per_host.filter(pl.col("with_gdr") > 0)["host"].drop_nulls())
@@ -468,20 +577,30 @@ class TransportFallback(Rule):
             if bare_hosts and gdr_hosts:
                 # A whole node without GDR (peer-memory module missing there): every rank of it is affected.
                 hosts = sorted(bare_hosts)
-                on_hosts = job.processes.filter(pl.col("host").is_in(hosts))["global_rank"].drop_nulls() if not job.processes.is_empty() else []
+                on_hosts = (
+                    job.processes.filter(pl.col("host").is_in(hosts))["global_rank"].drop_nulls()
+                    if not job.processes.is_empty()
+                    else []
+                )
                 ranks = sorted(set(ranks) | {int(r) for r in on_hosts})
-                title = (f"{', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} use(s) NET/{net_names} without GPUDirect "
-                         f"RDMA while {len(gdr_hosts)} other host(s) use it ({len(ranks)} rank(s): {ranks_text(ranks)}): "
-                         "their inter-node traffic is staged through host memory")
+                title = (
+                    f"{', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} use(s) NET/{net_names} without GPUDirect "
+                    f"RDMA while {len(gdr_hosts)} other host(s) use it ({len(ranks)} rank(s): {ranks_text(ranks)}): "
+                    "their inter-node traffic is staged through host memory"
+                )
                 severity = Severity.WARNING
             elif some.height:
-                title = (f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])} use NET/{net_names} "
-                         f"without GPUDirect RDMA while {some.height} rank(s) use it: their traffic is staged "
-                         "through host memory")
+                title = (
+                    f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])} use NET/{net_names} "
+                    f"without GPUDirect RDMA while {some.height} rank(s) use it: their traffic is staged "
+                    "through host memory"
+                )
                 severity = Severity.WARNING
             else:
-                title = (f"No rank uses GPUDirect RDMA on NET/{net_names} ({len(ranks)} rank(s)): inter-node "
-                         "traffic is staged through host memory")
+                title = (
+                    f"No rank uses GPUDirect RDMA on NET/{net_names} ({len(ranks)} rank(s)): inter-node "
+                    "traffic is staged through host memory"
+                )
                 # Severity policy: GDR the job turned off everywhere (NCCL_NET_GDR_LEVEL set by environment)
                 # is its choice, info; GDR lost to the topology or a missing module is a warning.
                 chosen = not _settings(job, "NCCL_NET_GDR_LEVEL").is_empty()
@@ -492,8 +611,13 @@ class TransportFallback(Rule):
             elif capable:
                 title += "; the NICs report GPUDirect RDMA support"
             yield self.finding(
-                job, title, evidence_rows=pl.concat([locations(no_gdr).head(3), locations(reason_rows).head(3)]),
-                ranks=ranks, hosts=hosts, severity=severity, advice=self._gdr_advice(),
+                job,
+                title,
+                evidence_rows=pl.concat([locations(no_gdr).head(3), locations(reason_rows).head(3)]),
+                ranks=ranks,
+                hosts=hosts,
+                severity=severity,
+                advice=self._gdr_advice(),
             )
         if partial.height:
             ranks = sorted(int(r) for r in partial["job_rank"])
@@ -505,9 +629,11 @@ class TransportFallback(Rule):
                 f"{share} NET/{net_names} connections of {len(ranks)} rank(s) ({ranks_text(ranks)}) run without "
                 f"GPUDirect RDMA{f' (net device(s) {ranks_text(devs)})' if devs else ''}, the others with it: "
                 "NCCL uses NICs too far from these GPUs for GDR on some channels",
-                evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.INFO,
+                evidence_rows=locations(rows).head(4),
+                ranks=ranks,
+                severity=Severity.INFO,
                 advice="Usually the PCIe topology (NICs on another PCIe switch or CPU socket); check rail "
-                       "alignment (`nvidia-smi topo -m`) and NCCL_NET_GDR_LEVEL if this costs bandwidth.",
+                "alignment (`nvidia-smi topo -m`) and NCCL_NET_GDR_LEVEL if this costs bandwidth.",
             )
 
     def _gdr_reasons(self, job: Job) -> tuple[list[str], pl.DataFrame, bool]:
@@ -516,7 +642,10 @@ class TransportFallback(Rule):
             return [], pl.DataFrame(), False
         gdr = network.filter((pl.col("event") == "gdr") & pl.col("gdr").is_not_null())
         disabled = gdr.filter(pl.col("gdr").str.to_lowercase() == "disabled")
-        capable = gdr.filter(pl.col("gdr_gpu").is_null() & (pl.col("gdr").str.to_lowercase() == "enabled")).height > 0
+        capable = (
+            gdr.filter(pl.col("gdr_gpu").is_null() & (pl.col("gdr").str.to_lowercase() == "enabled")).height
+            > 0
+        )
         reasons: list[str] = []
         if disabled.height:
             far = disabled.filter(pl.col("distance").is_not_null())
@@ -532,14 +661,20 @@ class TransportFallback(Rule):
             if not far.height and not why.height:
                 reasons.append("'GPU Direct RDMA Disabled' for the NICs")
         level = _settings(job, "NCCL_NET_GDR_LEVEL")
-        rows = pl.concat([locations(disabled).head(3), locations(level).head(1)]) if disabled.height or not level.is_empty() else pl.DataFrame()
+        rows = (
+            pl.concat([locations(disabled).head(3), locations(level).head(1)])
+            if disabled.height or not level.is_empty()
+            else pl.DataFrame()
+        )
         return reasons, rows, capable
 
     @staticmethod
     def _gdr_advice() -> str:
-        return ("Load nvidia-peermem (or use DMA-BUF with a recent driver and kernel), make sure the container "
-                "sees it, and compare NCCL_NET_GDR_LEVEL with the GPU–NIC distance in `nvidia-smi topo -m`; "
-                "PCIe ACS or the IOMMU can also block GDR.")
+        return (
+            "Load nvidia-peermem (or use DMA-BUF with a recent driver and kernel), make sure the container "
+            "sees it, and compare NCCL_NET_GDR_LEVEL with the GPU–NIC distance in `nvidia-smi topo -m`; "
+            "PCIe ACS or the IOMMU can also block GDR."
+        )
 
     # -------------------------------------------------------------------------------------- inside a node
     def _intra_node(self, job: Job, t: pl.DataFrame) -> Iterator[Finding]:
@@ -555,7 +690,9 @@ class TransportFallback(Rule):
             reasons.append(f"NCCL_P2P_LEVEL={level['value'][0]} is set")
         if not p2p_errors.is_empty():
             reasons.append(f"'{_message(job, p2p_errors)}'")
-        reason_rows = pl.concat([locations(disabled).head(2), locations(level).head(1), locations(p2p_errors).head(2)])
+        reason_rows = pl.concat(
+            [locations(disabled).head(2), locations(level).head(1), locations(p2p_errors).head(2)]
+        )
         # Severity policy: a path the job chose (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, no P2P error) is info;
         # one NCCL fell to on its own (P2P failed, or some hosts only) is a warning: the job works, slower.
         set_by_job = not disabled.is_empty() or not level.is_empty()
@@ -563,17 +700,25 @@ class TransportFallback(Rule):
         if t.is_empty():
             if not disabled.is_empty():
                 ranks = _ranks(with_job_rank(job, disabled))
-                yield self.finding(job, "NCCL_P2P_DISABLE=1 is set: GPUs of a node exchange data through host "
-                                   "memory instead of NVLink/PCIe peer-to-peer", evidence_rows=reason_rows,
-                                   ranks=ranks, severity=chosen, advice=self._p2p_advice())
+                yield self.finding(
+                    job,
+                    "NCCL_P2P_DISABLE=1 is set: GPUs of a node exchange data through host "
+                    "memory instead of NVLink/PCIe peer-to-peer",
+                    evidence_rows=reason_rows,
+                    ranks=ranks,
+                    severity=chosen,
+                    advice=self._p2p_advice(),
+                )
             return
         intra = t.filter(
-            pl.col("transport").is_in(["P2P", "SHM"]) | ((pl.col("transport") == "NET") & pl.col("same_host").fill_null(False))
+            pl.col("transport").is_in(["P2P", "SHM"])
+            | ((pl.col("transport") == "NET") & pl.col("same_host").fill_null(False))
         )
         if intra.is_empty():
             return
         per_host = intra.group_by("host").agg(
-            p2p=(pl.col("transport") == "P2P").sum(), shm=(pl.col("transport") == "SHM").sum(),
+            p2p=(pl.col("transport") == "P2P").sum(),
+            shm=(pl.col("transport") == "SHM").sum(),
             net=(pl.col("transport") == "NET").sum(),
         )
         slow_hosts = per_host.filter((pl.col("p2p") == 0) & ((pl.col("shm") > 0) | (pl.col("net") > 0)))
@@ -582,16 +727,29 @@ class TransportFallback(Rule):
             hosts = sorted(slow_hosts["host"].drop_nulls())
             rows = intra.filter(pl.col("host").is_in(hosts))
             ranks = _ranks(rows)
-            paths = " and ".join(p for p, n in (("host shared memory (SHM)", slow_hosts["shm"].sum()),
-                                                ("the network (NET)", slow_hosts["net"].sum())) if n)
+            paths = " and ".join(
+                p
+                for p, n in (
+                    ("host shared memory (SHM)", slow_hosts["shm"].sum()),
+                    ("the network (NET)", slow_hosts["net"].sum()),
+                )
+                if n
+            )
             contrast = f", while {fast_hosts.height} host(s) use P2P" if fast_hosts.height else ""
-            title = (f"GPUs of {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} exchange data through {paths} "
-                     f"instead of NVLink/PCIe peer-to-peer ({len(ranks)} rank(s): {ranks_text(ranks)}){contrast}")
+            title = (
+                f"GPUs of {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} exchange data through {paths} "
+                f"instead of NVLink/PCIe peer-to-peer ({len(ranks)} rank(s): {ranks_text(ranks)}){contrast}"
+            )
             if reasons:
                 title += ": " + "; ".join(reasons)
             yield self.finding(
-                job, title, evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]), ranks=ranks,
-                hosts=hosts, severity=chosen if not fast_hosts.height else None, advice=self._p2p_advice(),
+                job,
+                title,
+                evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]),
+                ranks=ranks,
+                hosts=hosts,
+                severity=chosen if not fast_hosts.height else None,
+                advice=self._p2p_advice(),
             )
         mixed = per_host.filter((pl.col("p2p") > 0) & ((pl.col("shm") > 0) | (pl.col("net") > 0)))
         if mixed.height:
@@ -599,43 +757,63 @@ class TransportFallback(Rule):
             rows = intra.filter(pl.col("host").is_in(hosts) & (pl.col("transport") != "P2P"))
             ranks = _ranks(rows)
             net_intra = int(mixed["net"].sum())
-            title = (f"{rows.height} connection(s) between GPUs of the same host ({', '.join(hosts[:4])}) go through "
-                     f"{'the network' if net_intra and not mixed['shm'].sum() else 'host shared memory'} while the "
-                     f"others use P2P ({len(ranks)} rank(s): {ranks_text(ranks)})")
+            title = (
+                f"{rows.height} connection(s) between GPUs of the same host ({', '.join(hosts[:4])}) go through "
+                f"{'the network' if net_intra and not mixed['shm'].sum() else 'host shared memory'} while the "
+                f"others use P2P ({len(ranks)} rank(s): {ranks_text(ranks)})"
+            )
             if reasons:
                 title += ": " + "; ".join(reasons)
             yield self.finding(
-                job, title, evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]), ranks=ranks, hosts=hosts,
+                job,
+                title,
+                evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]),
+                ranks=ranks,
+                hosts=hosts,
                 severity=chosen or (Severity.WARNING if reasons or net_intra else Severity.INFO),
                 advice=self._p2p_advice(),
             )
 
     @staticmethod
     def _p2p_advice() -> str:
-        return ("Unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL unless they work around a known problem; check "
-                "`nvidia-smi topo -m` (GPUs on different CPU sockets only reach each other through host "
-                "memory), PCIe ACS and the IOMMU, and that all ranks of a host run in one container / IPC "
-                "namespace.")
+        return (
+            "Unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL unless they work around a known problem; check "
+            "`nvidia-smi topo -m` (GPUs on different CPU sockets only reach each other through host "
+            "memory), PCIe ACS and the IOMMU, and that all ranks of a host run in one container / IPC "
+            "namespace."
+        )
 
     # -------------------------------------------------------------------------------------- CollNet / NVLS
     def _collective_offload(self, job: Job) -> Iterator[Finding]:
         for kind, what in (("collnet", "CollNet/SHARP"), ("nvls", "NVLink SHARP (NVLS) / MNNVL")):
             rows = _errors(job, kind)
             if not rows.is_empty():
-                rows = rows.filter(pl.col("level") == "WARN")  # INFO lines say a feature is absent, not broken
+                rows = rows.filter(
+                    pl.col("level") == "WARN"
+                )  # INFO lines say a feature is absent, not broken
             if rows.is_empty():
                 continue
             ranks = _ranks(rows)
-            msgs = _texts(job, rows).unique("sig", keep="first", maintain_order=True)["message"].head(2).to_list()
+            msgs = (
+                _texts(job, rows)
+                .unique("sig", keep="first", maintain_order=True)["message"]
+                .head(2)
+                .to_list()
+            )
             who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if ranks else f"{rows.height} line(s)"
             title = f"{what} could not be set up on {who}: " + "; ".join(f"'{m}'" for m in msgs)
             if kind == "collnet":
                 title += "; NCCL falls back to the point-to-point network"
             yield self.finding(
-                job, title, evidence_rows=locations(rows).head(4), ranks=ranks,
-                advice=("For SHARP: check that the SHARP aggregation manager (sharp_am) runs and the job may "
-                        "use it, or set NCCL_COLLNET_ENABLE=0. For NVLS: check the Fabric Manager and "
-                        "NVSwitches, or set NCCL_NVLS_ENABLE=0."),
+                job,
+                title,
+                evidence_rows=locations(rows).head(4),
+                ranks=ranks,
+                advice=(
+                    "For SHARP: check that the SHARP aggregation manager (sharp_am) runs and the job may "
+                    "use it, or set NCCL_COLLNET_ENABLE=0. For NVLS: check the Fabric Manager and "
+                    "NVSwitches, or set NCCL_NVLS_ENABLE=0."
+                ),
             )
 
     # -------------------------------------------------------------------------------------- plugins
@@ -651,18 +829,28 @@ class TransportFallback(Rule):
         used = _networks_used(job, rows)
         if used:
             yield self.finding(
-                job, f"The network plugin NCCL tried first could not be initialized on "
+                job,
+                f"The network plugin NCCL tried first could not be initialized on "
                 f"{len(ranks) or rows.height} rank(s): '{text}'; NCCL went on with {', '.join(used)}",
-                evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.INFO,
-                advice=("Expected on hosts without that network's devices. If the network should be there, "
-                        "check its devices and the plugin library (libnccl-net*.so) in the job."),
+                evidence_rows=locations(rows).head(4),
+                ranks=ranks,
+                severity=Severity.INFO,
+                advice=(
+                    "Expected on hosts without that network's devices. If the network should be there, "
+                    "check its devices and the plugin library (libnccl-net*.so) in the job."
+                ),
             )
             return
         yield self.finding(
-            job, f"The network NCCL was asked to use is not available on {len(ranks) or rows.height} rank(s): '{text}'",
-            evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.ERROR,
-            advice=("Check NCCL_NET / NCCL_NET_PLUGIN and that the plugin library (libnccl-net*.so) and its "
-                    "dependencies are on LD_LIBRARY_PATH inside the job's environment."),
+            job,
+            f"The network NCCL was asked to use is not available on {len(ranks) or rows.height} rank(s): '{text}'",
+            evidence_rows=locations(rows).head(4),
+            ranks=ranks,
+            severity=Severity.ERROR,
+            advice=(
+                "Check NCCL_NET / NCCL_NET_PLUGIN and that the plugin library (libnccl-net*.so) and its "
+                "dependencies are on LD_LIBRARY_PATH inside the job's environment."
+            ),
         )
 
 
@@ -744,8 +932,15 @@ class NetError(Rule):
         yield from self._sockets(job, errors, t, addresses)
 
     # -------------------------------------------------------------------------------------- peers
-    def _peer(self, job: Job, peer: str | None, peer_ip: str | None, logger: int | None, t: pl.DataFrame,
-              addresses: dict[str, set[str]]) -> tuple[str, list[int], str | None]:
+    def _peer(
+        self,
+        job: Job,
+        peer: str | None,
+        peer_ip: str | None,
+        logger: int | None,
+        t: pl.DataFrame,
+        addresses: dict[str, set[str]],
+    ) -> tuple[str, list[int], str | None]:
         """(text naming the peer, its candidate ranks, its host)."""
         if not peer_ip and not peer:
             return "", [], None
@@ -775,21 +970,47 @@ class NetError(Rule):
             hosts = sorted(set(group["host"].drop_nulls()))
             peers = []
             peer_ranks: set[int] = set()
-            for row in group.unique(["job_rank", "peer_ip", "peer"], keep="first", maintain_order=True).head(4).iter_rows(named=True):
-                text, cands, _ = self._peer(job, row.get("peer"), row.get("peer_ip"), row["job_rank"], t, addresses)
+            for row in (
+                group.unique(["job_rank", "peer_ip", "peer"], keep="first", maintain_order=True)
+                .head(4)
+                .iter_rows(named=True)
+            ):
+                text, cands, _ = self._peer(
+                    job, row.get("peer"), row.get("peer_ip"), row["job_rank"], t, addresses
+                )
                 if text:
                     peers.append(text)
                 if len(cands) == 1:
                     peer_ranks.update(cands)
-            name = (group["status_name"].drop_nulls().first() if "status_name" in group.columns else None) or f"IBV_WC_{IB_STATUS.get(status, 'UNKNOWN')}"
+            name = (
+                group["status_name"].drop_nulls().first() if "status_name" in group.columns else None
+            ) or f"IBV_WC_{IB_STATUS.get(status, 'UNKNOWN')}"
             meaning = IB_MEANING.get(status, "an IB work completion error")
-            vendor = sorted({int(v) for v in group["vendor_err"].drop_nulls()}) if "vendor_err" in group.columns else []
+            vendor = (
+                sorted({int(v) for v in group["vendor_err"].drop_nulls()})
+                if "vendor_err" in group.columns
+                else []
+            )
             req = sorted(set(group["req_type"].drop_nulls())) if "req_type" in group.columns else []
             hca = sorted(set(group["hca"].drop_nulls())) if "hca" in group.columns else []
-            who = names(job, ranks) if ranks else f"{group.height} line(s) on {', '.join(hosts) or 'an unknown host'}"
-            detail = ", ".join(x for x in (
-                f"vendor err {ranks_text(vendor)}" if vendor else "", f"HCA {', '.join(hca)}" if hca else "") if x)
-            direction = {"Send": "sending to", "Recv": "receiving from"}.get(req[0], "with") if len(req) == 1 else "with"
+            who = (
+                names(job, ranks)
+                if ranks
+                else f"{group.height} line(s) on {', '.join(hosts) or 'an unknown host'}"
+            )
+            detail = ", ".join(
+                x
+                for x in (
+                    f"vendor err {ranks_text(vendor)}" if vendor else "",
+                    f"HCA {', '.join(hca)}" if hca else "",
+                )
+                if x
+            )
+            direction = (
+                {"Send": "sending to", "Recv": "receiving from"}.get(req[0], "with")
+                if len(req) == 1
+                else "with"
+            )
             title = f"IB completion error on {who}"
             if peers:
                 title += f" {direction} {'; '.join(peers)}"
@@ -797,13 +1018,24 @@ class NetError(Rule):
             if detail:
                 title += f" [{detail}]"
             if status == 5 and len(statuses) > 1:
-                title += f"; flushed after the status {', '.join(str(s) for s in sorted(statuses - {5}))} error"
+                title += (
+                    f"; flushed after the status {', '.join(str(s) for s in sorted(statuses - {5}))} error"
+                )
             elif status == 5:
                 title += "; the earlier error that put the queue pair in error is not in these logs"
             # Flushes next to another status are that error's fallout: below error, so never taken for the cause.
-            severity = Severity.CRITICAL if status != 5 else (Severity.WARNING if len(statuses) > 1 else Severity.ERROR)
+            severity = (
+                Severity.CRITICAL
+                if status != 5
+                else (Severity.WARNING if len(statuses) > 1 else Severity.ERROR)
+            )
             yield self.finding(
-                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts, severity=severity,
+                job,
+                title,
+                evidence_rows=locations(group),
+                ranks=ranks,
+                hosts=hosts,
+                severity=severity,
                 advice=IB_ADVICE.get(status, IB_ADVICE[12]),
             )
         bare = rows.filter(pl.col("status").is_null())
@@ -813,32 +1045,58 @@ class NetError(Rule):
             covered = set(_ranks(with_status))
             severity = Severity.ERROR if covered and set(ranks) <= covered else Severity.CRITICAL
             yield self.finding(
-                job, f"IB transport error on {names(job, ranks) if ranks else 'an unknown rank'}: '{text}'",
-                evidence_rows=locations(bare), ranks=ranks, severity=severity, advice=IB_ADVICE[12],
+                job,
+                f"IB transport error on {names(job, ranks) if ranks else 'an unknown rank'}: '{text}'",
+                evidence_rows=locations(bare),
+                ranks=ranks,
+                severity=severity,
+                advice=IB_ADVICE[12],
             )
 
     def _ib_async(self, job: Job, errors: pl.DataFrame) -> Iterator[Finding]:
         rows = errors.filter(pl.col("error_kind") == "ib_async")
         if rows.is_empty():
             return
-        text_col = pl.coalesce(*[pl.col(c) for c in ("event_text", "errno_text", "error_text") if c in rows.columns])
+        text_col = pl.coalesce(
+            *[pl.col(c) for c in ("event_text", "errno_text", "error_text") if c in rows.columns]
+        )
         rows = rows.with_columns(what=text_col.fill_null(""))
         for (what,), group in rows.group_by("what", maintain_order=True):
             ranks = _ranks(group)
-            hcas = sorted({f"{h}:{p}" if p is not None else h for h, p in group.select("hca", "ib_port").iter_rows() if h}) if "hca" in group.columns else []
-            benign = re.search(r"(?i)GID table changed|speed change|port active|client reregister|LID change", what or "")
-            fatal = re.search(r"(?i)port error|fatal|catastrophic|QP|CQ|SRQ|path mig", what or "") or "fatal" in (group["pattern"][0] or "")
+            hcas = (
+                sorted(
+                    {
+                        f"{h}:{p}" if p is not None else h
+                        for h, p in group.select("hca", "ib_port").iter_rows()
+                        if h
+                    }
+                )
+                if "hca" in group.columns
+                else []
+            )
+            benign = re.search(
+                r"(?i)GID table changed|speed change|port active|client reregister|LID change", what or ""
+            )
+            fatal = re.search(
+                r"(?i)port error|fatal|catastrophic|QP|CQ|SRQ|path mig", what or ""
+            ) or "fatal" in (group["pattern"][0] or "")
             severity = Severity.CRITICAL if fatal and not benign else Severity.WARNING
             where = f" on {', '.join(hcas)}" if hcas else ""
-            title = (f"IB async event '{what or 'unknown'}'{where} reported by "
-                     f"{names(job, ranks) if ranks else ', '.join(sorted(set(group['host'].drop_nulls())))}")
+            title = (
+                f"IB async event '{what or 'unknown'}'{where} reported by "
+                f"{names(job, ranks) if ranks else ', '.join(sorted(set(group['host'].drop_nulls())))}"
+            )
             if re.search(r"(?i)port error", what or ""):
                 title += ": the port went down (link failure)"
             yield self.finding(
-                job, title, evidence_rows=locations(group), ranks=ranks, hosts=sorted(set(group["host"].drop_nulls())),
+                job,
+                title,
+                evidence_rows=locations(group),
+                ranks=ranks,
+                hosts=sorted(set(group["host"].drop_nulls())),
                 severity=severity,
                 advice="Check the HCA port and cable/switch port (ibstat, dmesg, the subnet manager's log); a "
-                       "port that goes down under a running job breaks every connection through it.",
+                "port that goes down under a running job breaks every connection through it.",
             )
 
     def _ib_mismatch(self, job: Job, errors: pl.DataFrame) -> Iterator[Finding]:
@@ -848,15 +1106,22 @@ class NetError(Rule):
         ranks = _ranks(rows)
         text = _message(job, rows)
         yield self.finding(
-            job, f"The two ends of an IB transfer disagree on its size or buffer on {names(job, ranks) if ranks else 'some ranks'}: "
-                 f"'{text}' (mismatched collectives across ranks, or memory corruption)",
-            evidence_rows=locations(rows).head(4), ranks=ranks, severity=Severity.ERROR,
+            job,
+            f"The two ends of an IB transfer disagree on its size or buffer on {names(job, ranks) if ranks else 'some ranks'}: "
+            f"'{text}' (mismatched collectives across ranks, or memory corruption)",
+            evidence_rows=locations(rows).head(4),
+            ranks=ranks,
+            severity=Severity.ERROR,
             advice="Check that every rank issues the same collectives with the same sizes (collective-mismatch "
-                   "findings, TORCH_DISTRIBUTED_DEBUG=DETAIL); if they do, suspect a NIC or GPU memory problem.",
+            "findings, TORCH_DISTRIBUTED_DEBUG=DETAIL); if they do, suspect a NIC or GPU memory problem.",
         )
 
     def _ofi(self, job: Job, errors: pl.DataFrame) -> Iterator[Finding]:
-        text = pl.coalesce(*[pl.col(c) for c in ("error_text",) if c in errors.columns]) if "error_text" in errors.columns else pl.lit(None)
+        text = (
+            pl.coalesce(*[pl.col(c) for c in ("error_text",) if c in errors.columns])
+            if "error_text" in errors.columns
+            else pl.lit(None)
+        )
         rows = errors.filter((pl.col("level") == "WARN") & text.fill_null("").str.starts_with("NET/OFI"))
         if rows.is_empty():
             return
@@ -867,28 +1132,48 @@ class NetError(Rule):
             hosts = sorted(set(group["host"].drop_nulls()))
             propagated = False
             for host, pid, seq in group.select("host", "pid", "seq").iter_rows():
-                later = chains.filter((pl.col("host") == host) & (pl.col("pid") == pid) & (pl.col("seq") > seq)
-                                      & (pl.col("result_code").fill_null(0) != 0))
+                later = chains.filter(
+                    (pl.col("host") == host)
+                    & (pl.col("pid") == pid)
+                    & (pl.col("seq") > seq)
+                    & (pl.col("result_code").fill_null(0) != 0)
+                )
                 if later.height:
                     propagated = True
                     break
             msg = group["error_text"][0]
-            who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if len(ranks) > 2 else (names(job, ranks) if ranks else ", ".join(hosts))
+            who = (
+                f"{len(ranks)} rank(s) ({ranks_text(ranks)})"
+                if len(ranks) > 2
+                else (names(job, ranks) if ranks else ", ".join(hosts))
+            )
             title = f"The OFI network plugin (aws-ofi-nccl / libfabric) failed on {who}: '{msg}'"
-            title += "; NCCL returned the error to the caller" if propagated else "; NCCL went on (no error chain followed)"
+            title += (
+                "; NCCL returned the error to the caller"
+                if propagated
+                else "; NCCL went on (no error chain followed)"
+            )
             yield self.finding(
-                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts,
+                job,
+                title,
+                evidence_rows=locations(group),
+                ranks=ranks,
+                hosts=hosts,
                 severity=Severity.CRITICAL if propagated else Severity.WARNING,
                 advice="Check the libfabric provider (`fi_info -p efa|cxi`), the aws-ofi-nccl and libfabric "
-                       "versions against NCCL's, and in containers the NIC devices and memory-registration "
-                       "limits (ulimit -l) the job can use.",
+                "versions against NCCL's, and in containers the NIC devices and memory-registration "
+                "limits (ulimit -l) the job can use.",
             )
 
     def _ib_devices(self, job: Job, errors: pl.DataFrame) -> Iterator[Finding]:
         call = pl.col("call") if "call" in errors.columns else pl.lit(None, pl.String)
         rows = errors.filter(
             (pl.col("error_kind") == "ib_device")
-            | ((pl.col("error_kind") == "syscall") & (pl.col("level") == "WARN") & call.fill_null("").str.contains(IB_CALLS))
+            | (
+                (pl.col("error_kind") == "syscall")
+                & (pl.col("level") == "WARN")
+                & call.fill_null("").str.contains(IB_CALLS)
+            )
         )
         if rows.is_empty():
             return
@@ -897,15 +1182,21 @@ class NetError(Rule):
         devices = sorted(set(rows["hca"].drop_nulls())) if "hca" in rows.columns else []
         multi = n_nodes(job) > 1
         text = _message(job, rows)
-        title = (f"IB devices could not be opened or queried on {', '.join(hosts[:4]) or 'this job'}"
-                 f"{f' ({len(devices)} device(s): ' + ', '.join(devices[:4]) + ')' if devices else ''}: '{text}'; NCCL skips them")
+        title = (
+            f"IB devices could not be opened or queried on {', '.join(hosts[:4]) or 'this job'}"
+            f"{f' ({len(devices)} device(s): ' + ', '.join(devices[:4]) + ')' if devices else ''}: '{text}'; NCCL skips them"
+        )
         if not multi:
             title += " (single-node job: no inter-node traffic needs them)"
         yield self.finding(
-            job, title, evidence_rows=locations(rows).head(4), ranks=ranks, hosts=hosts,
+            job,
+            title,
+            evidence_rows=locations(rows).head(4),
+            ranks=ranks,
+            hosts=hosts,
             severity=Severity.WARNING if multi else Severity.INFO,
             advice="Check the HCAs with ibv_devinfo / ibstat on the host and inside the container; restrict "
-                   "NCCL to working devices with NCCL_IB_HCA.",
+            "NCCL to working devices with NCCL_IB_HCA.",
         )
 
     # -------------------------------------------------------------------------------------- sockets
@@ -920,20 +1211,36 @@ class NetError(Rule):
             hosts = sorted(set(group["host"].drop_nulls()))
             peers: list[str] = []
             peer_ranks: set[int] = set()
-            for row in group.unique(["peer_ip", "peer"], keep="first", maintain_order=True).head(4).iter_rows(named=True):
-                _, cands, host = self._peer(job, row.get("peer"), row.get("peer_ip"), row["job_rank"], t, addresses)
+            for row in (
+                group.unique(["peer_ip", "peer"], keep="first", maintain_order=True)
+                .head(4)
+                .iter_rows(named=True)
+            ):
+                _, cands, host = self._peer(
+                    job, row.get("peer"), row.get("peer_ip"), row["job_rank"], t, addresses
+                )
                 cands = [r for r in cands if r not in ranks]
                 address = row.get("peer") or row.get("peer_ip")
                 if address:
                     where = f" = {host}" if host and host != (row.get("peer_ip") or "") else ""
-                    rank = f", rank {cands[0]}" if len(cands) == 1 else (f", ranks {ranks_text(cands)}" if cands else "")
+                    rank = (
+                        f", rank {cands[0]}"
+                        if len(cands) == 1
+                        else (f", ranks {ranks_text(cands)}" if cands else "")
+                    )
                     peers.append(f"{address}{where}{rank}")
                 peer_ranks.update(cands)
-            what = {"socket_closed": "the connection was closed by the remote peer",
-                    "socket_io": "a socket send/receive failed",
-                    "socket_truncated": "a socket message was truncated"}[kind]
+            what = {
+                "socket_closed": "the connection was closed by the remote peer",
+                "socket_io": "a socket send/receive failed",
+                "socket_truncated": "a socket message was truncated",
+            }[kind]
             errno = sorted(set(group["errno_text"].drop_nulls())) if "errno_text" in group.columns else []
-            who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if len(ranks) > 2 else (names(job, ranks) if ranks else ", ".join(hosts))
+            who = (
+                f"{len(ranks)} rank(s) ({ranks_text(ranks)})"
+                if len(ranks) > 2
+                else (names(job, ranks) if ranks else ", ".join(hosts))
+            )
             title = f"On {who} {what}{f' ({errno[0]})' if errno else ''}"
             if peers:
                 title += f"; peer {'; '.join(peers)}"
@@ -942,29 +1249,43 @@ class NetError(Rule):
             if cause:
                 title += f"; most likely a consequence: {cause}"
             elif kind == "socket_truncated":
-                title += "; the two sides disagree on a message size (mismatched collectives or NCCL settings)"
+                title += (
+                    "; the two sides disagree on a message size (mismatched collectives or NCCL settings)"
+                )
             else:
                 title += "; the peer process probably died or its network path failed"
             # A closure after another process's failure is its fallout: reported below error level.
             yield self.finding(
-                job, title, evidence_rows=locations(group), ranks=ranks, hosts=hosts,
+                job,
+                title,
+                evidence_rows=locations(group),
+                ranks=ranks,
+                hosts=hosts,
                 severity=Severity.WARNING if cause or deaths else Severity.ERROR,
-                advice=("Find out why the peer ended first: look at the findings for "
-                        f"{'rank(s) ' + ranks_text(sorted(peer_ranks)) if peer_ranks else 'the peer host'} (crash, "
-                        "OOM, CUDA or NCCL error, exit). If nothing failed there, check the TCP path between the "
-                        "hosts (NCCL_SOCKET_IFNAME, firewalls, MTU)."),
+                advice=(
+                    "Find out why the peer ended first: look at the findings for "
+                    f"{'rank(s) ' + ranks_text(sorted(peer_ranks)) if peer_ranks else 'the peer host'} (crash, "
+                    "OOM, CUDA or NCCL error, exit). If nothing failed there, check the TCP path between the "
+                    "hosts (NCCL_SOCKET_IFNAME, firewalls, MTU)."
+                ),
             )
 
     def _failures(self, job: Job, errors: pl.DataFrame) -> pl.DataFrame:
         """Fatal-looking events with their rank and position: errors of other kinds, process deaths."""
         fatal = errors.filter(
-            pl.col("error_kind").is_in(["cuda", "alloc", "ib_completion", "ib_async", "async_error", "fatal", "warn"])
+            pl.col("error_kind").is_in(
+                ["cuda", "alloc", "ib_completion", "ib_async", "async_error", "fatal", "warn"]
+            )
             & (pl.col("level") == "WARN")
         ).select("job_rank", "seq", "source_id", "line_no", "part", "error_kind")
         return fatal.sort("seq")
 
-    def _cause(self, job: Job, earlier: pl.DataFrame, seq: int, peer_ranks: set[int], loggers: set[int]) -> str:
-        before = earlier.filter((pl.col("seq") < seq) & ~pl.col("job_rank").is_in(list(loggers)).fill_null(False))
+    def _cause(
+        self, job: Job, earlier: pl.DataFrame, seq: int, peer_ranks: set[int], loggers: set[int]
+    ) -> str:
+        before = earlier.filter(
+            (pl.col("seq") < seq) & ~pl.col("job_rank").is_in(list(loggers)).fill_null(False)
+        )
         if before.is_empty():
             return ""
         on_peer = before.filter(pl.col("job_rank").is_in(list(peer_ranks))) if peer_ranks else before.head(0)

@@ -20,6 +20,7 @@ import dataclasses
 
 from nccl_logsift.model import Finding, Kind, Severity
 
+
 def policy_text() -> str:
     """The severity and verdict policy, as ``logsift explain --policy`` prints it and the README states it."""
     rows = "\n".join(f"  {s.label:<9} {s.meaning}" for s in sorted(Severity, reverse=True))
@@ -77,8 +78,16 @@ def triage(findings: list[Finding]) -> list[Finding]:
     marked = [dataclasses.replace(f, primary=id(f) in primary_ids) for f in findings]
     # The primaries lead in the order they happened (the verdict names the first), the rest in line order.
     lead = _order_of([f for f in marked if f.primary])
-    return sorted(marked, key=lambda f: (not f.primary, -f.severity, CAUSAL_TIER[f.kind],
-                                         lead(f) if f.primary else (0.0, _position(f)), f.code))
+    return sorted(
+        marked,
+        key=lambda f: (
+            not f.primary,
+            -f.severity,
+            CAUSAL_TIER[f.kind],
+            lead(f) if f.primary else (0.0, _position(f)),
+            f.code,
+        ),
+    )
 
 
 def _unexplained(candidates: list[Finding]) -> list[Finding]:
@@ -86,8 +95,9 @@ def _unexplained(candidates: list[Finding]) -> list[Finding]:
     waits for are dead (an ImportError or crash at startup, reported by their launcher) follows from those
     deaths, though init sits higher in the causal tiers (its waiting ranks exit as its fallout)."""
     died = {r for f in candidates if f.kind == Kind.PROCESS_EXIT for r in f.ranks}
-    left = [f for f in candidates
-            if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)]
+    left = [
+        f for f in candidates if not (f.kind == Kind.INIT_INCOMPLETE and f.ranks and set(f.ranks) <= died)
+    ]
     return left or candidates
 
 

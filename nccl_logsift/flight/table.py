@@ -76,7 +76,7 @@ COLUMN_DOCS = {
         "entry": "0-based index of the entry in the dump's entries (what evidence cites)",
         "rank": "global rank of the process that wrote the dump",
         "record_id": "the entry's id in the rank's ring buffer (grows by one per op; the oldest are "
-            "overwritten)",
+        "overwritten)",
         "pg_id": "the process group's local id on this rank (ProcessGroupNCCL uid)",
         "pg_name": "the process group's GUID (its name in pg_config): the same on every member",
         "pg_desc": "the process group's description (default_pg, or what new_group was given)",
@@ -108,7 +108,7 @@ COLUMN_DOCS = {
         "entries": "entries in the dump",
         "first_record_id": "record_id of the oldest entry: above 0 when the ring buffer wrapped",
         "problem": "why the file could not be read as a dump (its other columns are then null), or a note "
-            "on one read anyway",
+        "on one read anyway",
     },
     "flight_pg_status": {
         "dump_id": "row of flight_dumps",
@@ -127,7 +127,7 @@ COLUMN_DOCS = {
         "source_id": "the input holding the line",
         "line_no": "the line (1-based)",
         "event": "dump_writing ('dumping nccl trace to') or dump_written ('Finished writing NCCLPG debug "
-            "info to')",
+        "info to')",
     },
 }
 NAMED_SCHEMA: dict[str, pl.DataType] = {
@@ -141,7 +141,7 @@ TABLES = {
     "flight_recorder": "one row per Flight Recorder entry: an op a rank enqueued, as its dump recorded it",
     "flight_dumps": "one row per Flight Recorder dump read (or that could not be read, with its problem)",
     "flight_pg_status": "one row per process group per dump: its last enqueued, started and completed "
-        "collective",
+    "collective",
     "flight_named": "one row per log line that names the file a rank dumped its Flight Recorder to, or "
     "says the dump was written",
 }

@@ -84,7 +84,8 @@ def require(pattern: str, name: str) -> str:
     """``pattern`` with the ``?`` dropped from group ``name`` and from every group around it."""
     target = named_group(pattern, name)
     optional = [
-        g.end + 1 for g in groups(pattern)
+        g.end + 1
+        for g in groups(pattern)
         if g.start <= target.start and g.end >= target.end and pattern[g.end + 1 : g.end + 2] == "?"
     ]
     for at in sorted(optional, reverse=True):  # from the right, so the other offsets stay valid

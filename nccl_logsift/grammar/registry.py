@@ -77,7 +77,10 @@ def _read_all(base: Path, paths: list[Path], check_dialect: bool) -> GrammarSet:
             grammars.append(grammar)
         diagnostics += [f"{path.relative_to(base.parent)}: {p}" for p in problems]
     families = [g.family for g in grammars]
-    diagnostics += [f"family {f!r} is defined more than once" for f in sorted({f for f in families if families.count(f) > 1})]
+    diagnostics += [
+        f"family {f!r} is defined more than once"
+        for f in sorted({f for f in families if families.count(f) > 1})
+    ]
     diagnostics += _table_kind_conflicts(grammars)
     if not grammars:
         diagnostics.append(f"no grammar files found under {base}")
@@ -108,7 +111,9 @@ def structural_problems(grammar: Grammar, check_dialect: bool = True) -> list[st
     declared = set(grammar.field_kinds)
     captured: set[str] = set()
     for p in grammar.patterns:
-        problems += [f"pattern {p.name!r}: {msg}" for msg in (dialect_problems(p.regex) if check_dialect else ())]
+        problems += [
+            f"pattern {p.name!r}: {msg}" for msg in (dialect_problems(p.regex) if check_dialect else ())
+        ]
         groups = set(group_names(p.regex))
         captured |= groups
         undeclared = sorted(groups - declared - {"keep"})

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import re
-
 import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -47,8 +46,21 @@ SCHEMA_ID = "nccl-logsift/grammar/v1"
 # Columns every message table carries from the line's location and envelope; a message field may not
 # reuse these names, or it would overwrite them.
 MESSAGE_KEYS = (
-    "collector_ts", "host", "pid", "tid", "dev", "level", "severity", "ts", "src_file", "src_line", "logger",
-    "torch_rank", "task", "local_rank", "mpi_rank",
+    "collector_ts",
+    "host",
+    "pid",
+    "tid",
+    "dev",
+    "level",
+    "severity",
+    "ts",
+    "src_file",
+    "src_line",
+    "logger",
+    "torch_rank",
+    "task",
+    "local_rank",
+    "mpi_rank",
 )
 LOCATION_COLUMNS = ("source_id", "line_no", "part")
 # Columns the resolver adds to tables (the world rank of the line's process, the comm instance of a call).
@@ -121,8 +133,18 @@ class Grammar:
 
 
 _TOP_KEYS = {
-    "schema", "family", "layer", "source", "table", "priority", "title", "reference",
-    "fields", "patterns", "samples", "near_misses",
+    "schema",
+    "family",
+    "layer",
+    "source",
+    "table",
+    "priority",
+    "title",
+    "reference",
+    "fields",
+    "patterns",
+    "samples",
+    "near_misses",
 }
 _PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set", "level"}
 _SAMPLE_KEYS = {"line", "expect", "version"}
@@ -162,8 +184,12 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
             continue
         patterns.append(
             Pattern(
-                spec.get("name", f"p{i}"), spec["regex"], spec["anchor"], spec.get("versions", ""),
-                spec.get("set", {}), spec.get("level", ""),
+                spec.get("name", f"p{i}"),
+                spec["regex"],
+                spec["anchor"],
+                spec.get("versions", ""),
+                spec.get("set", {}),
+                spec.get("level", ""),
             )
         )
     samples = []
@@ -194,7 +220,7 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
 _GROUP = re.compile(r"\(\?P<(\w+)>")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def group_names(pattern: str) -> tuple[str, ...]:
     """Named groups of a pattern in order, read from its text (compiling it in ``regex`` is far slower)."""
     return tuple(dict.fromkeys(_GROUP.findall(pattern)))

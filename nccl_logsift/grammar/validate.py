@@ -55,7 +55,10 @@ def check_samples(grammars: GrammarSet) -> list[SampleResult]:
     tables, frame = parser.parse_frame(_chunk(texts))
     lines = tables["lines"].filter(pl.col("part") == 0)
     rows = {r["line_no"]: r for r in lines.iter_rows(named=True)}
-    msgs = {r["line_no"]: r for r in frame.filter(pl.col("part") == 0).select("line_no", "msg", "rest").iter_rows(named=True)}
+    msgs = {
+        r["line_no"]: r
+        for r in frame.filter(pl.col("part") == 0).select("line_no", "msg", "rest").iter_rows(named=True)
+    }
     results: list[SampleResult] = []
     used_patterns: dict[str, set[str]] = {}
     for line_no, (g, i, _) in enumerate(entries, start=1):
@@ -76,7 +79,11 @@ def check_samples(grammars: GrammarSet) -> list[SampleResult]:
         results.append(SampleResult(g, i, tuple(problems)))
     for offset, (g, miss) in enumerate(misses, start=len(entries) + 1):
         row = rows[offset]
-        claimed = row["family"] == g.family if g.layer is Layer.MESSAGE else bool(_prefix_patterns_matching(g, miss))
+        claimed = (
+            row["family"] == g.family
+            if g.layer is Layer.MESSAGE
+            else bool(_prefix_patterns_matching(g, miss))
+        )
         if claimed:
             results.append(SampleResult(g, -1, (f"near miss is claimed by the family: {miss!r}",)))
     for g in grammars.grammars:

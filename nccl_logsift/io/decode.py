@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import bz2
 import zlib
-from typing import BinaryIO, Callable
+from collections.abc import Callable
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa

@@ -18,8 +18,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -64,7 +65,7 @@ class LineChunk:
         return len(self.text)
 
     @staticmethod
-    def concat(chunks: list["LineChunk"]) -> "LineChunk":
+    def concat(chunks: list[LineChunk]) -> LineChunk:
         """Consecutive chunks of one source as one."""
         return LineChunk(
             source_id=chunks[0].source_id,
@@ -84,7 +85,7 @@ class RawChunk:
 
     source_id: int
     first_line_no: int
-    view: "ByteView"  # the bytes, valid UTF-8 (invalid sequences already replaced)
+    view: ByteView  # the bytes, valid UTF-8 (invalid sequences already replaced)
     starts: np.ndarray  # int64: where each line starts in data (``view.raw``)
     ends: np.ndarray  # int64: where its text ends (before "\n" and the blanks ahead of it)
     byte_offset: np.ndarray  # uint64: where each line starts in the decompressed stream
@@ -154,7 +155,9 @@ class ByteView:
         views[:, 1] = low & 0xFFFFFFFF
         views[:, 2] = np.where(inline, low >> np.uint64(32), 0)
         views[:, 3] = np.where(inline, high & 0xFFFFFFFF, starts)
-        return pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)])
+        return pa.Array.from_buffers(
+            pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)]
+        )
 
 
 def _series(array: pa.Array, name: str) -> pl.Series:
@@ -186,7 +189,11 @@ def _byte_mask(lengths: np.ndarray) -> np.ndarray:
     """A uint64 keeping the first ``length`` bytes (0 to 8) of a little-endian word."""
     bits = np.clip(lengths, 0, 8).astype(np.uint64) * np.uint64(8)
     full = bits == 64
-    return np.where(full, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << np.where(full, np.uint64(0), bits)) - np.uint64(1))
+    return np.where(
+        full,
+        np.uint64(0xFFFFFFFFFFFFFFFF),
+        (np.uint64(1) << np.where(full, np.uint64(0), bits)) - np.uint64(1),
+    )
 
 
 @dataclass(slots=True)
@@ -286,7 +293,9 @@ class LineReader:
                 self.stats.bytes += skipped
             else:
                 newline = split.last_newline(buffer, len(pending), filled)  # pending holds none
-                if newline < 0:  # one huge line (or a live block without a newline): keep reading until it ends
+                if (
+                    newline < 0
+                ):  # one huge line (or a live block without a newline): keep reading until it ends
                     pending = buffer[:filled]
                     if filled > _LINE_HEAD:
                         pending = _line_head(buffer, filled)
@@ -320,7 +329,9 @@ class LineReader:
         self.stats.bytes += padding
         return data[: len(data) - padding]
 
-    def _read(self, stream, live: Iterator | None, pending: np.ndarray) -> tuple[np.ndarray, int, BaseException | None]:
+    def _read(
+        self, stream, live: Iterator | None, pending: np.ndarray
+    ) -> tuple[np.ndarray, int, BaseException | None]:
         """A fresh :func:`padded` buffer starting with ``pending`` and continuing with what was read next,
         how many bytes of it were filled, and the error that ended the input (None if none did).
 
@@ -404,7 +415,12 @@ def split_lines(
         view, starts, ends, nul_bytes = _repaired(view, starts, stats)
     stats.nul_bytes += nul_bytes
     return RawChunk(
-        source_id=source_id, first_line_no=first_line_no, view=view, starts=starts, ends=ends, byte_offset=byte_offset
+        source_id=source_id,
+        first_line_no=first_line_no,
+        view=view,
+        starts=starts,
+        ends=ends,
+        byte_offset=byte_offset,
     )
 
 
@@ -412,7 +428,9 @@ def _is_utf8(raw: np.ndarray) -> bool:
     """Whether the bytes are valid UTF-8 (checked by Arrow as one string: a newline, being ASCII, can
     neither start nor end a sequence, so the whole is valid exactly when every line is)."""
     try:
-        _binary_lines(raw, np.array([0, len(raw)], dtype=np.int64)).view(pa.large_string()).validate(full=True)
+        _binary_lines(raw, np.array([0, len(raw)], dtype=np.int64)).view(pa.large_string()).validate(
+            full=True
+        )
     except pa.ArrowInvalid:
         return False
     return True

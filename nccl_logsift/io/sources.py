@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO
 
 from nccl_logsift.errors import InputError
 

@@ -77,7 +77,7 @@ class Feed:
         try:
             for batch in self.stream:
                 self._queue.put(batch)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
+        except BaseException as exc:
             self._queue.put(exc)
         else:
             self._queue.put(_END)
@@ -128,7 +128,7 @@ class StdinRelay:
                     return
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(self._write_end, view):]
+                    view = view[os.write(self._write_end, view) :]
         except OSError:  # the reader went away: nothing left to copy to
             return
         finally:

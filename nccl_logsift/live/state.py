@@ -35,18 +35,36 @@ STDIO_BLOCK = 4096  # bytes of a C stdio buffer on a pipe or file (glibc BUFSIZ)
 BUFFERED_FROM = (2, 13, 4)  # the first NCCL that stops flushing stdout after each line
 LINE_KEY = ["source_id", "line_no", "part"]
 MEMBER_SCHEMA = {
-    "comm_uid": pl.String, "rank": pl.Int64, "host": pl.String, "pid": pl.Int64, "nranks": pl.Int64,
-    "ordinal": pl.Int64, "opcount": pl.Int64, "rising": pl.Boolean, "calls": pl.Int64, "op": pl.String,
-    "path": pl.String, "line_no": pl.Int64, "text": pl.String, "advanced_at": pl.Float64,
+    "comm_uid": pl.String,
+    "rank": pl.Int64,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "nranks": pl.Int64,
+    "ordinal": pl.Int64,
+    "opcount": pl.Int64,
+    "rising": pl.Boolean,
+    "calls": pl.Int64,
+    "op": pl.String,
+    "path": pl.String,
+    "line_no": pl.Int64,
+    "text": pl.String,
+    "advanced_at": pl.Float64,
 }
 PROCESS_SCHEMA = {
-    "host": pl.String, "pid": pl.Int64, "comm_rank": pl.Int64, "nranks": pl.Int64, "cuda_dev": pl.Int64,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "comm_rank": pl.Int64,
+    "nranks": pl.Int64,
+    "cuda_dev": pl.Int64,
     "label": pl.Int64,
 }
 # Which rule of ``analyze`` reports a WARN of this ``error_kind`` (grammars/nccl/errors.toml): transport.py
 # owns network errors, placement.py CUDA errors and GPUs, startup.py bootstrap and interfaces; the rest is LS901.
 WARN_CODES = {
-    **dict.fromkeys(("ib_completion", "ib_async", "ib_mismatch", "socket_closed", "socket_io", "socket_truncated"), "LS302"),
+    **dict.fromkeys(
+        ("ib_completion", "ib_async", "ib_mismatch", "socket_closed", "socket_io", "socket_truncated"),
+        "LS302",
+    ),
     **dict.fromkeys(("cuda", "alloc"), "LS401"),
     **dict.fromkeys(("bootstrap", "socket_connect", "socket_handshake"), "LS202"),
     "no_interface": "LS203",
@@ -58,9 +76,20 @@ STALL_CODE = "LS101"
 RECENT_EVENTS = 50
 # What _last_calls gives per member (then its line's text and path).
 _LAST_SCHEMA = {
-    "comm_uid": pl.String, "rank": pl.Int64, "host": pl.String, "pid": pl.Int64, "ordinal": pl.Int64,
-    "opcount": pl.Int64, "op": pl.String, "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8,
-    "nranks": pl.Int64, "first_opcount": pl.Int64, "rising": pl.Boolean, "calls": pl.UInt32,
+    "comm_uid": pl.String,
+    "rank": pl.Int64,
+    "host": pl.String,
+    "pid": pl.Int64,
+    "ordinal": pl.Int64,
+    "opcount": pl.Int64,
+    "op": pl.String,
+    "source_id": pl.UInt16,
+    "line_no": pl.UInt32,
+    "part": pl.UInt8,
+    "nranks": pl.Int64,
+    "first_opcount": pl.Int64,
+    "rising": pl.Boolean,
+    "calls": pl.UInt32,
 }
 
 
@@ -123,7 +152,9 @@ class LiveState:
     ``clock`` gives wall-clock seconds (``time.monotonic`` by default); tests pass a fake one.
     """
 
-    def __init__(self, stall_after: float, clock: Callable[[], float] = time.monotonic, rate_window: float = 5.0):
+    def __init__(
+        self, stall_after: float, clock: Callable[[], float] = time.monotonic, rate_window: float = 5.0
+    ):
         self.stall_after = stall_after
         self._clock = clock
         self._started = clock()
@@ -199,7 +230,9 @@ class LiveState:
             idle=pl.lit(now) - pl.col("advanced_at"),
             at_front=(pl.col("position") == pl.col("front")).sum().over("comm_uid"),
             size=pl.coalesce(pl.col("nranks").max().over("comm_uid"), pl.len().over("comm_uid")),
-        ).with_columns(stalled=(pl.col("behind") > self._hidden_calls()) & (pl.col("idle") > self.stall_after))
+        ).with_columns(
+            stalled=(pl.col("behind") > self._hidden_calls()) & (pl.col("idle") > self.stall_after)
+        )
         return _with_global_ranks(judged, self._processes)
 
     def _hidden_calls(self) -> pl.Expr:
@@ -220,7 +253,9 @@ class LiveState:
         for row in judged.filter("stalled").iter_rows(named=True):
             key = (row["comm_uid"], row["rank"])
             if key not in self._episodes:
-                front = judged.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("position") == row["front"]))
+                front = judged.filter(
+                    (pl.col("comm_uid") == row["comm_uid"]) & (pl.col("position") == row["front"])
+                )
                 finding = _stall_finding(row, front.sort("rank").row(0, named=True))
                 self._episodes[key] = _Episode(row["ordinal"], finding)
                 events.append(LiveEvent(EventKind.FINDING, at, finding))
@@ -232,7 +267,8 @@ class LiveState:
             return judged.clear()
         open_ = pl.DataFrame(
             [(uid, rank, e.ordinal) for (uid, rank), e in self._episodes.items()],
-            schema={"comm_uid": pl.String, "rank": pl.Int64, "ordinal_reported": pl.Int64}, orient="row",
+            schema={"comm_uid": pl.String, "rank": pl.Int64, "ordinal_reported": pl.Int64},
+            orient="row",
         )
         return judged.join(open_, on=KEY).filter(pl.col("ordinal") > pl.col("ordinal_reported"))
 
@@ -299,13 +335,18 @@ def _last_calls(calls: Calls, lines: pl.DataFrame, path: str) -> pl.DataFrame:
     keep[latest] = True
     rows = calls.take(keep).frame()
     nranks, first, first_known = nranks[by_line], first[by_line], c["has_opcount"][earliest][by_line]
-    aggregates = pl.DataFrame([
-        nullable("nranks", nranks, nranks == 0),  # 0: no nranks on any of the member's lines
-        nullable("first_opcount", first, ~first_known),
-        pl.Series("rising", rising[by_line], dtype=pl.Boolean),
-        pl.Series("calls", (ends - starts)[by_line], dtype=pl.UInt32),
-    ])
-    last = pl.concat([rows.select(*KEY, "host", "pid", "ordinal", "opcount", "op", *LINE_KEY), aggregates], how="horizontal")
+    aggregates = pl.DataFrame(
+        [
+            nullable("nranks", nranks, nranks == 0),  # 0: no nranks on any of the member's lines
+            nullable("first_opcount", first, ~first_known),
+            pl.Series("rising", rising[by_line], dtype=pl.Boolean),
+            pl.Series("calls", (ends - starts)[by_line], dtype=pl.UInt32),
+        ]
+    )
+    last = pl.concat(
+        [rows.select(*KEY, "host", "pid", "ordinal", "opcount", "op", *LINE_KEY), aggregates],
+        how="horizontal",
+    )
     if "text" in rows.columns:  # calls of an input that cannot be read again keep their line's text
         return last.with_columns(rows["text"], path=pl.lit(path))
     return _with_text(last, lines).with_columns(path=pl.lit(path))
@@ -317,31 +358,42 @@ def _fold_calls(members: pl.DataFrame, last: pl.DataFrame, now: float) -> pl.Dat
     merged = members.join(new, on=KEY, how="full", coalesce=True)
     seen, known = pl.col("ordinal_new").is_not_null(), pl.col("ordinal").is_not_null()
     rising = (
-        pl.when(~seen).then(pl.col("rising"))
-        .when(~known).then(pl.col("rising_new") & (pl.col("first_opcount_new") <= 1))
-        .otherwise(pl.col("rising") & pl.col("rising_new") & (pl.col("first_opcount_new") > pl.col("opcount")))
+        pl.when(~seen)
+        .then(pl.col("rising"))
+        .when(~known)
+        .then(pl.col("rising_new") & (pl.col("first_opcount_new") <= 1))
+        .otherwise(
+            pl.col("rising") & pl.col("rising_new") & (pl.col("first_opcount_new") > pl.col("opcount"))
+        )
     )
     kept = ("host", "pid", "nranks", "ordinal", "opcount", "op", "path", "line_no", "text")
     return merged.with_columns(
-        advanced_at=pl.when(seen & (~known | (pl.col("ordinal_new") > pl.col("ordinal")))).then(pl.lit(now)).otherwise("advanced_at"),
+        advanced_at=pl.when(seen & (~known | (pl.col("ordinal_new") > pl.col("ordinal"))))
+        .then(pl.lit(now))
+        .otherwise("advanced_at"),
         rising=rising,
         calls=pl.col("calls").fill_null(0) + pl.col("calls_new").fill_null(0),
         **{c: pl.coalesce(f"{c}_new", c) for c in kept},
     ).select(*(pl.col(c).cast(t) for c, t in MEMBER_SCHEMA.items()))
 
 
-def _fold_processes(processes: pl.DataFrame, tables: dict[str, pl.DataFrame], last: pl.DataFrame) -> pl.DataFrame:
+def _fold_processes(
+    processes: pl.DataFrame, tables: dict[str, pl.DataFrame], last: pl.DataFrame
+) -> pl.DataFrame:
     """Every process seen (in Init lines, labelled lines, or ``last``: the batch's callers), with its rank in
     the largest communicator it joined and any launcher label."""
     comms, lines = tables["comms"], tables["lines"]
     if comms.is_empty() and lines.is_empty() and _known(processes, last):  # a running job's usual batch
         return processes
-    comms = comms.filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
+    comms = comms.filter(
+        pl.col("host").is_not_null() & pl.col("pid").is_not_null() & pl.col("rank").is_not_null()
+    )
     label = pl.coalesce(pl.col("torch_rank"), pl.col("mpi_rank"), pl.col("task"))
     found = [
         comms.select("host", "pid", comm_rank="rank", nranks="nranks", cuda_dev="cuda_dev"),
         lines.filter(label.is_not_null() & pl.col("host").is_not_null() & pl.col("pid").is_not_null())
-        .select("host", "pid", label=label).unique(["host", "pid"]),
+        .select("host", "pid", label=label)
+        .unique(["host", "pid"]),
         last.select("host", "pid"),
     ]
     found = [f for f in found if f.height]
@@ -355,7 +407,10 @@ def _fold_processes(processes: pl.DataFrame, tables: dict[str, pl.DataFrame], la
     )
     # A row per rank the process holds in its largest communicator: one, unless it drives several GPUs.
     ranks = (
-        merged.filter((pl.col("nranks") == pl.col("nranks").max().over("host", "pid")) & pl.col("comm_rank").is_not_null())
+        merged.filter(
+            (pl.col("nranks") == pl.col("nranks").max().over("host", "pid"))
+            & pl.col("comm_rank").is_not_null()
+        )
         .group_by("host", "pid", "comm_rank", maintain_order=True)
         .agg(rank_dev=pl.col("cuda_dev").drop_nulls().first())
     )
@@ -384,7 +439,9 @@ def _global_ranks(processes: pl.DataFrame) -> pl.DataFrame:
     """
     world = pl.col("nranks").max()
     return processes.select(
-        "host", "pid", "cuda_dev",
+        "host",
+        "pid",
+        "cuda_dev",
         global_rank=pl.when(pl.col("nranks") == world).then("comm_rank").otherwise("label"),
     )
 
@@ -395,25 +452,39 @@ def _with_global_ranks(rows: pl.DataFrame, processes: pl.DataFrame) -> pl.DataFr
     ``nranks``) is its own rank there, on that rank's GPU; a line with a device in its prefix (``dev``: a
     WARN) is the rank of that GPU."""
     ranks = _global_ranks(processes)
-    out = rows.join(ranks.unique(["host", "pid"], keep="first", maintain_order=True), on=["host", "pid"], how="left",
-                    maintain_order="left")
+    out = rows.join(
+        ranks.unique(["host", "pid"], keep="first", maintain_order=True),
+        on=["host", "pid"],
+        how="left",
+        maintain_order="left",
+    )
     several = ranks.filter(pl.len().over("host", "pid") > 1)
     if several.is_empty():  # one rank per process: the usual case
         return out
     if "dev" in rows.columns:
         on_device = several.select("host", "pid", pl.col("cuda_dev").alias("dev"), _device_rank="global_rank")
-        out = out.join(on_device, on=["host", "pid", "dev"], how="left", maintain_order="left").with_columns(
-            global_rank=pl.coalesce("_device_rank", "global_rank"),
-            cuda_dev=pl.when(pl.col("_device_rank").is_not_null()).then(pl.col("dev")).otherwise("cuda_dev"),
-        ).drop("_device_rank")
+        out = (
+            out.join(on_device, on=["host", "pid", "dev"], how="left", maintain_order="left")
+            .with_columns(
+                global_rank=pl.coalesce("_device_rank", "global_rank"),
+                cuda_dev=pl.when(pl.col("_device_rank").is_not_null())
+                .then(pl.col("dev"))
+                .otherwise("cuda_dev"),
+            )
+            .drop("_device_rank")
+        )
     if not {"rank", "nranks"} <= set(rows.columns):
         return out
     own = several.select("host", "pid", rank="global_rank", _own_dev="cuda_dev", _own=pl.lit(True))
     is_own = pl.col("_own").fill_null(False) & (pl.col("nranks") == processes["nranks"].max())
-    return out.join(own, on=["host", "pid", "rank"], how="left", maintain_order="left").with_columns(
-        global_rank=pl.when(is_own).then(pl.col("rank")).otherwise("global_rank"),
-        cuda_dev=pl.when(is_own).then(pl.col("_own_dev")).otherwise("cuda_dev"),
-    ).drop("_own", "_own_dev")
+    return (
+        out.join(own, on=["host", "pid", "rank"], how="left", maintain_order="left")
+        .with_columns(
+            global_rank=pl.when(is_own).then(pl.col("rank")).otherwise("global_rank"),
+            cuda_dev=pl.when(is_own).then(pl.col("_own_dev")).otherwise("cuda_dev"),
+        )
+        .drop("_own", "_own_dev")
+    )
 
 
 def _warn_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -425,7 +496,9 @@ def _warn_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     if rows.is_empty():
         return rows
     device = ["dev"] if "dev" in rows.columns else []
-    rows = _with_text(rows.select("host", "pid", *device, "error_kind", "error_text", *LINE_KEY), tables["lines"])
+    rows = _with_text(
+        rows.select("host", "pid", *device, "error_kind", "error_text", *LINE_KEY), tables["lines"]
+    )
     message = pl.coalesce(pl.col("text").str.replace(r"^.*?NCCL WARN ", ""), pl.col("error_text"), pl.lit(""))
     masked = pl.col("message").str.replace_all(r"0x[0-9a-fA-F]+", "0x").str.replace_all(r"\d+", "N")
     return (
@@ -483,9 +556,17 @@ def _stall_finding(row: dict, front: dict) -> Finding:
     )
     return Finding(
         # The grade analyze gives the same finding: a rank that stopped while its peers wait hangs the job.
-        code=rule.code, name=rule.name, kind=Kind.RANK_BEHIND, severity=Severity.CRITICAL, title=title,
-        ranks=(row["global_rank"],) if row["global_rank"] is not None else (), hosts=(row["host"],),
-        comm=row["comm_uid"], seq=position + 2, evidence=(_evidence(row), _evidence(front)), advice=advice,
+        code=rule.code,
+        name=rule.name,
+        kind=Kind.RANK_BEHIND,
+        severity=Severity.CRITICAL,
+        title=title,
+        ranks=(row["global_rank"],) if row["global_rank"] is not None else (),
+        hosts=(row["host"],),
+        comm=row["comm_uid"],
+        seq=position + 2,
+        evidence=(_evidence(row), _evidence(front)),
+        advice=advice,
     )
 
 
@@ -495,7 +576,10 @@ def _warn_finding(row: dict, path: str) -> Finding:
     rule = rule_for(WARN_CODES.get(kind, OTHER_WARN_CODE))
     severity = Severity.WARNING if kind in BENIGN_KINDS else Severity.ERROR
     return Finding(
-        code=rule.code, name=rule.name, kind=rule.kind, severity=severity,
+        code=rule.code,
+        name=rule.name,
+        kind=rule.kind,
+        severity=severity,
         title=f"{_who(row)}: NCCL WARN {row['message']}",
         ranks=(row["global_rank"],) if row["global_rank"] is not None else (),
         hosts=(row["host"],) if row["host"] else (),
@@ -507,7 +591,14 @@ def _warn_finding(row: dict, path: str) -> Finding:
 
 def _rank_row(row: dict) -> RankRow:
     return RankRow(
-        comm=row["comm_uid"], rank=row["global_rank"], comm_rank=row["rank"], host=row["host"], pid=row["pid"],
-        op=row["op"], call=int(row["position"]) + 1, behind=int(row["behind"]), idle=float(row["idle"]),
+        comm=row["comm_uid"],
+        rank=row["global_rank"],
+        comm_rank=row["rank"],
+        host=row["host"],
+        pid=row["pid"],
+        op=row["op"],
+        call=int(row["position"]) + 1,
+        behind=int(row["behind"]),
+        idle=float(row["idle"]),
         stalled=bool(row["stalled"]),
     )

@@ -15,8 +15,9 @@ so equal strings have equal ids in every batch.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -72,9 +73,17 @@ class Names:
         """The ids of a String column: looked up once per distinct value."""
         distinct = series.unique(maintain_order=True)
         ids = self.ids(distinct.to_list())
-        position = series.to_frame("v").join(
-            distinct.to_frame("v").with_row_index("at"), on="v", how="left", nulls_equal=True, maintain_order="left"
-        )["at"].to_numpy()
+        position = (
+            series.to_frame("v")
+            .join(
+                distinct.to_frame("v").with_row_index("at"),
+                on="v",
+                how="left",
+                nulls_equal=True,
+                maintain_order="left",
+            )["at"]
+            .to_numpy()
+        )
         return ids[position]
 
     def series(self, name: str, ids: np.ndarray) -> pl.Series:
@@ -99,10 +108,16 @@ def process_keys(frame: pl.DataFrame) -> np.ndarray:
 
 def seq_of(source_id: np.ndarray | int, line_no: np.ndarray, part: np.ndarray | int = 0) -> np.ndarray:
     """A total order over the lines of all sources (resolve.communicators.with_seq, as arrays)."""
-    return (np.asarray(source_id, dtype=np.int64) << 40) + (line_no.astype(np.int64) << 8) + np.asarray(part, dtype=np.int64)
+    return (
+        (np.asarray(source_id, dtype=np.int64) << 40)
+        + (line_no.astype(np.int64) << 8)
+        + np.asarray(part, dtype=np.int64)
+    )
 
 
-def signatures(op: np.ndarray, count: np.ndarray, datatype: np.ndarray, redop: np.ndarray, root: np.ndarray) -> np.ndarray:
+def signatures(
+    op: np.ndarray, count: np.ndarray, datatype: np.ndarray, redop: np.ndarray, root: np.ndarray
+) -> np.ndarray:
     """A hash of each call's (op, count, datatype, redop, root): equal calls, equal hashes (int64).
     ``op`` holds :class:`Names` ids (int32), the others int64."""
     out = np.empty(len(op), dtype=np.int64)
@@ -138,10 +153,16 @@ class FastPiece:
     POINTERS = ("sendbuff", "recvbuff", "stream")
     CALL = ("count", "datatype", "redop", "root", "nranks", "comm")
 
-    __slots__ = ("source_id", "values", "fields", "ops", "text", "lines")
+    __slots__ = ("fields", "lines", "ops", "source_id", "text", "values")
 
-    def __init__(self, source_id: int, values: dict[str, np.ndarray], fields: pl.DataFrame, ops: Names,
-                 text: pl.Series | None = None):
+    def __init__(
+        self,
+        source_id: int,
+        values: dict[str, np.ndarray],
+        fields: pl.DataFrame,
+        ops: Names,
+        text: pl.Series | None = None,
+    ):
         self.source_id = source_id
         self.values = values
         self.fields = fields
@@ -165,9 +186,15 @@ class FastPiece:
             "op": v["op"],
         }
 
-    def take(self, rows: np.ndarray) -> "FastPiece":
+    def take(self, rows: np.ndarray) -> FastPiece:
         values = {name: column[rows] for name, column in self.values.items()}
-        piece = FastPiece(self.source_id, values, self.fields, self.ops, None if self.text is None else self.text.gather(rows))
+        piece = FastPiece(
+            self.source_id,
+            values,
+            self.fields,
+            self.ops,
+            None if self.text is None else self.text.gather(rows),
+        )
         if self.lines is not None:
             piece.text, piece.lines = _taken_lines(self.lines, rows)
         return piece
@@ -192,7 +219,10 @@ class FastPiece:
         elif self.lines is not None:
             parts.append(_text_of(self.lines).to_frame())
         return pl.concat(parts, how="horizontal").with_columns(
-            source_id=pl.lit(self.source_id, pl.UInt16), part=pl.lit(0, pl.UInt8), family=pl.lit(FAMILY), pattern=pl.lit(PATTERN),
+            source_id=pl.lit(self.source_id, pl.UInt16),
+            part=pl.lit(0, pl.UInt8),
+            family=pl.lit(FAMILY),
+            pattern=pl.lit(PATTERN),
         )
 
 
@@ -203,7 +233,7 @@ class FramePiece:
     that cannot be read again, parsed by a worker process) and their line bounds, for their text.
     """
 
-    __slots__ = ("rows", "columns", "lines")
+    __slots__ = ("columns", "lines", "rows")
 
     def __init__(self, rows: pl.DataFrame, ops: Names | None, columns: dict[str, np.ndarray] | None = None):
         """``columns``: the loops' columns when already known (a taken piece), else computed (``ops`` numbers the op names)."""
@@ -217,8 +247,10 @@ class FramePiece:
     def kernel(self) -> dict[str, np.ndarray]:
         return self.columns
 
-    def take(self, rows: np.ndarray) -> "FramePiece":
-        piece = FramePiece(self.rows[rows], None, {name: column[rows] for name, column in self.columns.items()})
+    def take(self, rows: np.ndarray) -> FramePiece:
+        piece = FramePiece(
+            self.rows[rows], None, {name: column[rows] for name, column in self.columns.items()}
+        )
         if self.lines is not None:
             text, piece.lines = _taken_lines(self.lines, rows)
             if text is not None:
@@ -256,19 +288,28 @@ def _taken_lines(lines: tuple[ByteView, np.ndarray, np.ndarray], rows: np.ndarra
 
 def _frame_kernel(rows: pl.DataFrame, ops: Names) -> dict[str, np.ndarray]:
     """The loops' columns of general-parser rows (any of their fields may be null)."""
+
     def ints(name: str) -> pl.Expr:
         if name not in rows.columns:
             return pl.lit(_NO_VALUE, pl.Int64).alias(name)
         return pl.col(name).cast(pl.Int64).fill_null(_NO_VALUE)
 
     values = rows.select(
-        pl.col("comm").cast(pl.UInt64).fill_null(0) if "comm" in rows.columns else pl.lit(0, pl.UInt64).alias("comm"),
+        pl.col("comm").cast(pl.UInt64).fill_null(0)
+        if "comm" in rows.columns
+        else pl.lit(0, pl.UInt64).alias("comm"),
         pl.col("opcount").cast(pl.Int64).fill_null(0),
         pl.col("opcount").is_not_null().alias("has_opcount"),
-        pl.col("nranks").cast(pl.Int64).fill_null(0) if "nranks" in rows.columns else pl.lit(0, pl.Int64).alias("nranks"),
+        pl.col("nranks").cast(pl.Int64).fill_null(0)
+        if "nranks" in rows.columns
+        else pl.lit(0, pl.Int64).alias("nranks"),
         *(ints(name) for name in ("count", "datatype", "redop", "root")),
     )
-    op = ops.of(rows["op"].cast(pl.String)) if "op" in rows.columns else np.full(rows.height, NO_ID, dtype=np.int32)
+    op = (
+        ops.of(rows["op"].cast(pl.String))
+        if "op" in rows.columns
+        else np.full(rows.height, NO_ID, dtype=np.int32)
+    )
     arrays = {name: values[name].to_numpy() for name in values.columns}
     part = rows["part"].to_numpy() if "part" in rows.columns else 0
     return {
@@ -301,7 +342,7 @@ class Calls:
     uids: Names | None = None
 
     @staticmethod
-    def of(pieces: Sequence[Piece], ops: Names, schema: dict[str, pl.DataType]) -> "Calls":
+    def of(pieces: Sequence[Piece], ops: Names, schema: dict[str, pl.DataType]) -> Calls:
         pieces = [piece for piece in pieces if len(piece)]
         kernels = [piece.kernel() for piece in pieces]
         if pieces:
@@ -309,15 +350,19 @@ class Calls:
         else:
             columns = {name: np.zeros(0, dtype=dtype) for name, dtype in zip(KERNEL, _KERNEL_TYPES)}
         columns["piece"] = np.repeat(np.arange(len(pieces), dtype=np.int32), [len(piece) for piece in pieces])
-        columns["row"] = np.concatenate([np.arange(len(piece), dtype=np.int64) for piece in pieces] or [np.zeros(0, np.int64)])
+        columns["row"] = np.concatenate(
+            [np.arange(len(piece), dtype=np.int64) for piece in pieces] or [np.zeros(0, np.int64)]
+        )
         seq = columns["seq"]
-        if len(seq) > 1 and not (seq[1:] >= seq[:-1]).all():  # the general parser's rows go between the fast ones
+        if (
+            len(seq) > 1 and not (seq[1:] >= seq[:-1]).all()
+        ):  # the general parser's rows go between the fast ones
             order = np.argsort(seq, kind="stable")
             columns = {name: column[order] for name, column in columns.items()}
         return Calls(columns, pieces, ops, schema)
 
     @staticmethod
-    def from_frame(rows: pl.DataFrame, ops: Names, schema: dict[str, pl.DataType]) -> "Calls":
+    def from_frame(rows: pl.DataFrame, ops: Names, schema: dict[str, pl.DataType]) -> Calls:
         return Calls.of([FramePiece(rows, ops)] if rows.height else [], ops, schema)
 
     def __len__(self) -> int:
@@ -326,7 +371,7 @@ class Calls:
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
 
-    def take(self, keep: np.ndarray, names: Sequence[str] | None = None) -> "Calls":
+    def take(self, keep: np.ndarray, names: Sequence[str] | None = None) -> Calls:
         """The calls where ``keep`` (a mask), with the columns ``names`` only (by default all)."""
         picked = np.flatnonzero(keep)
         piece, row = self.columns["piece"][picked], self.columns["row"][picked]
@@ -339,17 +384,23 @@ class Calls:
                 pieces.append(old.take(row[mine]))
         kept = names if names is not None else [name for name in self.columns if name not in ("piece", "row")]
         columns = {name: self.columns[name][picked] for name in kept}
-        return Calls({**columns, "piece": new_piece, "row": new_row}, pieces, self.ops, self.schema, self.uids)
+        return Calls(
+            {**columns, "piece": new_piece, "row": new_row}, pieces, self.ops, self.schema, self.uids
+        )
 
     @staticmethod
-    def concat(calls: Sequence["Calls"]) -> "Calls":
+    def concat(calls: Sequence[Calls]) -> Calls:
         """Calls one after the other, in the order given; they share their columns, ops and uids."""
         calls = [c for c in calls if len(c)] or list(calls[:1])
         if len(calls) == 1:
             return calls[0]
         first = calls[0]
         offsets = np.cumsum([0] + [len(c.pieces) for c in calls[:-1]]).astype(np.int32)
-        columns = {name: np.concatenate([c.columns[name] for c in calls]) for name in first.columns if name != "piece"}
+        columns = {
+            name: np.concatenate([c.columns[name] for c in calls])
+            for name in first.columns
+            if name != "piece"
+        }
         columns["piece"] = np.concatenate([c.columns["piece"] + offset for c, offset in zip(calls, offsets)])
         return Calls(columns, [p for c in calls for p in c.pieces], first.ops, first.schema, first.uids)
 
@@ -366,7 +417,11 @@ class Calls:
             frame = frame.select([name for name in (*self.schema, "text") if name in frame.columns])
             if len(rows) != len(piece) or (rows != np.arange(len(rows))).any():
                 frame = frame[rows]
-            frames.append(frame.with_columns(*self._added(mine), *(pl.Series(name, self.columns[name][mine]) for name in extra)))
+            frames.append(
+                frame.with_columns(
+                    *self._added(mine), *(pl.Series(name, self.columns[name][mine]) for name in extra)
+                )
+            )
         if not frames:
             return pl.DataFrame(schema={**self.schema, **(ADDED if "ordinal" in self.columns else {})})
         if len(frames) == 1:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
 
 import numpy as np
 import polars as pl
@@ -79,7 +79,7 @@ class ChunkParser:
         """The fast path's part of :meth:`add`, which may run in another thread (:meth:`scan_ahead`)."""
         return self._scanner.scan(chunk)
 
-    def _new_scanner(self) -> "_Scanner":
+    def _new_scanner(self) -> _Scanner:
         return _Scanner(self.parser, self.every_line, self.ops)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
@@ -131,8 +131,10 @@ class ChunkParser:
 
         scanners = [self._scanner] + [self._new_scanner() for _ in range(threads - 1)]
         workers = [threading.Thread(target=read, name="logsift-read", daemon=True)]
-        workers += [threading.Thread(target=scan, args=(scanner,), name=f"logsift-scan-{n}", daemon=True)
-                    for n, scanner in enumerate(scanners)]
+        workers += [
+            threading.Thread(target=scan, args=(scanner,), name=f"logsift-scan-{n}", daemon=True)
+            for n, scanner in enumerate(scanners)
+        ]
         for worker in workers:
             worker.start()
         try:
@@ -156,7 +158,9 @@ class ChunkParser:
             piece = found.piece
             lines = found.index
             if self.every_line and self.parser.keep_text:
-                piece.text = chunk.view.strings(chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text")
+                piece.text = chunk.view.strings(
+                    chunk.starts[lines], chunk.ends[lines] - chunk.starts[lines], "text"
+                )
             elif self.coll_text:
                 piece.lines = (chunk.view, chunk.starts[lines], chunk.ends[lines])
             self._fast.append(piece)
@@ -198,10 +202,14 @@ class ChunkParser:
             fast_rows = sum(len(piece) for piece in self._fast)
             if self.every_line:
                 fast = pl.concat([piece.frame() for piece in self._fast], how="vertical_relaxed")
-                lines = fast.drop(*fastcoll.COLL_FIELDS).rename({LAUNCHER_STREAM: "stream"}).with_columns(
-                    producer=pl.lit("nccl"), torn=pl.lit(False)
+                lines = (
+                    fast.drop(*fastcoll.COLL_FIELDS)
+                    .rename({LAUNCHER_STREAM: "stream"})
+                    .with_columns(producer=pl.lit("nccl"), torn=pl.lit(False))
                 )
-                tables["lines"] = pl.concat([tables["lines"], conform(lines, parser.schemas.lines)]).sort("line_no", "part")
+                tables["lines"] = pl.concat([tables["lines"], conform(lines, parser.schemas.lines)]).sort(
+                    "line_no", "part"
+                )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
         return tables, calls

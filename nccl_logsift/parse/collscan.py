@@ -72,7 +72,13 @@ class ByteTable:
     of every hash (tests set it to 0 to make every pair of strings collide).
     """
 
-    def __init__(self, max_ids: int = 1 << 16, max_bytes: int = 16 << 20, slots: int = 1 << 10, hash_mask: int = (1 << 64) - 1):
+    def __init__(
+        self,
+        max_ids: int = 1 << 16,
+        max_bytes: int = 16 << 20,
+        slots: int = 1 << 10,
+        hash_mask: int = (1 << 64) - 1,
+    ):
         if slots < 2 or slots & (slots - 1):
             raise ValueError(f"slots must be a power of two, not {slots}")
         self.max_ids = max_ids
@@ -111,7 +117,9 @@ class ByteTable:
         self._empty()
         return True
 
-    def add(self, data: np.ndarray, words: np.ndarray, starts: np.ndarray, stops: np.ndarray, ids: np.ndarray) -> None:
+    def add(
+        self, data: np.ndarray, words: np.ndarray, starts: np.ndarray, stops: np.ndarray, ids: np.ndarray
+    ) -> None:
         """Number the strings ``data[start:stop]`` of the rows whose id is -1 (a kernel's misses), in place.
 
         ``words`` is the words view of ``data``; ``ids`` is int32.
@@ -122,7 +130,9 @@ class ByteTable:
         self._reserve(int(missing.sum()), int((stops - starts)[missing].sum()))
         _kernels.collscan_add(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
 
-    def lookup(self, data: np.ndarray, words: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    def lookup(
+        self, data: np.ndarray, words: np.ndarray, starts: np.ndarray, stops: np.ndarray
+    ) -> np.ndarray:
         """The id of each string ``data[start:stop]`` (int32), -1 for one the table lacks."""
         ids = np.empty(len(starts), dtype=np.int32)
         _kernels.collscan_find(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
@@ -145,7 +155,7 @@ class ByteTable:
     def strings(self, first: int, last: int) -> list[bytes]:
         """The strings with ids ``first`` to ``last - 1``."""
         offsets, store = self.offsets, self.store
-        return [store[offsets[i]: offsets[i + 1]].tobytes() for i in range(first, last)]
+        return [store[offsets[i] : offsets[i + 1]].tobytes() for i in range(first, last)]
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:

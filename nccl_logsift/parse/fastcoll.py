@@ -18,25 +18,51 @@ real logs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import polars as pl
 
 from nccl_logsift.io.lines import ByteView, RawChunk
 from nccl_logsift.parse import collscan
-from nccl_logsift.parse.calls import FAMILY, LAUNCHER_STREAM, PATTERN, FastPiece, Names, process_keys, signatures
+from nccl_logsift.parse.calls import (
+    FAMILY,
+    LAUNCHER_STREAM,
+    PATTERN,
+    FastPiece,
+    Names,
+    process_keys,
+    signatures,
+)
 from nccl_logsift.parse.collscan import ByteTable
 
-__all__ = ["FAMILY", "PATTERN", "TABLE", "COLL_FIELDS", "LAUNCHER_STREAM", "CollFastPath", "FastRows"]
+__all__ = ["COLL_FIELDS", "FAMILY", "LAUNCHER_STREAM", "PATTERN", "TABLE", "CollFastPath", "FastRows"]
 
 TABLE = "collectives"
 # Fields the fast path reads from the message (the lines table of ``logsift parse`` goes without them).
-COLL_FIELDS = ("op", "opcount", "count", "datatype", "redop", "root", "comm", "nranks", "sendbuff", "recvbuff", "stream")
+COLL_FIELDS = (
+    "op",
+    "opcount",
+    "count",
+    "datatype",
+    "redop",
+    "root",
+    "comm",
+    "nranks",
+    "sendbuff",
+    "recvbuff",
+    "stream",
+)
 _POINTERS = {"sendbuff": collscan.SENDBUFF, "recvbuff": collscan.RECVBUFF, "stream": collscan.STREAM}
-_NUMBERS = {"opcount": collscan.OPCOUNT, "count": collscan.COUNT, "datatype": collscan.DATATYPE, "redop": collscan.REDOP,
-            "root": collscan.ROOT, "nranks": collscan.NRANKS}
+_NUMBERS = {
+    "opcount": collscan.OPCOUNT,
+    "count": collscan.COUNT,
+    "datatype": collscan.DATATYPE,
+    "redop": collscan.REDOP,
+    "root": collscan.ROOT,
+    "nranks": collscan.NRANKS,
+}
 
 # What the prefix parser returns for distinct prefixes: a "prefix" column, "producer" ("nccl" when the
 # prefix is exactly one clean NCCL INFO envelope, else null: the line goes to the general parser) and
@@ -67,8 +93,13 @@ class CollFastPath:
     op tables (tests pass small ones).
     """
 
-    def __init__(self, prefixes: PrefixParser, pointers: bool = True, tables: Callable[[], ByteTable] = ByteTable,
-                 ops: Names | None = None):
+    def __init__(
+        self,
+        prefixes: PrefixParser,
+        pointers: bool = True,
+        tables: Callable[[], ByteTable] = ByteTable,
+        ops: Names | None = None,
+    ):
         self._parse_prefixes = prefixes
         self.pointers = pointers
         self.ops = ops or Names()
@@ -84,13 +115,29 @@ class CollFastPath:
         self._ops.trim()
         integers, addresses, nil, ids = collscan.outputs(lines)
         taken = collscan.scan(
-            raw, chunk.view.words, chunk.starts, chunk.ends, self._prefixes.table.arrays, self._ops.table.arrays, integers, addresses, nil, ids
+            raw,
+            chunk.view.words,
+            chunk.starts,
+            chunk.ends,
+            self._prefixes.table.arrays,
+            self._ops.table.arrays,
+            integers,
+            addresses,
+            nil,
+            ids,
         )
         if not taken:
             return _none()
-        integers, addresses, nil, ids = integers[:, :taken], addresses[:, :taken], nil[:, :taken], ids[:, :taken]
+        integers, addresses, nil, ids = (
+            integers[:, :taken],
+            addresses[:, :taken],
+            nil[:, :taken],
+            ids[:, :taken],
+        )
         prefix_ids, op_ids = ids[collscan.PREFIX_ID], ids[collscan.OP_ID]
-        clean = self._prefixes.number(chunk.view, chunk.starts[integers[collscan.LINE]], integers[collscan.PREFIX_STOP], prefix_ids)
+        clean = self._prefixes.number(
+            chunk.view, chunk.starts[integers[collscan.LINE]], integers[collscan.PREFIX_STOP], prefix_ids
+        )
         self._ops.number(chunk.view, integers[collscan.OP_START], integers[collscan.OP_STOP], op_ids)
         # A prefix that is not one clean NCCL INFO envelope sends the line back to the general parser.
         pick = slice(None) if clean.all() else np.flatnonzero(clean)
@@ -105,7 +152,9 @@ class CollFastPath:
         values["line_no"] = (index + chunk.first_line_no).astype(np.uint32)
         values["byte_offset"] = chunk.byte_offset[index]
         values["op"] = self._ops.global_ids[op_ids[pick]]
-        values["sig"] = signatures(values["op"], values["count"], values["datatype"], values["redop"], values["root"])
+        values["sig"] = signatures(
+            values["op"], values["count"], values["datatype"], values["redop"], values["root"]
+        )
         values["prefix"] = prefix_ids[pick]
         fields, values["process"] = self._prefixes.fields(values["prefix"])
         return FastRows(index, FastPiece(chunk.source_id, values, fields, self.ops))
@@ -148,7 +197,9 @@ class _Prefixes:
             self._good = np.concatenate([self._good, parsed["producer"].is_not_null().to_numpy()])
             fields = parsed.drop("prefix", "producer")
             self._process = np.concatenate([self._process, process_keys(fields)])
-            self._fields = fields if self._fields is None else pl.concat([self._fields, fields], how="vertical_relaxed")
+            self._fields = (
+                fields if self._fields is None else pl.concat([self._fields, fields], how="vertical_relaxed")
+            )
         return self._good[ids]
 
     def fields(self, ids: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:

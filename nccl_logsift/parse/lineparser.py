@@ -19,10 +19,9 @@ import polars as pl
 import regex
 
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.grammar.schema import Grammar, Layer, Pattern, group_names
+from nccl_logsift.grammar.schema import MESSAGE_KEYS, Grammar, Layer, Pattern, group_names
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.kinds import cast_field, unfit
-from nccl_logsift.grammar.schema import MESSAGE_KEYS
 from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ class ParseState:
     # known, so a parser that started mid-file (parse/parallel.py) reports them to be checked.
     unknown_glued_hosts: set[str] = field(default_factory=set)
 
-    def absorb(self, other: "ParseState") -> None:
+    def absorb(self, other: ParseState) -> None:
         """Add what another parser found (a worker's part of the same input) to this state."""
         self.known_hosts |= other.known_hosts
         self.family_counts.update(other.family_counts)
@@ -153,7 +152,9 @@ class LineParser:
         self.keep_text = keep_text
         self.schemas = TableSchemas.from_grammars(grammars, keep_text)
         # Every table with no rows, built once (~0.3 ms each): a batch has rows for a few tables only.
-        self.empty_tables = {name: pl.DataFrame(schema=columns) for name, columns in self.schemas.tables.items()}
+        self.empty_tables = {
+            name: pl.DataFrame(schema=columns) for name, columns in self.schemas.tables.items()
+        }
         self.empty_tables["lines"] = pl.DataFrame(schema=self.schemas.lines)
         self.state = ParseState()
         self._launchers = [_Prefix.of(g, p) for g in grammars.layer(Layer.LAUNCHER) for p in g.patterns]
@@ -224,7 +225,11 @@ class LineParser:
         missing = {k: v for k, v in self.schemas.prefix_columns.items() if k not in frame.columns}
         missing["producer"] = pl.String()
         return frame.with_columns(
-            [pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing.items() if name not in frame.columns]
+            [
+                pl.lit(None, dtype=dtype).alias(name)
+                for name, dtype in missing.items()
+                if name not in frame.columns
+            ]
             + [pl.lit(0, pl.UInt32).alias(name) for name in _UNFIT.values() if name not in frame.columns]
         )
 
@@ -251,14 +256,19 @@ class LineParser:
         self.state.known_hosts.update(
             frame.filter(pl.col("producer") == "nccl")["host"].unique().drop_nulls().to_list()
         )
+
         def glued(col: str) -> pl.Expr:
             return (
                 pl.col(col).str.contains(" NCCL ", literal=True)
                 | pl.col(col).str.contains("]:[", literal=True)
-                | pl.col(col).str.contains(".cpp:", literal=True)  # a c10 glog head; the splitter checks the rest
+                | pl.col(col).str.contains(
+                    ".cpp:", literal=True
+                )  # a c10 glog head; the splitter checks the rest
             )
 
-        suspect = (pl.col("producer").is_not_null() & glued("msg")) | (pl.col("producer").is_null() & glued("rest"))
+        suspect = (pl.col("producer").is_not_null() & glued("msg")) | (
+            pl.col("producer").is_null() & glued("rest")
+        )
         candidates = frame.filter(suspect)
         if candidates.is_empty():
             return frame
@@ -282,7 +292,9 @@ class LineParser:
                 piece["msg"] = None  # matched again below; a copy of the line's message per piece costs n²
                 piece["rest"] = row["rest"][start:end]
                 # The first piece keeps the launcher prefix of the physical line; the others start at their envelope.
-                piece["text"] = row["text"][: len(row["text"]) - len(row["rest"]) + end] if part == 0 else piece["rest"]
+                piece["text"] = (
+                    row["text"][: len(row["text"]) - len(row["rest"]) + end] if part == 0 else piece["rest"]
+                )
                 piece["part"] = part
                 piece["torn"] = True
                 piece["byte_offset"] = row["byte_offset"] if part == 0 else offset
@@ -299,14 +311,18 @@ class LineParser:
         # the glued pieces belong to other processes, so their prefixes are stripped from scratch.
         launcher = self._launcher_fields()
         envelope = [c for c in self.schemas.prefix_columns if c not in launcher] + ["producer"]
-        head = fresh.filter(pl.col("part") == 0).with_columns([pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in envelope])
+        head = fresh.filter(pl.col("part") == 0).with_columns(
+            [pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in envelope]
+        )
         glued_in = fresh.filter(pl.col("part") > 0).with_columns(
             [pl.lit(None, dtype=fresh.schema[c]).alias(c) for c in [*launcher, *envelope]]
         )
-        fresh = pl.concat([
-            self._match_envelopes(head.drop("msg")).select(frame.columns),
-            self._match_envelopes(self._strip_launchers(glued_in.drop("msg"))).select(frame.columns),
-        ])
+        fresh = pl.concat(
+            [
+                self._match_envelopes(head.drop("msg")).select(frame.columns),
+                self._match_envelopes(self._strip_launchers(glued_in.drop("msg"))).select(frame.columns),
+            ]
+        )
         kept = frame.filter(~pl.col("row").is_in(list(split_rows)))
         return pl.concat([kept, fresh]).sort("row")
 
@@ -388,8 +404,10 @@ class LineParser:
                 tables[name] = conform(merged.sort("line_no", "part"), columns)
             else:
                 tables[name] = self.empty_tables[name]
-        assignments = pl.concat(assigned) if assigned else pl.DataFrame(
-            schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String}
+        assignments = (
+            pl.concat(assigned)
+            if assigned
+            else pl.DataFrame(schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String})
         )
         return tables, assignments
 

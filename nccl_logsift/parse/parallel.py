@@ -29,10 +29,10 @@ import sys
 import tempfile
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import polars as pl
@@ -41,7 +41,13 @@ import pyarrow.ipc
 
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import (
-    COMPRESSED_MAGIC, BINARY_SNIFF_BYTES, ReadStats, looks_binary, padded, split_lines, trailing_nul_bytes,
+    BINARY_SNIFF_BYTES,
+    COMPRESSED_MAGIC,
+    ReadStats,
+    looks_binary,
+    padded,
+    split_lines,
+    trailing_nul_bytes,
 )
 from nccl_logsift.io.sources import Source
 from nccl_logsift.io.split import last_newline, next_newline
@@ -151,7 +157,9 @@ class SegmentPool:
     a worker that finished early is not held up while the caller digests the segment before.
     """
 
-    def __init__(self, workers: int, grammars: GrammarSet, keep_text: bool, every_line: bool, chunk_bytes: int):
+    def __init__(
+        self, workers: int, grammars: GrammarSet, keep_text: bool, every_line: bool, chunk_bytes: int
+    ):
         self.workers = workers
         self._setup = (grammars, keep_text, every_line, chunk_bytes)
         self._procs: list[_Worker] = []
@@ -294,8 +302,11 @@ def missed_hosts(result: SegmentTables, segment: Segment, known: set[str]) -> bo
     missed = known - segment.known_hosts
     if not missed or not result.state.unknown_glued_hosts:
         return False
-    return any(host[k:] in missed for host in result.state.unknown_glued_hosts
-               for k in range(max(0, len(host) - HOST_CHARS), len(host)))
+    return any(
+        host[k:] in missed
+        for host in result.state.unknown_glued_hosts
+        for k in range(max(0, len(host) - HOST_CHARS), len(host))
+    )
 
 
 def shift_lines(tables: dict[str, pl.DataFrame], before: int) -> dict[str, pl.DataFrame]:
@@ -303,7 +314,9 @@ def shift_lines(tables: dict[str, pl.DataFrame], before: int) -> dict[str, pl.Da
     if not before:
         return tables
     return {
-        name: frame.with_columns(pl.col("line_no") + pl.lit(before, pl.UInt32)) if "line_no" in frame.columns else frame
+        name: frame.with_columns(pl.col("line_no") + pl.lit(before, pl.UInt32))
+        if "line_no" in frame.columns
+        else frame
         for name, frame in tables.items()
     }
 
@@ -319,7 +332,9 @@ def serve(setup: tuple, segments: Iterator[Segment]) -> Iterator[SegmentTables]:
         chunks.parser.state = ParseState(known_hosts=set(segment.known_hosts))
         result = parse_segment(chunks, segment, chunk_bytes)
         result.state.known_hosts -= segment.known_hosts  # only what the caller may not know yet
-        result.batches = [{name: Packed.of(frame, names) for name, frame in tables.items()} for tables in result.batches]
+        result.batches = [
+            {name: Packed.of(frame, names) for name, frame in tables.items()} for tables in result.batches
+        ]
         yield result
 
 
@@ -338,7 +353,7 @@ class Packed:
     path: str | None  # None: no rows
 
     @staticmethod
-    def of(frame: pl.DataFrame, names: Iterator[str]) -> "Packed":
+    def of(frame: pl.DataFrame, names: Iterator[str]) -> Packed:
         if frame.is_empty():
             return Packed(dict(frame.schema), {}, None)
         nulls = frame.null_count().row(0)
@@ -350,7 +365,9 @@ class Packed:
             elif null_count == 0 and one:
                 constants[name] = frame[name][0]
         path = next(names)
-        frame.drop(list(constants)).write_ipc(path, compression="uncompressed", compat_level=pl.CompatLevel.newest())
+        frame.drop(list(constants)).write_ipc(
+            path, compression="uncompressed", compat_level=pl.CompatLevel.newest()
+        )
         return Packed(dict(frame.schema), constants, path)
 
     def open(self) -> pl.DataFrame:

@@ -6,8 +6,8 @@ Every message table starts with the same key columns (``source_id, line_no, part
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import polars as pl
 
@@ -58,14 +58,18 @@ class TableSchemas:
     tables: dict[str, dict[str, pl.DataType]]
 
     @classmethod
-    def from_grammars(cls, grammars: GrammarSet, keep_text: bool) -> "TableSchemas":
+    def from_grammars(cls, grammars: GrammarSet, keep_text: bool) -> TableSchemas:
         prefix = grammar_columns(grammars.layer(Layer.LAUNCHER) + grammars.layer(Layer.ENVELOPE))
         prefix.pop("producer", None)
         lines = {**LOCATION, "byte_offset": LINE_EXTRA["byte_offset"], **prefix}
         lines.update({k: v for k, v in LINE_EXTRA.items() if k != "byte_offset"})
         if keep_text:
             lines["text"] = pl.String()
-        keys = {**LOCATION, "byte_offset": LINE_EXTRA["byte_offset"], **{k: prefix[k] for k in MESSAGE_KEYS if k in prefix}}
+        keys = {
+            **LOCATION,
+            "byte_offset": LINE_EXTRA["byte_offset"],
+            **{k: prefix[k] for k in MESSAGE_KEYS if k in prefix},
+        }
         tables = {}
         for name, members in sorted(grammars.tables.items()):
             fields = grammar_columns(members)
@@ -132,7 +136,11 @@ def table_docs(
     ]
     sections = [("lines", "every input line", {**schemas.lines, **added.get("lines", {})})]
     sections += [
-        (name, "families: " + ", ".join(f"`{g.family}`" for g in families[name]), {**columns, **added.get(name, {})})
+        (
+            name,
+            "families: " + ", ".join(f"`{g.family}`" for g in families[name]),
+            {**columns, **added.get(name, {})},
+        )
         for name, columns in schemas.tables.items()
     ]
     sections += [(name, what, columns) for name, (what, columns) in resolved.items()]

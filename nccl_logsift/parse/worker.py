@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pickle
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 from nccl_logsift.memory import reuse_freed
 from nccl_logsift.parse.parallel import Segment, read_frame, serve, write_frame

@@ -28,9 +28,23 @@ if TYPE_CHECKING:
 
 # Column headers of the grid: short names of NCCL's collectives (ncclFunc_t names as COLL lines print them).
 OP_SHORT = {
-    "AllReduce": "AR", "AllGather": "AG", "ReduceScatter": "RS", "Broadcast": "BC", "Reduce": "Rd",
-    "Send": "Snd", "Recv": "Rcv", "AllToAll": "A2A", "Gather": "Ga", "Scatter": "Sc", "AlltoAll": "A2A",
-    "ALLREDUCE": "AR", "ALLGATHER": "AG", "REDUCE_SCATTER": "RS", "BROADCAST": "BC", "SEND": "Snd", "RECV": "Rcv",
+    "AllReduce": "AR",
+    "AllGather": "AG",
+    "ReduceScatter": "RS",
+    "Broadcast": "BC",
+    "Reduce": "Rd",
+    "Send": "Snd",
+    "Recv": "Rcv",
+    "AllToAll": "A2A",
+    "Gather": "Ga",
+    "Scatter": "Sc",
+    "AlltoAll": "A2A",
+    "ALLREDUCE": "AR",
+    "ALLGATHER": "AG",
+    "REDUCE_SCATTER": "RS",
+    "BROADCAST": "BC",
+    "SEND": "Snd",
+    "RECV": "Rcv",
 }
 
 
@@ -114,7 +128,15 @@ def host_circle(topology: Topology) -> Drawing | None:
         angle = 2 * math.pi * i / n - math.pi / 2
         x, y = centre + radius * math.cos(angle), centre + radius * math.sin(angle)
         at[host.name] = (x, y)
-        hosts.append((host, x, y, centre + (radius + 34) * math.cos(angle), centre + (radius + 34) * math.sin(angle) + 4))
+        hosts.append(
+            (
+                host,
+                x,
+                y,
+                centre + (radius + 34) * math.cos(angle),
+                centre + (radius + 34) * math.sin(angle) + 4,
+            )
+        )
     links = [(link, *at[link.a], *at[link.b]) for link in topology.links if link.a in at and link.b in at]
     return Drawing(size=size, hosts=hosts, links=links)
 

@@ -32,7 +32,10 @@ def to_dict(report: Report) -> dict[str, Any]:
 
 def _input(i: InputInfo) -> dict[str, Any]:
     return {
-        "path": i.path, "bytes": i.bytes, "lines": i.lines, "unparsed_lines": i.unparsed_lines,
+        "path": i.path,
+        "bytes": i.bytes,
+        "lines": i.lines,
+        "unparsed_lines": i.unparsed_lines,
         "problems": [_problem(p) for p in i.problems],
     }
 
@@ -120,7 +123,10 @@ def render_jsonl(report: Report) -> str:
     data = to_dict(report)
     common = {"schema": data["schema"], "inputs": [i["path"] for i in data["inputs"]]}
     job = {
-        "record": "job", **common, "job": data["job"], "verdict": data["verdict"],
+        "record": "job",
+        **common,
+        "job": data["job"],
+        "verdict": data["verdict"],
         "worst_severity": report.worst_severity.label if report.worst_severity is not None else None,
         "findings": len(data["findings"]),
     }

@@ -33,8 +33,12 @@ def live_view(snapshot: LiveSnapshot, height: int) -> RenderableType:
     """Header, the last collective of every rank (problems first, cut to fit ``height`` lines), live findings."""
     events = snapshot.events[-EVENT_LINES:]
     room = max(3, height - CHROME_LINES - len(events) - 2 * snapshot.block_buffered)  # the note: two lines
-    return Group(_header(snapshot), *_buffering_note(snapshot), _rank_table(snapshot, room),
-                 *(_event_line(e) for e in events))
+    return Group(
+        _header(snapshot),
+        *_buffering_note(snapshot),
+        _rank_table(snapshot, room),
+        *(_event_line(e) for e in events),
+    )
 
 
 def _header(s: LiveSnapshot) -> Text:
@@ -51,17 +55,27 @@ def _header(s: LiveSnapshot) -> Text:
 def _buffering_note(s: LiveSnapshot) -> list[Text]:
     if not s.block_buffered:
         return []
-    return [Text(
-        "NCCL ≥ 2.13.4 writes to a pipe in 4 KiB blocks, so a lag shorter than a block is not reported live "
-        "(the final verdict sees it); run the job under `stdbuf -oL` to see every line as it is written.",
-        style="dim",
-    )]
+    return [
+        Text(
+            "NCCL ≥ 2.13.4 writes to a pipe in 4 KiB blocks, so a lag shorter than a block is not reported live "
+            "(the final verdict sees it); run the job under `stdbuf -oL` to see every line as it is written.",
+            style="dim",
+        )
+    ]
 
 
 def _rank_table(s: LiveSnapshot, room: int) -> Table:
     table = Table(
-        "comm", "rank", "host", "pid", "last op", "last #", "behind", "idle",
-        title="Last collective per rank", title_justify="left",
+        "comm",
+        "rank",
+        "host",
+        "pid",
+        "last op",
+        "last #",
+        "behind",
+        "idle",
+        title="Last collective per rank",
+        title_justify="left",
     )
     shown = s.rows[:room]
     for row in shown:
@@ -76,8 +90,14 @@ def _cells(row: RankRow) -> tuple[str, ...]:
     # Host, communicator and op come from the log: visible() keeps its control sequences off the terminal.
     rank = str(row.rank) if row.rank is not None else f"({row.comm_rank})"
     return (
-        visible(row.comm), rank, visible(row.host or ""), str(row.pid or ""), visible(row.op or ""), str(row.call),
-        str(row.behind) if row.behind else "", f"{row.idle:.0f} s",
+        visible(row.comm),
+        rank,
+        visible(row.host or ""),
+        str(row.pid or ""),
+        visible(row.op or ""),
+        str(row.call),
+        str(row.behind) if row.behind else "",
+        f"{row.idle:.0f} s",
     )
 
 

@@ -30,7 +30,15 @@ def render_terminal(report: Report, console: Console) -> None:
     )
     # Every string below may quote the logs, which may carry terminal control sequences: each goes through
     # visible() (render/controls.py) on its way out.
-    console.print(Panel(Text(visible(report.verdict)), title="Verdict", subtitle=visible(facts), title_align="left", border_style=_worst_style(report)))
+    console.print(
+        Panel(
+            Text(visible(report.verdict)),
+            title="Verdict",
+            subtitle=visible(facts),
+            title_align="left",
+            border_style=_worst_style(report),
+        )
+    )
     for finding in report.findings:
         head = Text()
         head.append(f"{finding.code} ", style="bold")
@@ -50,10 +58,13 @@ def render_terminal(report: Report, console: Console) -> None:
     _flight(report, console)
     for note in report.notes:
         console.print(f"[yellow]note[/] {escape(visible(note))}")
-    console.print(Text(
-        f"{report.lines:,} lines read from {len(report.inputs)} input(s); "
-        f"{report.unparsed_lines:,} NCCL/PyTorch lines not understood.", style="dim",
-    ))
+    console.print(
+        Text(
+            f"{report.lines:,} lines read from {len(report.inputs)} input(s); "
+            f"{report.unparsed_lines:,} NCCL/PyTorch lines not understood.",
+            style="dim",
+        )
+    )
 
 
 def _flight(report: Report, console: Console) -> None:
@@ -65,22 +76,43 @@ def _flight(report: Report, console: Console) -> None:
             rank = f.rank if f.rank is not None else "?"
             console.print(Text(f"  rank {rank}: {f.path} ({state})", style="dim"))
         for n in report.dumps.named:
-            console.print(Text(f"  rank {n.rank}: log says {n.path}" + ("" if n.read else " (not read)")
-                               + f"  --> {n.line.path}:{n.line.line}", style="dim"))
+            console.print(
+                Text(
+                    f"  rank {n.rank}: log says {n.path}"
+                    + ("" if n.read else " (not read)")
+                    + f"  --> {n.line.path}:{n.line.line}",
+                    style="dim",
+                )
+            )
     if report.next_run:
-        table = Table("missing", "setting", "why", title="Next run: capture what this one lacked",
-                      title_justify="left")
+        table = Table(
+            "missing", "setting", "why", title="Next run: capture what this one lacked", title_justify="left"
+        )
         for a in report.next_run:
             table.add_row(a.missing, a.setting, a.why)
         console.print(table)
 
 
 def _rank_table(report: Report) -> Table:
-    table = Table("comm", "rank", "host", "pid", "last op", "last #", "last completed", title="Where each rank stopped", title_justify="left")
+    table = Table(
+        "comm",
+        "rank",
+        "host",
+        "pid",
+        "last op",
+        "last #",
+        "last completed",
+        title="Where each rank stopped",
+        title_justify="left",
+    )
     for state in report.ranks[:MAX_RANK_ROWS]:
         table.add_row(
-            visible(str(state.comm or "")), str(state.rank if state.rank is not None else "?"), visible(state.host or ""),
-            str(state.pid or ""), visible(state.last_op or ""), str(state.last_seq if state.last_seq is not None else ""),
+            visible(str(state.comm or "")),
+            str(state.rank if state.rank is not None else "?"),
+            visible(state.host or ""),
+            str(state.pid or ""),
+            visible(state.last_op or ""),
+            str(state.last_seq if state.last_seq is not None else ""),
             str(state.last_completed_seq if state.last_completed_seq is not None else ""),
         )
     if len(report.ranks) > MAX_RANK_ROWS:

@@ -105,7 +105,12 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("comm_id", "fallback_uid").alias("parent_uid"),
     ).sort("parent_seq")
     table = table.sort("start_seq").join_asof(
-        parents, left_on="start_seq", right_on="parent_seq", by=[*PROCESS, "parent"], strategy="backward", check_sortedness=False
+        parents,
+        left_on="start_seq",
+        right_on="parent_seq",
+        by=[*PROCESS, "parent"],
+        strategy="backward",
+        check_sortedness=False,
     )
     split_uid = pl.format("{}/color{}#{}", "parent_uid", pl.col("color"), pl.col("split_count").fill_null(0))
     table = table.with_columns(
@@ -114,7 +119,8 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("parent_uid").is_not_null() & pl.col("color").is_not_null())
         .then(split_uid)
         .otherwise(pl.col("fallback_uid")),
-        uid_exact=pl.col("comm_id").is_not_null() | pl.col("parent_uid").str.starts_with("0x").fill_null(False),
+        uid_exact=pl.col("comm_id").is_not_null()
+        | pl.col("parent_uid").str.starts_with("0x").fill_null(False),
     ).drop("fallback_uid", "parent_seq", "parent_uid")
     # A typed literal: every size may be null (too large for its column, parse/kinds.py), no world then.
     world = table["nranks"].max()
@@ -144,18 +150,43 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
 
 # One row per communicator instance per process: the `communicators` table.
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
-    "host": pl.String(), "pid": pl.Int64(), "comm": pl.UInt64(), "generation": pl.Int32(),
-    "start_seq": pl.Int64(), "complete_seq": pl.Int64(), "init_started": pl.Boolean(),
-    "init_completed": pl.Boolean(), "rank": pl.Int64(), "nranks": pl.Int64(), "cuda_dev": pl.Int64(),
-    "nvml_dev": pl.Int64(), "bus_id": pl.String(), "comm_id": pl.String(), "func": pl.String(),
-    "parent": pl.UInt64(), "color": pl.Int64(), "split_count": pl.Int64(), "source_id": pl.UInt16(),
-    "line_no": pl.UInt32(), "ended": pl.String(), "end_seq": pl.Int64(), "comm_uid": pl.String(),
-    "uid_exact": pl.Boolean(), "global_rank": pl.Int64(), "world_size": pl.Int64(),
+    "host": pl.String(),
+    "pid": pl.Int64(),
+    "comm": pl.UInt64(),
+    "generation": pl.Int32(),
+    "start_seq": pl.Int64(),
+    "complete_seq": pl.Int64(),
+    "init_started": pl.Boolean(),
+    "init_completed": pl.Boolean(),
+    "rank": pl.Int64(),
+    "nranks": pl.Int64(),
+    "cuda_dev": pl.Int64(),
+    "nvml_dev": pl.Int64(),
+    "bus_id": pl.String(),
+    "comm_id": pl.String(),
+    "func": pl.String(),
+    "parent": pl.UInt64(),
+    "color": pl.Int64(),
+    "split_count": pl.Int64(),
+    "source_id": pl.UInt16(),
+    "line_no": pl.UInt32(),
+    "ended": pl.String(),
+    "end_seq": pl.Int64(),
+    "comm_uid": pl.String(),
+    "uid_exact": pl.Boolean(),
+    "global_rank": pl.Int64(),
+    "world_size": pl.Int64(),
 }
 # One row per process (per GPU of a process that holds several world ranks): the `processes` table.
 PROCESS_SCHEMA: dict[str, pl.DataType] = {
-    "host": pl.String(), "pid": pl.Int64(), "global_rank": pl.Int64(), "world_size": pl.Int64(),
-    "cuda_dev": pl.Int64(), "bus_id": pl.String(), "communicators": pl.UInt32(), "incomplete_inits": pl.UInt32(),
+    "host": pl.String(),
+    "pid": pl.Int64(),
+    "global_rank": pl.Int64(),
+    "world_size": pl.Int64(),
+    "cuda_dev": pl.Int64(),
+    "bus_id": pl.String(),
+    "communicators": pl.UInt32(),
+    "incomplete_inits": pl.UInt32(),
 }
 
 

@@ -32,17 +32,42 @@ ORIGINS = ("torchrun_summary", "elastic", "slurm", "shell", "pals", "mpirun", "d
 
 # Linux signal numbers (x86-64 and arm64 agree on these).
 SIGNAL_NAMES = {
-    1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
-    8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM",
-    15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ",
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    5: "SIGTRAP",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    10: "SIGUSR1",
+    11: "SIGSEGV",
+    12: "SIGUSR2",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+    24: "SIGXCPU",
+    25: "SIGXFSZ",
 }
 # What srun and bash print for a task or job that died from a signal (strsignal() wording).
 REASON_SIGNALS = {
-    "Hangup": "SIGHUP", "Interrupt": "SIGINT", "Quit": "SIGQUIT", "Illegal instruction": "SIGILL",
-    "Trace/breakpoint trap": "SIGTRAP", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-    "Floating point exception": "SIGFPE", "Killed": "SIGKILL", "User defined signal 1": "SIGUSR1",
-    "Segmentation fault": "SIGSEGV", "User defined signal 2": "SIGUSR2", "Broken pipe": "SIGPIPE",
-    "Alarm clock": "SIGALRM", "Terminated": "SIGTERM", "CPU time limit exceeded": "SIGXCPU",
+    "Hangup": "SIGHUP",
+    "Interrupt": "SIGINT",
+    "Quit": "SIGQUIT",
+    "Illegal instruction": "SIGILL",
+    "Trace/breakpoint trap": "SIGTRAP",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Killed": "SIGKILL",
+    "User defined signal 1": "SIGUSR1",
+    "Segmentation fault": "SIGSEGV",
+    "User defined signal 2": "SIGUSR2",
+    "Broken pipe": "SIGPIPE",
+    "Alarm clock": "SIGALRM",
+    "Terminated": "SIGTERM",
+    "CPU time limit exceeded": "SIGXCPU",
     "File size limit exceeded": "SIGXFSZ",
     # Slurm reports a task the cgroup OOM killer took as "Out Of Memory"; the signal was SIGKILL.
     "Out Of Memory": "SIGKILL",
@@ -68,22 +93,55 @@ OUTPUT = {
 
 # Columns read from the exits table (added as nulls when a caller passes a narrower frame).
 INPUT = {
-    "source_id": pl.UInt16(), "line_no": pl.UInt32(), "part": pl.UInt8(), "host": pl.String(),
-    "ts": pl.String(), "task": pl.Int64(), "mpi_rank": pl.Int64(), "local_rank": pl.Int64(),
-    "torch_rank": pl.Int64(), "event": pl.String(), "exit_time": pl.String(), "exit_host": pl.String(),
-    "exit_rank": pl.Int64(), "exit_local_rank": pl.Int64(), "exit_code": pl.Int64(), "exit_pid": pl.Int64(),
-    "signal_num": pl.Int64(), "signal_name": pl.String(), "error_file": pl.String(),
-    "entry_index": pl.Int64(), "script": pl.String(), "exit_tasks": pl.String(),
-    "exit_reason": pl.String(), "detail": pl.String(),
+    "source_id": pl.UInt16(),
+    "line_no": pl.UInt32(),
+    "part": pl.UInt8(),
+    "host": pl.String(),
+    "ts": pl.String(),
+    "task": pl.Int64(),
+    "mpi_rank": pl.Int64(),
+    "local_rank": pl.Int64(),
+    "torch_rank": pl.Int64(),
+    "event": pl.String(),
+    "exit_time": pl.String(),
+    "exit_host": pl.String(),
+    "exit_rank": pl.Int64(),
+    "exit_local_rank": pl.Int64(),
+    "exit_code": pl.Int64(),
+    "exit_pid": pl.Int64(),
+    "signal_num": pl.Int64(),
+    "signal_name": pl.String(),
+    "error_file": pl.String(),
+    "entry_index": pl.Int64(),
+    "script": pl.String(),
+    "exit_tasks": pl.String(),
+    "exit_reason": pl.String(),
+    "detail": pl.String(),
 }
 
 SUMMARY_EVENTS = (
-    "summary_start", "summary_rule", "summary_title", "section_failures", "section_root_cause", "entry",
-    "no_other_failures", "field_time", "field_host", "field_rank", "field_exitcode", "field_error_file",
+    "summary_start",
+    "summary_rule",
+    "summary_title",
+    "section_failures",
+    "section_root_cause",
+    "entry",
+    "no_other_failures",
+    "field_time",
+    "field_host",
+    "field_rank",
+    "field_exitcode",
+    "field_error_file",
     "field_traceback",
 )
 ENTRY_EVENTS = (
-    "entry", "field_time", "field_host", "field_rank", "field_exitcode", "field_error_file", "field_traceback",
+    "entry",
+    "field_time",
+    "field_host",
+    "field_rank",
+    "field_exitcode",
+    "field_error_file",
+    "field_traceback",
 )
 # A summary is read per output stream: the srun task or MPI rank tag separates interleaved agents.
 STREAM = ["source_id", "task", "mpi_rank"]
@@ -115,9 +173,12 @@ def _summary(rows: pl.DataFrame) -> pl.DataFrame:
     prev_event = event.shift(1).over(STREAM, order_by=ORDER)
     entry_start = (event == "entry") | ((event == "field_time") & (prev_event.fill_null("") != "entry"))
     section = (
-        pl.when(event == "section_root_cause").then(pl.lit("root"))
-        .when(event == "section_failures").then(pl.lit("other"))
-        .when(event == "summary_title").then(pl.lit("none"))  # a new block: no section until its header
+        pl.when(event == "section_root_cause")
+        .then(pl.lit("root"))
+        .when(event == "section_failures")
+        .then(pl.lit("other"))
+        .when(event == "summary_title")
+        .then(pl.lit("none"))  # a new block: no section until its header
     )
     numbered = rows.with_columns(
         entry_id=entry_start.cast(pl.Int64).cum_sum().over(STREAM, order_by=ORDER),
@@ -125,23 +186,25 @@ def _summary(rows: pl.DataFrame) -> pl.DataFrame:
         script=pl.col("script").forward_fill().over(STREAM, order_by=ORDER),
     )
     fields = numbered.filter((pl.col("entry_id") > 0) & event.is_in(ENTRY_EVENTS))
-    first = lambda name: pl.col(name).drop_nulls().first()  # noqa: E731
-    entries = fields.sort(ORDER).group_by([*STREAM, "entry_id"], maintain_order=True).agg(
-        line_no=pl.col("line_no").min(),
-        time=first("exit_time"),
-        host=first("exit_host"),
-        rank=first("exit_rank"),
-        local_rank=first("exit_local_rank"),
-        exit_code=first("exit_code"),
-        pid=pl.coalesce(
-            pl.col("exit_pid").filter(event == "field_exitcode").first(), first("exit_pid")
-        ),
-        signal_name=first("signal_name"),
-        error_file=first("error_file"),
-        reason=pl.col("detail").filter(event == "field_traceback").drop_nulls().first(),
-        script=first("script"),
-        entry_index=first("entry_index"),
-        section=pl.col("section").first(),
+    first = lambda name: pl.col(name).drop_nulls().first()
+    entries = (
+        fields.sort(ORDER)
+        .group_by([*STREAM, "entry_id"], maintain_order=True)
+        .agg(
+            line_no=pl.col("line_no").min(),
+            time=first("exit_time"),
+            host=first("exit_host"),
+            rank=first("exit_rank"),
+            local_rank=first("exit_local_rank"),
+            exit_code=first("exit_code"),
+            pid=pl.coalesce(pl.col("exit_pid").filter(event == "field_exitcode").first(), first("exit_pid")),
+            signal_name=first("signal_name"),
+            error_file=first("error_file"),
+            reason=pl.col("detail").filter(event == "field_traceback").drop_nulls().first(),
+            script=first("script"),
+            entry_index=first("entry_index"),
+            section=pl.col("section").first(),
+        )
     )
     entries = entries.filter(pl.col("exit_code").is_not_null() | pl.col("rank").is_not_null())
     return entries.with_columns(

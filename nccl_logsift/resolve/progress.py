@@ -20,7 +20,15 @@ import polars as pl
 
 from nccl_logsift import _kernels, keymap
 from nccl_logsift.keymap import KeyMap
-from nccl_logsift.parse.calls import NO_GENERATION, NO_RANK, NUMBERED, Calls, Names, instance_keys, process_keys
+from nccl_logsift.parse.calls import (
+    NO_GENERATION,
+    NO_RANK,
+    NUMBERED,
+    Calls,
+    Names,
+    instance_keys,
+    process_keys,
+)
 from nccl_logsift.resolve.communicators import INSTANCE, instances
 
 # What numbering remembers per (host, pid, comm) group between batches (csrc/calls.c: the instance of its
@@ -81,9 +89,26 @@ class CollectiveNumbering:
         self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
         numbered = _numbered_columns(len(seq))
         counts.count = _kernels.calls_number(
-            keys, group, seq, order, self._epoch, starts.map.keys, starts.map.slots, starts.lo, starts.hi, starts.seq,
-            starts.instance, starts.generation, starts.rank, starts.uid, counts.keys, counts.slots, counts.count,
-            self._next, self._group, *numbered.values(),
+            keys,
+            group,
+            seq,
+            order,
+            self._epoch,
+            starts.map.keys,
+            starts.map.slots,
+            starts.lo,
+            starts.hi,
+            starts.seq,
+            starts.instance,
+            starts.generation,
+            starts.rank,
+            starts.uid,
+            counts.keys,
+            counts.slots,
+            counts.count,
+            self._next,
+            self._group,
+            *numbered.values(),
         )
         calls.columns.update(numbered)
         calls.uids = self.uids
@@ -103,7 +128,13 @@ class _Starts:
 
     def __init__(self, instance_table: pl.DataFrame, uids: Names):
         table = instance_table.with_columns(
-            pl.Series("key", instance_keys(process_keys(instance_table), instance_table["comm"].cast(pl.UInt64).fill_null(0).to_numpy())),
+            pl.Series(
+                "key",
+                instance_keys(
+                    process_keys(instance_table),
+                    instance_table["comm"].cast(pl.UInt64).fill_null(0).to_numpy(),
+                ),
+            ),
             pl.struct(INSTANCE).hash().alias("instance"),
         ).sort("key", "start_seq")
         key = table["key"].to_numpy()
@@ -111,12 +142,16 @@ class _Starts:
         self.lo = first.astype(np.int64)
         self.hi = np.r_[first[1:], len(key)][: len(first)].astype(np.int64)
         self.map = KeyMap(len(first))
-        _kernels.keymap_fill(self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64))
+        _kernels.keymap_fill(
+            self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64)
+        )
         self.map.count = len(first)
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
         self.instance = table["instance"].to_numpy()
         # What a call gets from its instance (sentinels for null); one more entry, read for a call of no start.
-        self.generation = np.r_[table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION].astype(np.int32)
+        self.generation = np.r_[
+            table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION
+        ].astype(np.int32)
         self.rank = np.r_[table["rank"].cast(pl.Int64).fill_null(NO_RANK).to_numpy(), NO_RANK]
         self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1].astype(np.int32)
 
@@ -124,10 +159,23 @@ class _Starts:
 def _no_comms() -> pl.DataFrame:
     return pl.DataFrame(
         schema={
-            "source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8, "host": pl.String,
-            "pid": pl.Int64, "what": pl.String, "phase": pl.String, "comm": pl.UInt64, "rank": pl.Int64,
-            "nranks": pl.Int64, "cuda_dev": pl.Int64, "nvml_dev": pl.Int64, "bus_id": pl.String,
-            "comm_id": pl.String, "func": pl.String, "parent": pl.UInt64, "color": pl.Int64,
+            "source_id": pl.UInt16,
+            "line_no": pl.UInt32,
+            "part": pl.UInt8,
+            "host": pl.String,
+            "pid": pl.Int64,
+            "what": pl.String,
+            "phase": pl.String,
+            "comm": pl.UInt64,
+            "rank": pl.Int64,
+            "nranks": pl.Int64,
+            "cuda_dev": pl.Int64,
+            "nvml_dev": pl.Int64,
+            "bus_id": pl.String,
+            "comm_id": pl.String,
+            "func": pl.String,
+            "parent": pl.UInt64,
+            "color": pl.Int64,
             "split_count": pl.Int64,
         }
     )

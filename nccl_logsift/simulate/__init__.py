@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nccl_logsift.simulate.engine import Engine, Timeline
-from nccl_logsift.simulate.job import LAYOUTS, Job, Options, OptionError, build_job
+from nccl_logsift.simulate.job import LAYOUTS, Job, OptionError, Options, build_job
 from nccl_logsift.simulate.scenarios import SCENARIOS
 from nccl_logsift.simulate.story import Record, tell
 from nccl_logsift.simulate.truth import dumps, truth_document
@@ -40,11 +40,14 @@ def simulate(options: Options, bulk_steps: int = 0) -> Simulation:
     job = build_job(options)
     job.bulk_steps = bulk_steps
     engine = Engine(
-        job.cluster, job.programs, job.faults,
+        job.cluster,
+        job.programs,
+        job.faults,
         timeout=job.torch.timeout_ms / 1000.0,
         kill_on_failure=options.layout in ("torchrun", "mpirun"),
         rng=random.Random(job.rng.random()),
-        bulk_steps=bulk_steps, bulk_period=job.shape.period,
+        bulk_steps=bulk_steps,
+        bulk_period=job.shape.period,
         opcount_rule=job.nccl.opcount,
         bulk_shape=job.shape.items,
     )
@@ -59,8 +62,14 @@ def simulate(options: Options, bulk_steps: int = 0) -> Simulation:
     return Simulation(job, timeline, records, truth_document(job, timeline))
 
 
-def write(options: Options, output: str, truth_path: str | None = None, flight_dir: str | None = None,
-          flight_format: str = "pickle", flight_buffer: int | None = None) -> Simulation:
+def write(
+    options: Options,
+    output: str,
+    truth_path: str | None = None,
+    flight_dir: str | None = None,
+    flight_format: str = "pickle",
+    flight_buffer: int | None = None,
+) -> Simulation:
     """Simulate and write the log(s) to ``output`` (a file, a directory for per-rank, or '-'), and with
     ``flight_dir`` the Flight Recorder dumps of the ranks alive when the first timeout fired."""
     from nccl_logsift.simulate import bulk, layout
@@ -72,9 +81,13 @@ def write(options: Options, output: str, truth_path: str | None = None, flight_d
     rng = random.Random(sim.job.rng.random())
     block = bulk.Block(sim) if steps else None
     if options.layout == "per-rank":
-        layout.write_per_rank(Path(output), sim.job, sim.timeline, sim.records, block.for_rank if block else None)
+        layout.write_per_rank(
+            Path(output), sim.job, sim.timeline, sim.records, block.for_rank if block else None
+        )
     else:
-        pieces = layout.stream_text(sim.job, sim.timeline, sim.records, rng, block.interleaved if block else None)
+        pieces = layout.stream_text(
+            sim.job, sim.timeline, sim.records, rng, block.interleaved if block else None
+        )
         if output == "-":
             layout.write_stream(sys.stdout.buffer, pieces)
             sys.stdout.buffer.flush()

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from nccl_logsift.simulate import noise
 from nccl_logsift.simulate.nccl_text import NcclText, envelope, info
@@ -29,7 +30,7 @@ _BATCH = 32  # steps per yielded piece
 
 
 class Block:
-    def __init__(self, sim: "Simulation"):
+    def __init__(self, sim: Simulation):
         job, tl = sim.job, sim.timeline
         self.job = job
         self.steps = tl.bulk_steps
@@ -40,7 +41,9 @@ class Block:
         self.keys: dict[str, tuple[int, int]] = {}  # placeholder -> (value at step 0, increment per step)
         self.lines: dict[int, list[str]] = {}  # rank -> its lines of one step (templates)
         self.ts_ranks: list[int] = []
-        self.offsets: dict[tuple[int, int], float] = {}  # (rank, op) -> seconds into the step (timestamped logs)
+        self.offsets: dict[
+            tuple[int, int], float
+        ] = {}  # (rank, op) -> seconds into the step (timestamped logs)
         layout = job.options.layout
         label = _label(job)
         for run in tl.runs:
@@ -75,7 +78,11 @@ class Block:
                 head = envelope(proc, proc.pid, info("main", ""), None).replace("%", "%%")
                 out.append(label(rank, "nccl").replace("%", "%%") + stamp + head + msg + "\n")
             self.lines[rank] = out
-        self.progress = label(0, "out").replace("%", "%%") + "%(progress)s\n" if job.options.noise and layout != "per-rank" else ""
+        self.progress = (
+            label(0, "out").replace("%", "%%") + "%(progress)s\n"
+            if job.options.noise and layout != "per-rank"
+            else ""
+        )
         self.templates = self._variants(layout)
 
     # ----------------------------------------------------------------------------------- layout
@@ -119,7 +126,7 @@ class Block:
         a, b = order[0], order[1]
         line = self.lines[a][-1]
         cut = len(line) - self.rng.randrange(4, 30)
-        while line[cut - 1] == "%" or "%(" in line[cut - 12:cut + 12]:
+        while line[cut - 1] == "%" or "%(" in line[cut - 12 : cut + 12]:
             cut -= 1
         glued = line[:cut] + "".join(self.lines[b]) + line[cut:]
         rest = [r for r in order[2:]]
@@ -130,7 +137,9 @@ class Block:
         vals = {key: c0 + n * (b + 1) for key, (c0, n) in self.keys.items()}
         job = self.job
         if self.progress:
-            vals["progress"] = noise.progress_line(b + 1, job.steps + self.steps, 1000 * self.period * self.rng.uniform(0.97, 1.03), self.rng)
+            vals["progress"] = noise.progress_line(
+                b + 1, job.steps + self.steps, 1000 * self.period * self.rng.uniform(0.97, 1.03), self.rng
+            )
         if self.offsets:
             when = job.time(self.start + b * self.period)
             fmt = (job.info_timestamps or "%Y-%m-%d %H:%M:%S").replace("%6f", "%f")
@@ -179,7 +188,7 @@ def _label(job):
     return label if label is not None else (lambda rank, chan: "")
 
 
-def steps_for_size(options: "Options") -> int:
+def steps_for_size(options: Options) -> int:
     """How many steady-state steps make the output about ``options.size`` bytes."""
     from nccl_logsift.simulate import simulate
     from nccl_logsift.simulate.layout import stream_text
@@ -191,7 +200,9 @@ def steps_for_size(options: "Options") -> int:
     if options.layout == "per-rank":
         fixed = sum(len(r.text) + len(r.end) for r in probe.records)
     else:
-        fixed = sum(len(piece) for piece in stream_text(probe.job, probe.timeline, probe.records, random.Random(0)))
+        fixed = sum(
+            len(piece) for piece in stream_text(probe.job, probe.timeline, probe.records, random.Random(0))
+        )
     block = Block(probe)
     per_step = max(1.0, block.step_bytes())
     steps = 1

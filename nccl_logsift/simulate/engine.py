@@ -38,8 +38,8 @@ class Issue:
     opcount: int = 0
     first: bool = False  # the rank's first operation on this communicator (lazy connection output)
     done: float | None = None
-    prev: "Issue | None" = None
-    nxt: "Issue | None" = None
+    prev: Issue | None = None
+    nxt: Issue | None = None
 
     @property
     def op(self) -> Op | None:
@@ -80,7 +80,9 @@ class RankRun:
 class Faults:
     """What scenarios inject below the program level."""
 
-    broken: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # (comm, pos) -> (reporter, peer)
+    broken: dict[tuple[int, int], tuple[int, int]] = field(
+        default_factory=dict
+    )  # (comm, pos) -> (reporter, peer)
     init_fail: dict[tuple[int, int], str] = field(default_factory=dict)  # (rank, comm) -> failure kind
     closed_peers: dict[int, list[int]] = field(default_factory=dict)  # dead rank -> peers that see it close
     dead_comms: set[int] = field(default_factory=set)  # communicators on which no operation ever completes
@@ -101,9 +103,20 @@ class Timeline:
 
 
 class Engine:
-    def __init__(self, cluster: Cluster, programs: dict[int, list[Item]], faults: Faults, *, timeout: float,
-                 kill_on_failure: bool, rng: random.Random, bulk_steps: int = 0, bulk_period: float = 0.8,
-                 opcount_rule: str = "plan", bulk_shape: dict[int, list[Item]] | None = None):
+    def __init__(
+        self,
+        cluster: Cluster,
+        programs: dict[int, list[Item]],
+        faults: Faults,
+        *,
+        timeout: float,
+        kill_on_failure: bool,
+        rng: random.Random,
+        bulk_steps: int = 0,
+        bulk_period: float = 0.8,
+        opcount_rule: str = "plan",
+        bulk_shape: dict[int, list[Item]] | None = None,
+    ):
         self.cluster = cluster
         self.programs = programs
         self.faults = faults
@@ -288,7 +301,9 @@ class Engine:
             if any(not first.matches(i.op) for i in issues[1:]):  # type: ignore[arg-type, union-attr]
                 return
             dur = max(i.op.dur for i in issues)  # type: ignore[union-attr]
-        t0 = max(max(i.t for i in issues), max((i.prev.done for i in issues if i.prev is not None), default=0.0))
+        t0 = max(
+            max(i.t for i in issues), max((i.prev.done for i in issues if i.prev is not None), default=0.0)
+        )
         done = t0 + dur
         for i in issues:
             i.done = done
@@ -410,14 +425,18 @@ class Engine:
         first_failure = candidates[0][0] if candidates else None
         killer = ""
         # Peers that see a dead process's sockets close fail shortly after it.
-        for t, rank, _ in list(candidates):
+        for t, rank, _ in candidates:
             for peer in self.faults.closed_peers.get(rank, []):
                 prun = self.runs[peer]
                 if prun.end is None or prun.end > t + 0.2:
                     t_close = t + self.rng.uniform(0.01, 0.2)
                     prun.extra.append((t_close, "peer_closed", {"peer": rank}))
                     prun.watchdogs.clear()
-                    prun.end, prun.end_kind, prun.exit_code = t_close + self.rng.uniform(0.2, 0.8), "nccl_error", 1
+                    prun.end, prun.end_kind, prun.exit_code = (
+                        t_close + self.rng.uniform(0.2, 0.8),
+                        "nccl_error",
+                        1,
+                    )
         if first_failure is not None and self.kill_on_failure:
             t_kill = first_failure + self.rng.uniform(0.5, 2.0)
             for run in self.runs:

@@ -20,20 +20,34 @@ ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 
 # name: options. Versions and layouts are spread so the fixtures show every NCCL and launcher format.
 FIXTURES: dict[str, Options] = {
-    "healthy_8ranks": Options("healthy", ranks=8, nodes=2, ops=8, nccl_version="2.21", layout="interleaved", seed=1),
-    "rank_stall_8ranks": Options("rank-stall", ranks=8, nodes=2, ops=8, nccl_version="2.21", layout="srun", seed=2),
-    "extra_collective_4ranks": Options("extra-collective", ranks=4, ops=8, nccl_version="2.18", layout="torchrun", seed=3),
+    "healthy_8ranks": Options(
+        "healthy", ranks=8, nodes=2, ops=8, nccl_version="2.21", layout="interleaved", seed=1
+    ),
+    "rank_stall_8ranks": Options(
+        "rank-stall", ranks=8, nodes=2, ops=8, nccl_version="2.21", layout="srun", seed=2
+    ),
+    "extra_collective_4ranks": Options(
+        "extra-collective", ranks=4, ops=8, nccl_version="2.18", layout="torchrun", seed=3
+    ),
     "collective_mismatch_4ranks": Options("collective-mismatch", ranks=4, ops=8, nccl_version="2.27", seed=4),
-    "uneven_data_4ranks": Options("uneven-data", ranks=4, ops=8, nccl_version="2.14", layout="mpirun", seed=5),
+    "uneven_data_4ranks": Options(
+        "uneven-data", ranks=4, ops=8, nccl_version="2.14", layout="mpirun", seed=5
+    ),
     "init_hang_4ranks": Options("init-hang", ranks=4, nodes=2, ops=8, nccl_version="2.26", seed=6),
-    "bootstrap_failure_4ranks": Options("bootstrap-failure", ranks=4, ops=8, nccl_version="2.21", layout="torchrun", seed=7),
+    "bootstrap_failure_4ranks": Options(
+        "bootstrap-failure", ranks=4, ops=8, nccl_version="2.21", layout="torchrun", seed=7
+    ),
     "ib_error_4ranks": Options("ib-error", ranks=4, ops=8, nccl_version="2.18", layout="srun", seed=8),
     "socket_fallback_4ranks": Options("socket-fallback", ranks=4, ops=8, nccl_version="2.10", seed=9),
     "cuda_oom_4ranks": Options("cuda-oom", ranks=4, ops=8, nccl_version="2.27", layout="torchrun", seed=10),
     "segfault_4ranks": Options("segfault", ranks=4, ops=8, nccl_version="2.21", layout="torchrun", seed=11),
     "slow_rank_4ranks": Options("slow-rank", ranks=4, ops=12, nccl_version="2.26", seed=12),
-    "pp_deadlock_4ranks": Options("pp-deadlock", ranks=4, ops=8, nccl_version="2.27", layout="mpirun", seed=13),
-    "duplicate_gpu_4ranks_per_rank": Options("duplicate-gpu", ranks=4, ops=8, nccl_version="2.21", layout="per-rank", seed=14),
+    "pp_deadlock_4ranks": Options(
+        "pp-deadlock", ranks=4, ops=8, nccl_version="2.27", layout="mpirun", seed=13
+    ),
+    "duplicate_gpu_4ranks_per_rank": Options(
+        "duplicate-gpu", ranks=4, ops=8, nccl_version="2.21", layout="per-rank", seed=14
+    ),
 }
 
 
@@ -61,13 +75,19 @@ def stale(target: Path = ROOT) -> list[str]:
     """Fixtures whose checked-in bytes differ from what the generator writes now."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
-        return [p.name for p in fresh if not (target / p.name).exists() or _files(target / p.name) != _files(p)]
+        return [
+            p.name for p in fresh if not (target / p.name).exists() or _files(target / p.name) != _files(p)
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nccl_logsift.simulate.fixtures", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m nccl_logsift.simulate.fixtures", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="report stale fixtures instead of writing them")
-    parser.add_argument("--dir", type=Path, default=ROOT, help="where the fixtures live (default: the repository's fixtures/)")
+    parser.add_argument(
+        "--dir", type=Path, default=ROOT, help="where the fixtures live (default: the repository's fixtures/)"
+    )
     args = parser.parse_args(argv)
     if args.check:
         names = stale(args.dir)

@@ -14,12 +14,24 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nccl_logsift.simulate.cluster import (
-    Cluster, Communicator, build_groups, build_hosts, build_processes, choose_parallel, nccl_nodes,
+    Cluster,
+    Communicator,
+    build_groups,
+    build_hosts,
+    build_processes,
+    choose_parallel,
+    nccl_nodes,
 )
 from nccl_logsift.simulate.engine import Faults, Timeline
 from nccl_logsift.simulate.program import Item, Op, StepShape, build_programs, insert_inits, ops_of
 from nccl_logsift.simulate.versions import (
-    DEFAULT_NCCL, DEFAULT_TORCH_FOR_NCCL, NcclProfile, TorchProfile, nccl_profile, torch_profile, version_key,
+    DEFAULT_NCCL,
+    DEFAULT_TORCH_FOR_NCCL,
+    NcclProfile,
+    TorchProfile,
+    nccl_profile,
+    torch_profile,
+    version_key,
 )
 
 if TYPE_CHECKING:
@@ -65,7 +77,7 @@ class TruthFault:
 @dataclass(slots=True)
 class Job:
     options: Options
-    scenario: "Scenario"
+    scenario: Scenario
     nccl: NcclProfile
     torch: TorchProfile
     cluster: Cluster
@@ -136,10 +148,29 @@ class Job:
         """Drop everything from ``index`` on and end the program with ``tail``."""
         self.programs[rank][index:] = list(tail)
 
-    def fault(self, kind: str, primary: bool, ranks: list[int], *, comm: Communicator | None = None, seq: int | None = None,
-              op: str | None = None, detail: str = "", severity: str | None = None) -> TruthFault:
-        f = TruthFault(kind, primary, sorted(ranks), self.hosts_of(sorted(ranks)),
-                       comm.comm_id_text if comm else None, seq, op, detail, severity)
+    def fault(
+        self,
+        kind: str,
+        primary: bool,
+        ranks: list[int],
+        *,
+        comm: Communicator | None = None,
+        seq: int | None = None,
+        op: str | None = None,
+        detail: str = "",
+        severity: str | None = None,
+    ) -> TruthFault:
+        f = TruthFault(
+            kind,
+            primary,
+            sorted(ranks),
+            self.hosts_of(sorted(ranks)),
+            comm.comm_id_text if comm else None,
+            seq,
+            op,
+            detail,
+            severity,
+        )
         self.truth.append(f)
         return f
 
@@ -160,7 +191,7 @@ class Job:
 
 
 # ------------------------------------------------------------------------------------ building
-def resolve(options: Options) -> tuple["Scenario", NcclProfile, TorchProfile, int, int]:
+def resolve(options: Options) -> tuple[Scenario, NcclProfile, TorchProfile, int, int]:
     from nccl_logsift.simulate.scenarios import SCENARIOS
 
     if options.scenario not in SCENARIOS:
@@ -177,13 +208,17 @@ def resolve(options: Options) -> tuple["Scenario", NcclProfile, TorchProfile, in
     if options.layout not in LAYOUTS:
         raise OptionError(f"--layout must be one of {', '.join(LAYOUTS)}")
     if scenario.min_nccl and version_key(nccl.version) < version_key(scenario.min_nccl):
-        raise OptionError(f"scenario {scenario.name} needs NCCL {scenario.min_nccl} or later ({scenario.min_nccl_why}); got {nccl.version}")
+        raise OptionError(
+            f"scenario {scenario.name} needs NCCL {scenario.min_nccl} or later ({scenario.min_nccl_why}); got {nccl.version}"
+        )
     if options.nodes is not None:
         nodes = options.nodes
         if nodes < 1 or ranks % nodes:
             raise OptionError(f"--ranks {ranks} must split evenly over --nodes {nodes}")
         if ranks // nodes > 16:
-            raise OptionError(f"{ranks // nodes} GPUs per node is more than the 16 a server holds; add --nodes")
+            raise OptionError(
+                f"{ranks // nodes} GPUs per node is more than the 16 a server holds; add --nodes"
+            )
         if nodes < scenario.min_nodes:
             raise OptionError(f"scenario {scenario.name} needs at least {scenario.min_nodes} nodes")
     else:
@@ -192,13 +227,19 @@ def resolve(options: Options) -> tuple["Scenario", NcclProfile, TorchProfile, in
             gpus -= 1
         nodes = max(ranks // gpus, scenario.min_nodes)
         if ranks % nodes:
-            raise OptionError(f"scenario {scenario.name} needs {scenario.min_nodes} nodes; use --ranks divisible by {scenario.min_nodes}")
+            raise OptionError(
+                f"scenario {scenario.name} needs {scenario.min_nodes} nodes; use --ranks divisible by {scenario.min_nodes}"
+            )
     if ranks // nodes < scenario.min_gpus:
-        raise OptionError(f"scenario {scenario.name} needs at least {scenario.min_gpus} GPUs per node; use fewer --nodes")
+        raise OptionError(
+            f"scenario {scenario.name} needs at least {scenario.min_gpus} GPUs per node; use fewer --nodes"
+        )
     if scenario.needs_pp and ranks % 2:
         raise OptionError(f"scenario {scenario.name} needs an even number of ranks (two pipeline stages)")
     if options.size is not None and not scenario.trains:
-        raise OptionError(f"--size streams training steps, but scenario {scenario.name} fails before training starts")
+        raise OptionError(
+            f"--size streams training steps, but scenario {scenario.name} fails before training starts"
+        )
     if options.ops < 1:
         raise OptionError("--ops must be at least 1")
     return scenario, nccl, torch, nodes, ranks // nodes
@@ -212,8 +253,20 @@ def build_job(options: Options) -> Job:
     parallel = choose_parallel(options.ranks, gpus, scenario.needs_pp)
     cluster = Cluster(hosts, procs, [], [], parallel)
     base = datetime(2025, 6, 2, 14, 0, 0) + timedelta(seconds=rng.randrange(0, 6 * 3600))
-    job = Job(options, scenario, nccl, torch, cluster, {}, StepShape(), 0, Faults(), rng, base,
-              nccl_debug=options.nccl_debug)
+    job = Job(
+        options,
+        scenario,
+        nccl,
+        torch,
+        cluster,
+        {},
+        StepShape(),
+        0,
+        Faults(),
+        rng,
+        base,
+        nccl_debug=options.nccl_debug,
+    )
     if scenario.setup:
         scenario.setup(job)
     _build_comms(job)
@@ -240,29 +293,64 @@ def _build_comms(job: Job) -> None:
     cluster.pgs = pgs
     split = torch.eager_init and version_key(nccl.version) >= (2, 18)
     # PyTorch 2.x calls ncclCommInitRankConfig once NCCL has it (2.14+); 1.13 calls ncclCommInitRank.
-    init_api = "ncclCommInitRankConfig" if version_key(torch.version) >= (2, 0) and version_key(nccl.version) >= (2, 14) else "ncclCommInitRank"
+    init_api = (
+        "ncclCommInitRankConfig"
+        if version_key(torch.version) >= (2, 0) and version_key(nccl.version) >= (2, 14)
+        else "ncclCommInitRank"
+    )
     heap = {p.rank: 0x550000000000 + (rng.getrandbits(28) << 12) for p in cluster.procs}
 
-    def add(kind: str, name: str, members: list[int], pg: int, *, func: str = init_api, parent: int | None = None,
-            color: int = 0, split_count: int = 0, eager: bool = False) -> Communicator:
-        comm = Communicator(len(cluster.comms), kind, name, members, rng.getrandbits(64) | (1 << 56), pg, func, parent,
-                            color, split_count, eager)
+    def add(
+        kind: str,
+        name: str,
+        members: list[int],
+        pg: int,
+        *,
+        func: str = init_api,
+        parent: int | None = None,
+        color: int = 0,
+        split_count: int = 0,
+        eager: bool = False,
+    ) -> Communicator:
+        comm = Communicator(
+            len(cluster.comms),
+            kind,
+            name,
+            members,
+            rng.getrandbits(64) | (1 << 56),
+            pg,
+            func,
+            parent,
+            color,
+            split_count,
+            eager,
+        )
         for r in members:
             heap[r] += rng.randrange(0x40000, 0x400000) & ~0xF
             comm.ptr[r] = heap[r]
             comm.stream[r] = heap[r] + rng.randrange(0x1000, 0x20000) & ~0xF
         comm.nodes = nccl_nodes(members, cluster.procs)
         gpus = cluster.hosts[0].gpus
-        comm.nchannels = 2 if gpus <= 2 or len(members) == 2 else (4 if gpus <= 4 or len(members) > 512 else 8)
+        comm.nchannels = (
+            2 if gpus <= 2 or len(members) == 2 else (4 if gpus <= 4 or len(members) > 512 else 8)
+        )
         cluster.comms.append(comm)
         return comm
 
     world = add("world", "world", list(range(ranks)), 0, eager=torch.eager_init)
     for pg in pgs[1:]:
         if pg.kind in ("tp", "dp"):
-            add(pg.kind, f"{pg.kind}{pg.index}", pg.ranks, pg.index, func="ncclCommSplit" if split else init_api,
-                parent=world.index if split else None, color=rng.getrandbits(30) if split else 0,
-                split_count=pg.guid if split else 0, eager=split)
+            add(
+                pg.kind,
+                f"{pg.kind}{pg.index}",
+                pg.ranks,
+                pg.index,
+                func="ncclCommSplit" if split else init_api,
+                parent=world.index if split else None,
+                color=rng.getrandbits(30) if split else 0,
+                split_count=pg.guid if split else 0,
+                eager=split,
+            )
         elif pg.kind == "pp":
             for a, b in zip(pg.ranks, pg.ranks[1:]):
                 add("p2p", f"p2p{a}-{b}", [a, b], pg.index)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import io
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 from nccl_logsift.simulate.engine import Timeline
 from nccl_logsift.simulate.job import Job
@@ -56,13 +57,17 @@ def chunks(job: Job, timeline: Timeline, records: list[Record], *, buffered: boo
             continue
         if r.chan == "bulk":
             for proc, group in pending.items():
-                out.append(Chunk(r.t - 1e-6, proc, "nccl", "".join(x.text + x.end for x in group), group[0].order))
+                out.append(
+                    Chunk(r.t - 1e-6, proc, "nccl", "".join(x.text + x.end for x in group), group[0].order)
+                )
             pending.clear()
             size.clear()
         out.append(Chunk(r.t, r.proc, r.chan, text, r.order))
     for proc, group in pending.items():
         end = timeline.runs[proc].end if proc >= 0 and timeline.runs[proc].end is not None else timeline.end
-        out.append(Chunk(max(end, group[-1].t), proc, "nccl", "".join(x.text + x.end for x in group), group[0].order))
+        out.append(
+            Chunk(max(end, group[-1].t), proc, "nccl", "".join(x.text + x.end for x in group), group[0].order)
+        )
     out.sort(key=lambda c: (c.t, c.order))
     return out
 
@@ -81,7 +86,14 @@ def tear(chunks_: list[Chunk], rate: float, rng: random.Random) -> list[Chunk]:
         c = queue[i]
         lines = c.text.count("\n")
         if c.chan == "nccl" and lines and rng.random() < min(0.5, rate * lines):
-            j = next((k for k in range(i + 1, min(i + 40, len(queue))) if queue[k].proc != c.proc and queue[k].chan == "nccl"), None)
+            j = next(
+                (
+                    k
+                    for k in range(i + 1, min(i + 40, len(queue)))
+                    if queue[k].proc != c.proc and queue[k].chan == "nccl"
+                ),
+                None,
+            )
             starts = [0] + [k + 1 for k, ch in enumerate(c.text) if ch == "\n"][:-1]
             line_start = rng.choice(starts)
             line_end = c.text.index("\n", line_start)
@@ -135,8 +147,13 @@ def label_for(job: Job) -> Callable[[int, str], str] | None:
     return None
 
 
-def stream_text(job: Job, timeline: Timeline, records: list[Record], rng: random.Random,
-                bulk: Callable[[], Iterable[str]] | None = None) -> Iterable[str]:
+def stream_text(
+    job: Job,
+    timeline: Timeline,
+    records: list[Record],
+    rng: random.Random,
+    bulk: Callable[[], Iterable[str]] | None = None,
+) -> Iterable[str]:
     """The single-stream layouts (interleaved, srun, torchrun, mpirun) as text pieces."""
     label = label_for(job)
     groups = chunks(job, timeline, records, buffered=True)
@@ -181,8 +198,13 @@ def write_stream(out: BinaryIO, pieces: Iterable[str]) -> int:
     return written + len(data)
 
 
-def write_per_rank(directory: Path, job: Job, timeline: Timeline, records: list[Record],
-                   bulk_for: Callable[[int], Iterable[str]] | None = None) -> list[Path]:
+def write_per_rank(
+    directory: Path,
+    job: Job,
+    timeline: Timeline,
+    records: list[Record],
+    bulk_for: Callable[[int], Iterable[str]] | None = None,
+) -> list[Path]:
     """NCCL_DEBUG_FILE=%h.%p files (whole lines: unbuffered/line-buffered, §1.6) plus the console stream."""
     directory.mkdir(parents=True, exist_ok=True)
     files: dict[int, list[Record]] = {}
@@ -200,6 +222,7 @@ def write_per_rank(directory: Path, job: Job, timeline: Timeline, records: list[
         p = job.cluster.procs[proc]
         path = directory / f"{p.host.name}.{p.pid}"
         with open(path, "wb") as fh:
+
             def pieces(proc: int = proc):
                 for r in files.get(proc, []):
                     if r.chan == "bulk":
@@ -207,6 +230,7 @@ def write_per_rank(directory: Path, job: Job, timeline: Timeline, records: list[
                             yield from bulk_for(proc)
                         continue
                     yield r.text + r.end
+
             write_stream(fh, pieces())
         written.append(path)
     with open(directory / CONSOLE, "wb") as fh:

@@ -10,7 +10,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from nccl_logsift.simulate.cluster import Cluster, Communicator, Process, affinity_mask, ring, ring_neighbours, tree
+from nccl_logsift.simulate.cluster import (
+    Cluster,
+    Communicator,
+    Process,
+    affinity_mask,
+    ring,
+    ring_neighbours,
+    tree,
+)
 from nccl_logsift.simulate.program import Op
 from nccl_logsift.simulate.versions import NcclProfile
 
@@ -62,8 +70,16 @@ def chain(role: str, profile: NcclProfile, code: int, sites: list[str]) -> list[
         thread = ""
         if "|" in key:
             key, thread = key.split("|", 1)
-        out.append(trace(role if not thread.startswith("main") else "main", profile, key, code,
-                         "" if thread in ("", "main") else thread, seen.get(key, 0)))
+        out.append(
+            trace(
+                role if not thread.startswith("main") else "main",
+                profile,
+                key,
+                code,
+                "" if thread in ("", "main") else thread,
+                seen.get(key, 0),
+            )
+        )
         seen[key] = seen.get(key, 0) + 1
     return out
 
@@ -113,7 +129,14 @@ class NcclText:
         out: list[Msg] = []
         if proc.host.has_ib:
             devices = "".join(f" [{i}]{nic}:1/IB" for i, nic in enumerate(proc.host.nics))
-            out.append(info(role, p.ib_using.format(devices=devices, ro=f"{p.ib_relaxed}" if p.ib_relaxed else "", ifname=ifname, ip=ip)))
+            out.append(
+                info(
+                    role,
+                    p.ib_using.format(
+                        devices=devices, ro=f"{p.ib_relaxed}" if p.ib_relaxed else "", ifname=ifname, ip=ip
+                    ),
+                )
+            )
         else:
             if not proc.host.ib_disabled:
                 out.append(info(role, "NET/IB : No device found."))
@@ -153,7 +176,9 @@ class NcclText:
         """What a rank prints when it enters a comm init, before waiting for the others (§A.3-4)."""
         p = self.p
         proc = self.cluster.procs[rank]
-        out = [info("main" if not p.net_lines_in_init_thread else role, f"Using network {self.net_name(proc)}")]
+        out = [
+            info("main" if not p.net_lines_in_init_thread else role, f"Using network {self.net_name(proc)}")
+        ]
         out += [info(role, text.format(net=self.net_name(proc))) for text in p.net_ready[1:]]
         if p.dmabuf:
             out.append(info(role, f"DMA-BUF is available on GPU device {proc.cuda_dev}"))
@@ -175,17 +200,42 @@ class NcclText:
             out.append(info(role, p.bootstrap_split.format(prev=(me - 1) % n, next=(me + 1) % n, **f)))
         if p.bootstrap_timings:
             total = rng.uniform(0.01, 0.4)
-            out.append(info(role, p.bootstrap_timings.format(total=total, create=rng.uniform(1e-5, 1e-4), send=rng.uniform(5e-5, 3e-4),
-                                                              recv=rng.uniform(5e-5, 3e-4), ring=rng.uniform(2e-4, total / 2), delay=rng.uniform(1e-6, 5e-6))))
+            out.append(
+                info(
+                    role,
+                    p.bootstrap_timings.format(
+                        total=total,
+                        create=rng.uniform(1e-5, 1e-4),
+                        send=rng.uniform(5e-5, 3e-4),
+                        recv=rng.uniform(5e-5, 3e-4),
+                        ring=rng.uniform(2e-4, total / 2),
+                        delay=rng.uniform(1e-6, 5e-6),
+                    ),
+                )
+            )
         if p.affinity:
             mask, ranges = affinity_mask(proc.host, proc.local_rank)
-            out.append(info(role, f"Setting affinity for GPU {proc.nvml} to {mask if p.affinity == 'mask' else ranges}"))
+            out.append(
+                info(
+                    role,
+                    f"Setting affinity for GPU {proc.nvml} to {mask if p.affinity == 'mask' else ranges}",
+                )
+            )
         if p.nvls_line:
             out.append(info(role, p.nvls_line.format(cuda_dev=proc.cuda_dev)))
         if p.summary:
             node = next(i for i, local in enumerate(comm.nodes) if me in local)
-            out.append(info(role, p.summary.format(nnodes=len(comm.nodes), local_ranks=len(comm.nodes[node]),
-                                                   local_rank=comm.nodes[node].index(me), **f)))
+            out.append(
+                info(
+                    role,
+                    p.summary.format(
+                        nnodes=len(comm.nodes),
+                        local_ranks=len(comm.nodes[node]),
+                        local_rank=comm.nodes[node].index(me),
+                        **f,
+                    ),
+                )
+            )
         if me == 0:
             out += [info(role, text) for text in self.ring_dump(comm)]
         out.append(info(role, self.trees(comm, me, proc)))
@@ -200,13 +250,36 @@ class NcclText:
             out.append(info(role, p.cc_line))
         if p.launch_mode and me == 0:
             out.append(info(role, "Launch mode Parallel"))
-        out.append(info(role, self._complete_template(comm).format(phase="COMPLETE", **f).replace("{phase}", "COMPLETE")))
+        out.append(
+            info(
+                role,
+                self._complete_template(comm).format(phase="COMPLETE", **f).replace("{phase}", "COMPLETE"),
+            )
+        )
         if p.init_timings:
-            parts = [rng.uniform(0.05, 0.3), rng.uniform(0.2, 1.5), rng.uniform(0.01, 0.2), rng.uniform(0.01, 0.3),
-                     rng.uniform(0.1, 1.2), rng.uniform(0.01, 0.2), rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.05)]
+            parts = [
+                rng.uniform(0.05, 0.3),
+                rng.uniform(0.2, 1.5),
+                rng.uniform(0.01, 0.2),
+                rng.uniform(0.01, 0.3),
+                rng.uniform(0.1, 1.2),
+                rng.uniform(0.01, 0.2),
+                rng.uniform(0.0, 0.1),
+                rng.uniform(0.0, 0.05),
+            ]
             names = ("kernels", "alloc", "bootstrap", "allgathers", "topo", "graphs", "connections", "rest")
-            out.append(info(role, p.init_timings.format(func=comm.func if comm.func == "ncclCommSplit" else f["func"], rank=me,
-                                                        nranks=comm.nranks, total=sum(parts), **dict(zip(names, parts)))))
+            out.append(
+                info(
+                    role,
+                    p.init_timings.format(
+                        func=comm.func if comm.func == "ncclCommSplit" else f["func"],
+                        rank=me,
+                        nranks=comm.nranks,
+                        total=sum(parts),
+                        **dict(zip(names, parts)),
+                    ),
+                )
+            )
         return out
 
     def ring_dump(self, comm: Communicator) -> list[str]:
@@ -250,7 +323,13 @@ class NcclText:
             return p.shm_line.format(path=p.shm_path, **fields)
         local = pa if direction == "send" else pb
         gdr = "/GDRDMA" if local.host.has_ib and local.host.gdr else ""
-        return p.net_line.format(dir=direction, net=self.net_name(local), dev=local.nic if local.host.has_ib else 0, gdr=gdr, **fields)
+        return p.net_line.format(
+            dir=direction,
+            net=self.net_name(local),
+            dev=local.nic if local.host.has_ib else 0,
+            gdr=gdr,
+            **fields,
+        )
 
     def _is_net(self, comm: Communicator, a: int, b: int) -> bool:
         procs = self.cluster.procs
@@ -313,8 +392,10 @@ class NcclText:
             recv = buf
         else:
             send = recv = buf
-        return (f"{op.name}: opCount {opcount:x} sendbuff {send} recvbuff {recv} count {op.count} datatype {op.dtype} "
-                f"op {op.redop} root {op.root} comm 0x{comm.ptr[rank]:x} [nranks={comm.nranks}] stream 0x{comm.stream[rank]:x}")
+        return (
+            f"{op.name}: opCount {opcount:x} sendbuff {send} recvbuff {recv} count {op.count} datatype {op.dtype} "
+            f"op {op.redop} root {op.root} comm 0x{comm.ptr[rank]:x} [nranks={comm.nranks}] stream 0x{comm.stream[rank]:x}"
+        )
 
     def teardown(self, comm: Communicator, rank: int, what: str, role: str) -> list[Msg]:
         template = self.p.destroy if what == "Destroy" else self.p.abort
@@ -335,12 +416,22 @@ class NcclText:
     def ib_completion_error(self, proc: Process, peer: Process, rng: random.Random) -> list[Msg]:
         p = self.p
         code = p.remote_error
-        text = p.ib_completion.format(peer=f"{peer.host.ip}<{rng.randrange(32768, 60999)}>", status=12, opcode=0,
-                                      len=0, vendor=129, req="Send", hca=proc.host.nics[proc.nic])
+        text = p.ib_completion.format(
+            peer=f"{peer.host.ip}<{rng.randrange(32768, 60999)}>",
+            status=12,
+            opcode=0,
+            len=0,
+            vendor=129,
+            req="Send",
+            hca=proc.host.nics[proc.nic],
+        )
         return [Msg("progress", "WARN", text, shift(p.ib_site, -19))] + chain(
-            "progress", p, code, ["net_ib", "net", "proxy", f"proxy|{p.progress_thread}"])
+            "progress", p, code, ["net_ib", "net", "proxy", f"proxy|{p.progress_thread}"]
+        )
 
-    def socket_closed(self, role: str, peer: Process, rng: random.Random, sites: tuple[str, ...]) -> list[Msg]:
+    def socket_closed(
+        self, role: str, peer: Process, rng: random.Random, sites: tuple[str, ...]
+    ) -> list[Msg]:
         p = self.p
         port = rng.randrange(32768, 60999)
         text = p.socket_closed.format(peer=f"{peer.host.ip}<{port}>", peer_name=f"{peer.host.name}<{port}>")
@@ -355,8 +446,19 @@ class NcclText:
             out.append(self.warn(role, "socket", p.connect_timeout.format(addr=addr, err=err)))
         else:
             for attempt in (1, 2, 3):
-                out.append(info(role, p.connect_retry.format(err=err, addr=addr, attempt=attempt, retries=34, msec=100 * attempt)))
-            out.append(self.warn(role, "socket", p.connect_refused.format(addr=addr, err=err, retries=34, attempts=35)))
+                out.append(
+                    info(
+                        role,
+                        p.connect_retry.format(
+                            err=err, addr=addr, attempt=attempt, retries=34, msec=100 * attempt
+                        ),
+                    )
+                )
+            out.append(
+                self.warn(
+                    role, "socket", p.connect_refused.format(addr=addr, err=err, retries=34, attempts=35)
+                )
+            )
         return out + chain(role, p, 2, ["socket", "bootstrap", "bootstrap", "init", *self.async_tail()])
 
     def async_tail(self) -> list[str]:
@@ -369,7 +471,9 @@ class NcclText:
 
     def cuda_oom(self, role: str) -> list[Msg]:
         p = self.p
-        return [self.warn(role, "alloc", p.cuda_oom)] + chain(role, p, 1, ["alloc", "p2p", "transport", "init", *self.async_tail()])
+        return [self.warn(role, "alloc", p.cuda_oom)] + chain(
+            role, p, 1, ["alloc", "p2p", "transport", "init", *self.async_tail()]
+        )
 
     def duplicate_gpu(self, role: str, rank: int, other: int, bus: str) -> list[Msg]:
         p = self.p

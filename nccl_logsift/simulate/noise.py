@@ -15,12 +15,21 @@ _BAR = " ▏▎▍▌▋▊▉█"
 def python_warnings(site: str, rng: random.Random) -> list[str]:
     """Two Python warnings as ``warnings.warn`` prints them (file:line: Category: message, then the source line)."""
     picks = [
-        (f"{site}/torch/cuda/amp/grad_scaler.py", "FutureWarning",
-         "`torch.cuda.amp.GradScaler(args...)` is deprecated. Please use `torch.amp.GradScaler('cuda', args...)` instead."),
-        ("/workspace/model/attention.py", "UserWarning",
-         f"fused attention kernel unavailable for head_dim={rng.choice((80, 96, 112))}; falling back to the reference implementation"),
-        ("/workspace/data/loader.py", "UserWarning",
-         f"dataset shard index is {rng.randrange(2, 9)} days older than the shards; rebuilding lazily"),
+        (
+            f"{site}/torch/cuda/amp/grad_scaler.py",
+            "FutureWarning",
+            "`torch.cuda.amp.GradScaler(args...)` is deprecated. Please use `torch.amp.GradScaler('cuda', args...)` instead.",
+        ),
+        (
+            "/workspace/model/attention.py",
+            "UserWarning",
+            f"fused attention kernel unavailable for head_dim={rng.choice((80, 96, 112))}; falling back to the reference implementation",
+        ),
+        (
+            "/workspace/data/loader.py",
+            "UserWarning",
+            f"dataset shard index is {rng.randrange(2, 9)} days older than the shards; rebuilding lazily",
+        ),
     ]
     out = []
     for path, category, message in rng.sample(picks, 2):
@@ -41,8 +50,10 @@ def config_lines(world: int, tp: int, pp: int, dp: int, steps: int, rng: random.
 def progress_line(step: int, total: int, ms: float, rng: random.Random) -> str:
     loss = 2.1 + 8.0 * math.exp(-step / 150.0) + rng.uniform(-0.05, 0.05)
     lr = 3e-4 * min(1.0, (step + 1) / 50.0)
-    return (f"step {step + 1:>6}/{total} | loss {loss:.4f} | lr {lr:.3e} | grad_norm {rng.uniform(0.4, 2.5):.3f} "
-            f"| {ms:8.1f} ms/step")
+    return (
+        f"step {step + 1:>6}/{total} | loss {loss:.4f} | lr {lr:.3e} | grad_norm {rng.uniform(0.4, 2.5):.3f} "
+        f"| {ms:8.1f} ms/step"
+    )
 
 
 def tqdm_bar(n: int, total: int, elapsed: float, desc: str = "train") -> str:

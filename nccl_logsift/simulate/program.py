@@ -43,10 +43,15 @@ class Op:
     dur: float = 0.002  # GPU seconds
     label: str = ""  # what the training script was doing (for the truth file's detail)
 
-    def matches(self, other: "Op") -> bool:
+    def matches(self, other: Op) -> bool:
         if self.name in ("Send", "Recv") or other.name in ("Send", "Recv"):
             return {self.name, other.name} == {"Send", "Recv"} and self.count == other.count
-        return (self.name, self.count, self.dtype, self.root) == (other.name, other.count, other.dtype, other.root)
+        return (self.name, self.count, self.dtype, self.root) == (
+            other.name,
+            other.count,
+            other.dtype,
+            other.root,
+        )
 
 
 @dataclass(slots=True)
@@ -71,7 +76,9 @@ class StepShape:
     period: float = 0.8
 
 
-def _coll(comm: Communicator, name: str, count: int, dtype: int, *, root: int = 0, slot: str, dur: float, label: str) -> Op:
+def _coll(
+    comm: Communicator, name: str, count: int, dtype: int, *, root: int = 0, slot: str, dur: float, label: str
+) -> Op:
     n = comm.nranks
     numel_in, numel_out = count, count
     if name == "AllGather":
@@ -81,7 +88,9 @@ def _coll(comm: Communicator, name: str, count: int, dtype: int, *, root: int = 
     return Op(comm.index, name, count, dtype, 0, root, TORCH_OP[name], numel_in, numel_out, slot, dur, label)
 
 
-def build_programs(cluster: Cluster, steps: int, rng: random.Random, step_time: float) -> tuple[dict[int, list[Item]], StepShape]:
+def build_programs(
+    cluster: Cluster, steps: int, rng: random.Random, step_time: float
+) -> tuple[dict[int, list[Item]], StepShape]:
     """Programs for every rank, and the shape of one steady-state step."""
     procs = cluster.procs
     ranks = len(procs)
@@ -107,38 +116,178 @@ def build_programs(cluster: Cluster, steps: int, rng: random.Random, step_time: 
         prog: list[Item] = []
         # DDP's constructor: verify parameter shapes, then broadcast the weights from rank 0.
         dcomm = comm_of.get((data_kind, rank), world)
-        prog.append(Item("op", _coll(world, "AllGather", 1, INT64, slot="shape", dur=0.001, label="DDP parameter-shape check"), gap=1.5))
+        prog.append(
+            Item(
+                "op",
+                _coll(
+                    world, "AllGather", 1, INT64, slot="shape", dur=0.001, label="DDP parameter-shape check"
+                ),
+                gap=1.5,
+            )
+        )
         for i, count in enumerate(buckets[:2]):
-            prog.append(Item("op", _coll(dcomm, "Broadcast", count, FLOAT32, slot=f"b{i}", dur=0.01, label="DDP weight broadcast"), gap=0.01))
+            prog.append(
+                Item(
+                    "op",
+                    _coll(
+                        dcomm,
+                        "Broadcast",
+                        count,
+                        FLOAT32,
+                        slot=f"b{i}",
+                        dur=0.01,
+                        label="DDP weight broadcast",
+                    ),
+                    gap=0.01,
+                )
+            )
         prog.append(Item("sync", gap=0.05))
         stage = (rank // (par.tp * par.dp)) if par.pp > 1 else 0
         step_items: list[Item] = []
         for m in range(micro):
             if par.pp > 1 and stage > 0:
                 c = p2p[(rank - par.tp * par.dp, rank)]
-                step_items.append(Item("op", replace(_coll(c, "Recv", seq_tokens * hidden // 4, BF16, root=0, slot="act", dur=0.004, label="pipeline activation recv")), gap=0.01))
+                step_items.append(
+                    Item(
+                        "op",
+                        replace(
+                            _coll(
+                                c,
+                                "Recv",
+                                seq_tokens * hidden // 4,
+                                BF16,
+                                root=0,
+                                slot="act",
+                                dur=0.004,
+                                label="pipeline activation recv",
+                            )
+                        ),
+                        gap=0.01,
+                    )
+                )
             if par.tp > 1:
                 c = comm_of[("tp", rank)]
                 for _ in range(tp_layers):
-                    step_items.append(Item("op", _coll(c, "AllReduce", seq_tokens * hidden // 2, BF16, slot="tpf", dur=0.003, label="tensor-parallel forward all-reduce"), gap=0.04))
+                    step_items.append(
+                        Item(
+                            "op",
+                            _coll(
+                                c,
+                                "AllReduce",
+                                seq_tokens * hidden // 2,
+                                BF16,
+                                slot="tpf",
+                                dur=0.003,
+                                label="tensor-parallel forward all-reduce",
+                            ),
+                            gap=0.04,
+                        )
+                    )
             if par.pp > 1 and stage < par.pp - 1:
                 c = p2p[(rank, rank + par.tp * par.dp)]
-                step_items.append(Item("op", _coll(c, "Send", seq_tokens * hidden // 4, BF16, root=1, slot="act", dur=0.004, label="pipeline activation send"), gap=0.05))
+                step_items.append(
+                    Item(
+                        "op",
+                        _coll(
+                            c,
+                            "Send",
+                            seq_tokens * hidden // 4,
+                            BF16,
+                            root=1,
+                            slot="act",
+                            dur=0.004,
+                            label="pipeline activation send",
+                        ),
+                        gap=0.05,
+                    )
+                )
         for m in range(micro):
             if par.pp > 1 and stage < par.pp - 1:
                 c = p2p[(rank, rank + par.tp * par.dp)]
-                step_items.append(Item("op", _coll(c, "Recv", seq_tokens * hidden // 4, BF16, root=1, slot="grad", dur=0.004, label="pipeline gradient recv"), gap=0.02))
+                step_items.append(
+                    Item(
+                        "op",
+                        _coll(
+                            c,
+                            "Recv",
+                            seq_tokens * hidden // 4,
+                            BF16,
+                            root=1,
+                            slot="grad",
+                            dur=0.004,
+                            label="pipeline gradient recv",
+                        ),
+                        gap=0.02,
+                    )
+                )
             if par.tp > 1:
                 c = comm_of[("tp", rank)]
                 for _ in range(tp_layers):
-                    step_items.append(Item("op", _coll(c, "AllReduce", seq_tokens * hidden // 2, BF16, slot="tpb", dur=0.003, label="tensor-parallel backward all-reduce"), gap=0.06))
+                    step_items.append(
+                        Item(
+                            "op",
+                            _coll(
+                                c,
+                                "AllReduce",
+                                seq_tokens * hidden // 2,
+                                BF16,
+                                slot="tpb",
+                                dur=0.003,
+                                label="tensor-parallel backward all-reduce",
+                            ),
+                            gap=0.06,
+                        )
+                    )
             if par.pp > 1 and stage > 0:
                 c = p2p[(rank - par.tp * par.dp, rank)]
-                step_items.append(Item("op", _coll(c, "Send", seq_tokens * hidden // 4, BF16, root=0, slot="grad", dur=0.004, label="pipeline gradient send"), gap=0.06))
+                step_items.append(
+                    Item(
+                        "op",
+                        _coll(
+                            c,
+                            "Send",
+                            seq_tokens * hidden // 4,
+                            BF16,
+                            root=0,
+                            slot="grad",
+                            dur=0.004,
+                            label="pipeline gradient send",
+                        ),
+                        gap=0.06,
+                    )
+                )
         if dcomm.nranks > 1:
             for i, count in enumerate(buckets):
-                step_items.append(Item("op", _coll(dcomm, "AllReduce", count, FLOAT32, slot=f"b{i}", dur=0.02, label="DDP gradient all-reduce"), gap=0.08 if i == 0 else 0.01))
-        step_items.append(Item("op", _coll(world, "AllReduce", 1, FLOAT32, slot="loss", dur=0.001, label="loss all-reduce for logging"), gap=0.01))
+                step_items.append(
+                    Item(
+                        "op",
+                        _coll(
+                            dcomm,
+                            "AllReduce",
+                            count,
+                            FLOAT32,
+                            slot=f"b{i}",
+                            dur=0.02,
+                            label="DDP gradient all-reduce",
+                        ),
+                        gap=0.08 if i == 0 else 0.01,
+                    )
+                )
+        step_items.append(
+            Item(
+                "op",
+                _coll(
+                    world,
+                    "AllReduce",
+                    1,
+                    FLOAT32,
+                    slot="loss",
+                    dur=0.001,
+                    label="loss all-reduce for logging",
+                ),
+                gap=0.01,
+            )
+        )
         # Spread the rest of the step's compute over the items so that a step takes about step_time.
         spent = sum(i.gap for i in step_items)
         for it in step_items:
@@ -152,7 +301,13 @@ def build_programs(cluster: Cluster, steps: int, rng: random.Random, step_time: 
             for it in step_items:
                 prog.append(replace(it, step=s, op=it.op))
             prog.append(Item("sync", gap=0.002, step=s))
-        prog.append(Item("op", _coll(world, "AllReduce", 1, FLOAT32, slot="barrier", dur=0.001, label="barrier before exit"), gap=0.2))
+        prog.append(
+            Item(
+                "op",
+                _coll(world, "AllReduce", 1, FLOAT32, slot="barrier", dur=0.001, label="barrier before exit"),
+                gap=0.2,
+            )
+        )
         prog.append(Item("sync", gap=0.01))
         prog.append(Item("exit", gap=0.1))
         programs[rank] = prog
@@ -178,4 +333,6 @@ def insert_inits(programs: dict[int, list[Item]], cluster: Cluster, eager: set[i
 
 def ops_of(prog: list[Item], comm: int | None = None) -> list[int]:
     """Indices of the op items of a program (optionally only those on one communicator)."""
-    return [i for i, it in enumerate(prog) if it.kind == "op" and it.op and (comm is None or it.op.comm == comm)]
+    return [
+        i for i, it in enumerate(prog) if it.kind == "op" and it.op and (comm is None or it.op.comm == comm)
+    ]

@@ -110,12 +110,19 @@ class Narrator:
         end = run.end if run.end is not None else self.tl.end
         t0 = run.issues[0].t - 2.0 if run.issues else max(0.0, (run.end or 1.0) - 1.0)
         if job.options.noise and job.python:
-            self.story.add(max(0.0, t0 - 1.5), rank, "err", "\n".join(noise.python_warnings(self.site, self.rng)))
+            self.story.add(
+                max(0.0, t0 - 1.5), rank, "err", "\n".join(noise.python_warnings(self.site, self.rng))
+            )
             first_op = next((i.t for i in run.issues if i.pos > 0), None)
             if rank == 0 and first_op is not None:
                 par = job.cluster.parallel
                 total = job.steps + job.bulk_steps
-                self.story.add(first_op - 0.5, rank, "out", "\n".join(noise.config_lines(job.ranks, par.tp, par.pp, par.dp, total, self.rng)))
+                self.story.add(
+                    first_op - 0.5,
+                    rank,
+                    "out",
+                    "\n".join(noise.config_lines(job.ranks, par.tp, par.pp, par.dp, total, self.rng)),
+                )
         started = False
         banner = False
         failure = job.faults.init_fail
@@ -147,12 +154,21 @@ class Narrator:
                 if kind:
                     self.init_failure(run, issue, kind, t)
                 elif issue.done is not None and issue.done <= end:
-                    self.emit(rank, issue.done - 0.05, self.nccl.init_after_bootstrap(comm, rank, role, connect=not job.nccl.lazy_connect))
+                    self.emit(
+                        rank,
+                        issue.done - 0.05,
+                        self.nccl.init_after_bootstrap(comm, rank, role, connect=not job.nccl.lazy_connect),
+                    )
                 continue
             op = issue.op
             assert op is not None
-            self.story.add(issue.t, rank, "nccl", envelope(proc, proc.pid, info("main", ""), self.ts(issue.t, info("main", ""))) +
-                           self.nccl.coll(op, issue.opcount, comm, rank, self.buffers_of(rank)))
+            self.story.add(
+                issue.t,
+                rank,
+                "nccl",
+                envelope(proc, proc.pid, info("main", ""), self.ts(issue.t, info("main", "")))
+                + self.nccl.coll(op, issue.opcount, comm, rank, self.buffers_of(rank)),
+            )
             if issue.first:
                 msgs = []
                 if comm.kind == "p2p":
@@ -218,7 +234,9 @@ class Narrator:
             self.story.add(t - 0.05, rank, "err", "\n".join(lines))
             return
         if kind == "oom":
-            t = self.emit(rank, issue.t + 0.4, self.nccl.init_after_bootstrap(comm, rank, role, connect=False)[:3])
+            t = self.emit(
+                rank, issue.t + 0.4, self.nccl.init_after_bootstrap(comm, rank, role, connect=False)[:3]
+            )
             msgs = self.nccl.cuda_oom(role)
             code, last = 1, job.nccl.cuda_oom
         elif kind == "duplicate_gpu":
@@ -249,9 +267,16 @@ class Narrator:
         pg = job.cluster.pgs[issue.pg]
         mine = [i for i in run.issues if i.pg == issue.pg and i.pos > 0]
         done = [i.seq for i in mine if i.done is not None]
-        block = self.torch.async_error_block(pg=pg, pg_local_id=self.pg_local[(rank, pg.index)], pg_rank=self.pg_rank(pg, rank),
-                                             seq=issue.seq, last_enqueued=max(i.seq for i in mine), last_completed=max(done, default=0),
-                                             code=job.nccl.remote_error if job.nccl.remote_error == 6 else 2, last_error=msgs[0].text)
+        block = self.torch.async_error_block(
+            pg=pg,
+            pg_local_id=self.pg_local[(rank, pg.index)],
+            pg_rank=self.pg_rank(pg, rank),
+            seq=issue.seq,
+            last_enqueued=max(i.seq for i in mine),
+            last_completed=max(done, default=0),
+            code=job.nccl.remote_error if job.nccl.remote_error == 6 else 2,
+            last_error=msgs[0].text,
+        )
         self.c10_block(rank, (run.end or t) - 0.3, block)
         self.abort_comms(rank, (run.end or t) - 0.1)
 
@@ -259,7 +284,9 @@ class Narrator:
         job, rank = self.job, run.rank
         peer = job.cluster.procs[data["peer"]]
         comm = job.cluster.comms[run.issues[-1].comm] if run.issues else job.cluster.world
-        msgs = self.nccl.socket_closed(f"init:{comm.index}", peer, self.rng, ("bootstrap", "bootstrap", *self.nccl.async_tail()))
+        msgs = self.nccl.socket_closed(
+            f"init:{comm.index}", peer, self.rng, ("bootstrap", "bootstrap", *self.nccl.async_tail())
+        )
         t = self.emit(rank, t, msgs)
         code = job.nccl.remote_error if job.nccl.remote_error == 6 else 2
         where = "init_process_group" if comm.eager and comm.kind == "world" else "ddp"
@@ -271,9 +298,20 @@ class Narrator:
         op = w.issue.op
         ran = int((w.t - w.issue.t) * 1000)
         block = self.torch.watchdog_block(
-            job.cluster.procs[rank], self.when(w.t), pg=pg, pg_local_id=self.pg_local[(rank, pg.index)], pg_rank=self.pg_rank(pg, rank),
-            seq=w.issue.seq, torch_op=op.torch_op, numel_in=op.numel_in, numel_out=op.numel_out, ran_ms=ran,
-            last_enqueued=w.last_enqueued, last_completed=w.last_completed, first_pg=w is run.watchdogs[0])
+            job.cluster.procs[rank],
+            self.when(w.t),
+            pg=pg,
+            pg_local_id=self.pg_local[(rank, pg.index)],
+            pg_rank=self.pg_rank(pg, rank),
+            seq=w.issue.seq,
+            torch_op=op.torch_op,
+            numel_in=op.numel_in,
+            numel_out=op.numel_out,
+            ran_ms=ran,
+            last_enqueued=w.last_enqueued,
+            last_completed=w.last_completed,
+            first_pg=w is run.watchdogs[0],
+        )
         self.c10_block(rank, w.t, block)
         if w is run.watchdogs[-1]:
             self.abort_comms(rank, (run.end or w.t) - 0.02)
@@ -316,7 +354,9 @@ class Narrator:
     def abort_comms(self, rank: int, t: float) -> None:
         msgs = []
         for comm in self.job.cluster.comms_of(rank):
-            if any(i.comm == comm.index and i.pos == 0 and i.done is not None for i in self.tl.runs[rank].issues):
+            if any(
+                i.comm == comm.index and i.pos == 0 and i.done is not None for i in self.tl.runs[rank].issues
+            ):
                 msgs += self.nccl.teardown(comm, rank, "Abort", "watchdog")
         self.emit(rank, t, msgs)
 
@@ -330,7 +370,12 @@ class Narrator:
             self.story.add(t, rank, "err", self.torch.store_barrier_wait(rank, job.ranks, joined))
             t += interval
         if run.end_kind == "init_fail":
-            self.story.add(run.end - 0.1, rank, "err", "\n".join(self.torch.store_barrier_timeout(rank, job.ranks, joined)))
+            self.story.add(
+                run.end - 0.1,
+                rank,
+                "err",
+                "\n".join(self.torch.store_barrier_timeout(rank, job.ranks, joined)),
+            )
 
     def ending(self, run: RankRun) -> None:
         if run.end_kind == "exception":
@@ -353,32 +398,65 @@ class Narrator:
             self.torchrun()
         elif layout in ("srun", "mpirun"):
             quiet = ("exit", "killed", "cancelled", "vanished")  # no launcher line of their own
-            abnormal = sorted((r for r in runs if r.end_kind not in quiet and r.end is not None),
-                              key=lambda r: r.end)
+            abnormal = sorted(
+                (r for r in runs if r.end_kind not in quiet and r.end is not None), key=lambda r: r.end
+            )
             if layout == "srun":
                 for r in abnormal:
                     p = job.cluster.procs[r.rank]
-                    what = {-6: "Aborted (core dumped)", -11: "Segmentation fault (core dumped)"}.get(r.exit_code, f"Exited with exit code {r.exit_code}")
-                    self.story.add(r.end + 0.3, LAUNCHER, "launcher", f"srun: error: {p.host.name}: task {r.rank}: {what}")
+                    what = {-6: "Aborted (core dumped)", -11: "Segmentation fault (core dumped)"}.get(
+                        r.exit_code, f"Exited with exit code {r.exit_code}"
+                    )
+                    self.story.add(
+                        r.end + 0.3,
+                        LAUNCHER,
+                        "launcher",
+                        f"srun: error: {p.host.name}: task {r.rank}: {what}",
+                    )
                 if self.tl.killer == "cancel":
                     jobid = 400000 + self.rng.randrange(0, 500000)
                     t = self.tl.end
                     stamp = self.when(t).strftime("%Y-%m-%dT%H:%M:%S")
-                    self.story.add(t - 0.5, LAUNCHER, "launcher", "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.")
+                    self.story.add(
+                        t - 0.5,
+                        LAUNCHER,
+                        "launcher",
+                        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+                    )
                     for host in job.cluster.hosts:
-                        self.story.add(t, LAUNCHER, "launcher", f"slurmstepd: error: *** STEP {jobid}.0 ON {host.name} CANCELLED AT {stamp} ***")
+                        self.story.add(
+                            t,
+                            LAUNCHER,
+                            "launcher",
+                            f"slurmstepd: error: *** STEP {jobid}.0 ON {host.name} CANCELLED AT {stamp} ***",
+                        )
             elif abnormal:
                 r = abnormal[0]
                 p = job.cluster.procs[r.rank]
                 rule = "-" * 74
                 if r.exit_code < 0:
-                    name = {6: "Aborted", 11: "Segmentation fault", 15: "Terminated"}.get(-r.exit_code, "Killed")
-                    text = [rule, "Primary job  terminated normally, but 1 process returned", "a non-zero exit code. Per user-direction, the job has been aborted.",
-                            rule, rule, f"mpirun noticed that process rank {r.rank} with PID {p.pid} on node {p.host.name} exited on signal {-r.exit_code} ({name}).", rule]
+                    name = {6: "Aborted", 11: "Segmentation fault", 15: "Terminated"}.get(
+                        -r.exit_code, "Killed"
+                    )
+                    text = [
+                        rule,
+                        "Primary job  terminated normally, but 1 process returned",
+                        "a non-zero exit code. Per user-direction, the job has been aborted.",
+                        rule,
+                        rule,
+                        f"mpirun noticed that process rank {r.rank} with PID {p.pid} on node {p.host.name} exited on signal {-r.exit_code} ({name}).",
+                        rule,
+                    ]
                 else:
-                    text = [rule, "mpirun detected that one or more processes exited with non-zero status, thus causing",
-                            "the job to be terminated. The first process to do so was:", "",
-                            f"  Process name: [[{self.rng.randrange(10000, 60000)},1],{r.rank}]", f"  Exit code:    {r.exit_code}", rule]
+                    text = [
+                        rule,
+                        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+                        "the job to be terminated. The first process to do so was:",
+                        "",
+                        f"  Process name: [[{self.rng.randrange(10000, 60000)},1],{r.rank}]",
+                        f"  Exit code:    {r.exit_code}",
+                        rule,
+                    ]
                 self.story.add(r.end + 1.0, LAUNCHER, "launcher", "\n".join(text))
 
     def torchrun(self) -> None:
@@ -389,10 +467,18 @@ class Narrator:
             agent_pid = job.cluster.procs[host.index * host.gpus].pid - self.rng.randrange(5, 60)
             mine = [runs[p.rank] for p in job.cluster.procs if p.host is host]
             first = min((r.issues[0].t for r in mine if r.issues), default=0.5)
-            self.story.add(max(0.0, first - 3.0), agent, "agent", "\n".join(self.elastic.omp_warning(self.when(max(0.0, first - 3.0)), agent_pid)))
+            self.story.add(
+                max(0.0, first - 3.0),
+                agent,
+                "agent",
+                "\n".join(self.elastic.omp_warning(self.when(max(0.0, first - 3.0)), agent_pid)),
+            )
             if any(r.end_kind == "vanished" for r in mine):
                 continue  # the agent died with its node
-            failed = sorted((r for r in mine if r.end_kind not in ("exit", "killed", "cancelled")), key=lambda r: r.end or 0.0)
+            failed = sorted(
+                (r for r in mine if r.end_kind not in ("exit", "killed", "cancelled")),
+                key=lambda r: r.end or 0.0,
+            )
             killed = [r for r in mine if r.end_kind in ("killed", "cancelled")]
             if not failed and not killed:
                 continue
@@ -406,10 +492,25 @@ class Narrator:
                 root = failed[0]
                 p = job.cluster.procs[root.rank]
                 t_fail = max(t, max(r.end or 0.0 for r in mine)) + 0.4
-                self.story.add(t_fail, agent, "agent", "\n".join(self.elastic.failed(self.when(t_fail), root.exit_code, p.local_rank, p.pid, agent_pid)))
-                failures = [{"time": self.when(r.end or 0.0), "host": f"{host.name}.cluster.local", "rank": r.rank,
-                             "local_rank": job.cluster.procs[r.rank].local_rank, "exitcode": r.exit_code, "pid": job.cluster.procs[r.rank].pid}
-                            for r in failed]
+                self.story.add(
+                    t_fail,
+                    agent,
+                    "agent",
+                    "\n".join(
+                        self.elastic.failed(self.when(t_fail), root.exit_code, p.local_rank, p.pid, agent_pid)
+                    ),
+                )
+                failures = [
+                    {
+                        "time": self.when(r.end or 0.0),
+                        "host": f"{host.name}.cluster.local",
+                        "rank": r.rank,
+                        "local_rank": job.cluster.procs[r.rank].local_rank,
+                        "exitcode": r.exit_code,
+                        "pid": job.cluster.procs[r.rank].pid,
+                    }
+                    for r in failed
+                ]
                 self.story.add(t_fail + 0.05, agent, "agent", "\n".join(self.elastic.child_failed(failures)))
 
 

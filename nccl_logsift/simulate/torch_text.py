@@ -20,22 +20,30 @@ CPP = "ProcessGroupNCCL.cpp"
 MESSAGES = {
     "caught": "{rank_tag} Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds before timing out.",  # [1]
     "status": "{pgp} Timeout at NCCL work: {seq}, last enqueued NCCL work: {enq}, last completed NCCL work: {done}.",  # [3]
-    "exception_at": ("{pgp} Exception (either an error or timeout) detected by watchdog at work: {seq}, "
-                     "last enqueued NCCL work: {enq}, last completed NCCL work: {done}."),  # [4]
+    "exception_at": (
+        "{pgp} Exception (either an error or timeout) detected by watchdog at work: {seq}, "
+        "last enqueued NCCL work: {enq}, last completed NCCL work: {done}."
+    ),  # [4]
     "failure": "{pgp}  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {enq}, last completed work: {done}",  # [5]
-    "stack": ("Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. "
-              "You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value."),  # [12]
-    "dump": ("{pgp} Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. "
-             "Last enqueued NCCL work: {enq}, last completed NCCL work: {done}.This is most likely caused by incorrect usages of collectives, "
-             "e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some "
-             "reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the "
-             "communications library (e.g. NCCL), etc. "),  # [11]
+    "stack": (
+        "Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. "
+        "You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value."
+    ),  # [12]
+    "dump": (
+        "{pgp} Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. "
+        "Last enqueued NCCL work: {enq}, last completed NCCL work: {done}.This is most likely caused by incorrect usages of collectives, "
+        "e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some "
+        "reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the "
+        "communications library (e.g. NCCL), etc. "
+    ),  # [11]
     "first_pg": "{pgp} First PG on this rank to signal dumping.",  # [11]
 }
 MESSAGE_LINE = {"caught": "timeout", "first_pg": "dump"}  # message key -> key of TorchProfile.lines
 # How ProcessGroupWrapper prints a fingerprint's device types (the tensors' options, as real reports show).
-DEVICE_TYPES = ("TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), "
-                "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))")
+DEVICE_TYPES = (
+    "TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), "
+    "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))"
+)
 
 
 def glog_c10(when: datetime, severity: str, line: int, timed: bool) -> str:
@@ -78,23 +86,38 @@ class TorchText:
         lib = f"{self.site}/torch/lib"
         base = self.rng.randrange(0x7F0000000000, 0x7FFF00000000) & ~0xFFF
         names = {
-            "timeout": ["c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
-                        "c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2",
-                        "c10d::ProcessGroupNCCL::watchdogHandler() + 0x233",
-                        "c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d"],
-            "error": ["c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
-                      "c10d::ProcessGroupNCCL::checkForNCCLErrorsInternal(std::shared_ptr<c10d::NCCLComm>&) + 0x2e1",
-                      "c10d::ProcessGroupNCCL::WorkNCCL::checkAndSetException() + 0x7c",
-                      "c10d::ProcessGroupNCCL::watchdogHandler() + 0x21a"],
-            "loop": ["c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
-                     "<unknown function> + 0x10d4f3f"],
+            "timeout": [
+                "c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
+                "c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2",
+                "c10d::ProcessGroupNCCL::watchdogHandler() + 0x233",
+                "c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d",
+            ],
+            "error": [
+                "c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
+                "c10d::ProcessGroupNCCL::checkForNCCLErrorsInternal(std::shared_ptr<c10d::NCCLComm>&) + 0x2e1",
+                "c10d::ProcessGroupNCCL::WorkNCCL::checkAndSetException() + 0x7c",
+                "c10d::ProcessGroupNCCL::watchdogHandler() + 0x21a",
+            ],
+            "loop": [
+                "c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
+                "<unknown function> + 0x10d4f3f",
+            ],
         }[kind]
         libs = ["libc10.so"] + ["libtorch_cuda.so"] * (len(names) - 1)
-        out = [f"frame #{i}: {name} ({hex(base + 0x1000 * i + 0x2b8 * i)} in {lib}/{so})" for i, (name, so) in enumerate(zip(names, libs))]
+        out = [
+            f"frame #{i}: {name} ({hex(base + 0x1000 * i + 0x2B8 * i)} in {lib}/{so})"
+            for i, (name, so) in enumerate(zip(names, libs))
+        ]
         n = len(out)
-        out.append(f"frame #{n}: <unknown function> + 0xdc253 ({hex(base + 0x5a6000)} in /lib/x86_64-linux-gnu/libstdc++.so.6)")
-        out.append(f"frame #{n + 1}: <unknown function> + 0x94ac3 ({hex(base + 0x7e1000)} in /lib/x86_64-linux-gnu/libc.so.6)")
-        out.append(f"frame #{n + 2}: <unknown function> + 0x126850 ({hex(base + 0x873000)} in /lib/x86_64-linux-gnu/libc.so.6)")
+        out.append(
+            f"frame #{n}: <unknown function> + 0xdc253 ({hex(base + 0x5A6000)} in /lib/x86_64-linux-gnu/libstdc++.so.6)"
+        )
+        out.append(
+            f"frame #{n + 1}: <unknown function> + 0x94ac3 ({hex(base + 0x7E1000)} in /lib/x86_64-linux-gnu/libc.so.6)"
+        )
+        out.append(
+            f"frame #{n + 2}: <unknown function> + 0x126850 ({hex(base + 0x873000)} in /lib/x86_64-linux-gnu/libc.so.6)"
+        )
         return out
 
     def _raised(self, where: str, line: int) -> str:
@@ -104,19 +127,41 @@ class TorchText:
     def _report(self, keys: tuple[str, ...], fields: dict) -> list[tuple[str, str]]:
         return [(f"c10:{MESSAGE_LINE.get(k, k)}", MESSAGES[k].format(**fields)) for k in keys]
 
-    def watchdog_block(self, proc: Process, when: datetime, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int,
-                       seq: int, torch_op: str, numel_in: int, numel_out: int, ran_ms: int,
-                       last_enqueued: int, last_completed: int, first_pg: bool) -> list[tuple[str, str]]:
+    def watchdog_block(
+        self,
+        proc: Process,
+        when: datetime,
+        *,
+        pg: ProcessGroup,
+        pg_local_id: int,
+        pg_rank: int,
+        seq: int,
+        torch_op: str,
+        numel_in: int,
+        numel_out: int,
+        ran_ms: int,
+        last_enqueued: int,
+        last_completed: int,
+        first_pg: bool,
+    ) -> list[tuple[str, str]]:
         """A collective timeout as the watchdog reports it: ("c10:<line key>"|"raw", text) pairs, in order."""
         p = self.p
-        fields = {"rank_tag": f"[Rank {pg_rank}]", "pgp": self.pg_prefix(pg, pg_local_id, pg_rank), "seq": seq,
-                  "enq": last_enqueued, "done": last_completed, "ran": ran_ms,
-                  "work": self.work(seq, torch_op, numel_in, numel_out)}
+        fields = {
+            "rank_tag": f"[Rank {pg_rank}]",
+            "pgp": self.pg_prefix(pg, pg_local_id, pg_rank),
+            "seq": seq,
+            "enq": last_enqueued,
+            "done": last_completed,
+            "ran": ran_ms,
+            "work": self.work(seq, torch_op, numel_in, numel_out),
+        }
         lines = self._report(p.timeout_report, fields)
         if first_pg:
             lines += self._report(p.first_pg_report, fields)
         lines += self._take_down(fields["rank_tag"])
-        lines += self._terminate(MESSAGES["caught"].format(**fields), fields["pgp"], fields["rank_tag"], "timeout", "checkTimeout")
+        lines += self._terminate(
+            MESSAGES["caught"].format(**fields), fields["pgp"], fields["rank_tag"], "timeout", "checkTimeout"
+        )
         return lines
 
     def _take_down(self, rank_tag: str) -> list[tuple[str, str]]:
@@ -124,15 +169,27 @@ class TorchText:
         tag = f"{rank_tag} " if p.rank_tag_take_down else ""
         some = "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."
         if not p.split_warning:
-            return [("c10:some_ops", some + " To avoid this inconsistency, we are taking the entire process down.")]
-        return [("c10:some_ops", tag + some), ("c10:take_down", tag + "To avoid data inconsistency, we are taking the entire process down.")]
+            return [
+                (
+                    "c10:some_ops",
+                    some + " To avoid this inconsistency, we are taking the entire process down.",
+                )
+            ]
+        return [
+            ("c10:some_ops", tag + some),
+            ("c10:take_down", tag + "To avoid data inconsistency, we are taking the entire process down."),
+        ]
 
-    def _terminate(self, reason: str, pgp: str, rank_tag: str, frames: str, raised_in: str) -> list[tuple[str, str]]:
+    def _terminate(
+        self, reason: str, pgp: str, rank_tag: str, frames: str, raised_in: str
+    ) -> list[tuple[str, str]]:
         p = self.p
         out: list[tuple[str, str]] = []
         if p.watchdog_exit == "what":
             out.append(("raw", f"terminate called after throwing an instance of '{p.cpp_exception}'"))
-            out += [("raw", f"  what():  {line}" if i == 0 else line) for i, line in enumerate(reason.split("\n"))]
+            out += [
+                ("raw", f"  what():  {line}" if i == 0 else line) for i, line in enumerate(reason.split("\n"))
+            ]
             return out
         if p.watchdog_exit == "nccl_watchdog":
             head = f"{rank_tag} NCCL watchdog thread terminated with exception: "
@@ -145,7 +202,9 @@ class TorchText:
         out += [("raw", line) for line in rest]
         out += [("raw", line) for line in raised]
         out.append(("raw", f"terminate called after throwing an instance of '{p.cpp_exception}'"))
-        out += [("raw", f"  what():  {line}" if i == 0 else line) for i, line in enumerate(message.split("\n"))]
+        out += [
+            ("raw", f"  what():  {line}" if i == 0 else line) for i, line in enumerate(message.split("\n"))
+        ]
         out += [("raw", line) for line in raised]
         out.append(("raw", self._raised("ncclCommWatchdog", p.lines["watchdog_loop"])))
         out += [("raw", line) for line in self.frames("loop")]
@@ -154,33 +213,63 @@ class TorchText:
 
     def nccl_error_text(self, code: int, last_error: str) -> str:
         detail = NCCL_RESULTS[code]
-        return (f"NCCL error: {nccl_error_string(self.nccl, code)}, NCCL version {self.nccl.version}\n"
-                f"{detail[1]}: {detail[2]}\nLast error:\n{last_error}")
+        return (
+            f"NCCL error: {nccl_error_string(self.nccl, code)}, NCCL version {self.nccl.version}\n"
+            f"{detail[1]}: {detail[2]}\nLast error:\n{last_error}"
+        )
 
-    def async_error_block(self, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int, seq: int, last_enqueued: int,
-                          last_completed: int, code: int, last_error: str) -> list[tuple[str, str]]:
+    def async_error_block(
+        self,
+        *,
+        pg: ProcessGroup,
+        pg_local_id: int,
+        pg_rank: int,
+        seq: int,
+        last_enqueued: int,
+        last_completed: int,
+        code: int,
+        last_error: str,
+    ) -> list[tuple[str, str]]:
         """An asynchronous NCCL error (e.g. an IB completion error) found by the watchdog."""
-        fields = {"rank_tag": f"[Rank {pg_rank}]", "pgp": self.pg_prefix(pg, pg_local_id, pg_rank), "seq": seq,
-                  "enq": last_enqueued, "done": last_completed}
+        fields = {
+            "rank_tag": f"[Rank {pg_rank}]",
+            "pgp": self.pg_prefix(pg, pg_local_id, pg_rank),
+            "seq": seq,
+            "enq": last_enqueued,
+            "done": last_completed,
+        }
         lines = self._report(self.p.error_report, fields)
         lines += self._take_down(fields["rank_tag"])
-        lines += self._terminate(self.nccl_error_text(code, last_error), fields["pgp"], fields["rank_tag"], "error",
-                                 "checkForNCCLErrorsInternal")
+        lines += self._terminate(
+            self.nccl_error_text(code, last_error),
+            fields["pgp"],
+            fields["rank_tag"],
+            "error",
+            "checkForNCCLErrorsInternal",
+        )
         return lines
 
-    def cuda_watchdog_block(self, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int,
-                            error: str) -> list[tuple[str, str]]:
+    def cuda_watchdog_block(
+        self, *, pg: ProcessGroup, pg_local_id: int, pg_rank: int, error: str
+    ) -> list[tuple[str, str]]:
         """A CUDA error the watchdog hits while polling its work's events (a GPU fault): the watchdog thread
         dies with the CUDA error and takes the process down, with no timeout or NCCL error report first."""
-        reason = "\n".join((
-            f"CUDA error: {error}",
-            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
-            "below might be incorrect.",
-            "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-            "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
-        ))
-        return self._terminate(reason, self.pg_prefix(pg, pg_local_id, pg_rank), f"[Rank {pg_rank}]", "error",
-                               "c10_cuda_check_implementation")
+        reason = "\n".join(
+            (
+                f"CUDA error: {error}",
+                "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                "below might be incorrect.",
+                "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+            )
+        )
+        return self._terminate(
+            reason,
+            self.pg_prefix(pg, pg_local_id, pg_rank),
+            f"[Rank {pg_rank}]",
+            "error",
+            "c10_cuda_check_implementation",
+        )
 
     def fingerprint(self, fp: dict, peer: bool) -> str:
         """ProcessGroupWrapper's CollectiveFingerPrint as its operator<< prints it (DETAIL debug mode).
@@ -192,15 +281,19 @@ class TorchText:
             return f"CollectiveFingerPrint({seq}OpType={fp['op']})"
         head = f"{seq}, " if seq else ""
         shape = ", ".join(map(str, fp["shape"]))
-        return (f"CollectiveFingerPrint({head}OpType={fp['op']}, TensorShape=[{shape}], "
-                f"TensorDtypes={fp['dtype']}, TensorDeviceTypes={DEVICE_TYPES})")
+        return (
+            f"CollectiveFingerPrint({head}OpType={fp['op']}, TensorShape=[{shape}], "
+            f"TensorDtypes={fp['dtype']}, TensorDeviceTypes={DEVICE_TYPES})"
+        )
 
     def fingerprint_exception(self, report: dict) -> list[str]:
         """The traceback of a rank whose collective check failed (ProcessGroupWrapper.cpp, verify_tensors)."""
         mine, other = report["mine"], report["other"]
-        text = (f"Detected mismatch between collectives on ranks. Rank {report['rank']} is running "
-                f"collective: {self.fingerprint(mine, False)}, but Rank {report['peer']} is running "
-                f"collective: {self.fingerprint(other, True)}.")
+        text = (
+            f"Detected mismatch between collectives on ranks. Rank {report['rank']} is running "
+            f"collective: {self.fingerprint(mine, False)}, but Rank {report['peer']} is running "
+            f"collective: {self.fingerprint(other, True)}."
+        )
         if self.p.series not in ("1.13", "2.0"):  # compute_collective_diff, 2.1+
             diff = []
             if mine["seq"] != other["seq"]:
@@ -215,17 +308,19 @@ class TorchText:
             text += "Collectives differ in the following aspects: " + "".join(diff)
         site = self.site
         rng = self.rng
-        return ["Traceback (most recent call last):",
-                f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>', "    main()",
-                f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main',
-                f"    {report['call']}",
-                f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, '
-                "in wrapper",
-                "    return func(*args, **kwargs)",
-                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(2300, 2900)}, '
-                f'in {report["fn"]}',
-                f"    work = group.{report['fn']}(",
-                f"RuntimeError: {text}"]
+        return [
+            "Traceback (most recent call last):",
+            f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>',
+            "    main()",
+            f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main',
+            f"    {report['call']}",
+            f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, in wrapper',
+            "    return func(*args, **kwargs)",
+            f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(2300, 2900)}, '
+            f"in {report['fn']}",
+            f"    work = group.{report['fn']}(",
+            f"RuntimeError: {text}",
+        ]
 
     # ------------------------------------------------------------------------- Python exceptions
     def uncaught_exception(self, exception: str) -> list[str]:
@@ -233,35 +328,47 @@ class TorchText:
         import that fails): ``exception`` is its last line (``ModuleNotFoundError: No module named
         'apex'``)."""
         module = exception.rsplit(" ", 1)[-1].strip("'") if "No module named" in exception else "apex"
-        return ["Traceback (most recent call last):",
-                f'  File "/workspace/train.py", line {self.rng.randrange(8, 30)}, in <module>',
-                f"    from {module}.optimizers import FusedAdam", exception]
+        return [
+            "Traceback (most recent call last):",
+            f'  File "/workspace/train.py", line {self.rng.randrange(8, 30)}, in <module>',
+            f"    from {module}.optimizers import FusedAdam",
+            exception,
+        ]
 
     def init_exception(self, code: int, last_error: str, where: str) -> list[str]:
         """The traceback a rank prints when a NCCL call made from Python fails (DistBackendError)."""
         site = self.site
         rng = self.rng
-        lines = ["Traceback (most recent call last):",
-                 f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>', "    main()"]
+        lines = [
+            "Traceback (most recent call last):",
+            f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>',
+            "    main()",
+        ]
         if where == "init_process_group":
-            lines += [f'  File "/workspace/train.py", line {rng.randrange(60, 120)}, in main',
-                      "    dist.init_process_group(backend=\"nccl\", device_id=torch.device(\"cuda\", local_rank))",
-                      f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, in wrapper',
-                      "    func_return = func(*args, **kwargs)",
-                      f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(1500, 1800)}, in init_process_group',
-                      "    default_pg, _ = _new_process_group_helper(",
-                      f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(1900, 2100)}, in _new_process_group_helper',
-                      "    backend_class._eager_connect_single_device(device_id)"]
+            lines += [
+                f'  File "/workspace/train.py", line {rng.randrange(60, 120)}, in main',
+                '    dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))',
+                f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, in wrapper',
+                "    func_return = func(*args, **kwargs)",
+                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(1500, 1800)}, in init_process_group',
+                "    default_pg, _ = _new_process_group_helper(",
+                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(1900, 2100)}, in _new_process_group_helper',
+                "    backend_class._eager_connect_single_device(device_id)",
+            ]
         else:
-            lines += [f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main',
-                      "    model = DDP(model, device_ids=[local_rank])",
-                      f'  File "{site}/torch/nn/parallel/distributed.py", line {rng.randrange(780, 840)}, in __init__',
-                      "    _verify_param_shape_across_processes(self.process_group, parameters)",
-                      f'  File "{site}/torch/distributed/utils.py", line {rng.randrange(260, 300)}, in _verify_param_shape_across_processes',
-                      "    return dist._verify_params_across_processes(process_group, tensors, logger)"]
+            lines += [
+                f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main',
+                "    model = DDP(model, device_ids=[local_rank])",
+                f'  File "{site}/torch/nn/parallel/distributed.py", line {rng.randrange(780, 840)}, in __init__',
+                "    _verify_param_shape_across_processes(self.process_group, parameters)",
+                f'  File "{site}/torch/distributed/utils.py", line {rng.randrange(260, 300)}, in _verify_param_shape_across_processes',
+                "    return dist._verify_params_across_processes(process_group, tensors, logger)",
+            ]
         line = rng.randrange(1200, 2300)
-        lines.append(f"{self.p.exception_class}: NCCL error in: ../torch/csrc/distributed/c10d/{CPP}:{line}, "
-                     f"{nccl_error_string(self.nccl, code)}, NCCL version {self.nccl.version}")
+        lines.append(
+            f"{self.p.exception_class}: NCCL error in: ../torch/csrc/distributed/c10d/{CPP}:{line}, "
+            f"{nccl_error_string(self.nccl, code)}, NCCL version {self.nccl.version}"
+        )
         detail = NCCL_RESULTS[code]
         lines += [f"{detail[1]}: {detail[2]}", "Last error:", last_error]
         return lines
@@ -272,35 +379,43 @@ class TorchText:
         broadcastUniqueNCCLID). Some releases spell it "retreiving"; the older profiles here print that."""
         site = self.site
         verb = "retreiving" if self.p.series in ("1.13", "2.0", "2.1") else "retrieving"
-        return ["Traceback (most recent call last):",
-                '  File "/workspace/train.py", line 231, in <module>', "    main()",
-                '  File "/workspace/train.py", line 131, in main',
-                "    model = DDP(model, device_ids=[local_rank])",
-                f'  File "{site}/torch/nn/parallel/distributed.py", line 798, in __init__',
-                "    _verify_param_shape_across_processes(self.process_group, parameters)",
-                f'  File "{site}/torch/distributed/utils.py", line 269, in '
-                "_verify_param_shape_across_processes",
-                "    return dist._verify_params_across_processes(process_group, tensors, logger)",
-                f"{self.p.exception_class}: [{rank}] is setting up NCCL communicator and {verb} ncclUniqueId "
-                "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"]
+        return [
+            "Traceback (most recent call last):",
+            '  File "/workspace/train.py", line 231, in <module>',
+            "    main()",
+            '  File "/workspace/train.py", line 131, in main',
+            "    model = DDP(model, device_ids=[local_rank])",
+            f'  File "{site}/torch/nn/parallel/distributed.py", line 798, in __init__',
+            "    _verify_param_shape_across_processes(self.process_group, parameters)",
+            f'  File "{site}/torch/distributed/utils.py", line 269, in _verify_param_shape_across_processes',
+            "    return dist._verify_params_across_processes(process_group, tensors, logger)",
+            f"{self.p.exception_class}: [{rank}] is setting up NCCL communicator and {verb} ncclUniqueId "
+            "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
+        ]
 
     def store_barrier_wait(self, rank: int, world: int, joined: int) -> str:
         timeout = "0:30:00" if self.p.timeout_ms >= 1800000 else "0:10:00"
-        return (f"INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for rank: {rank}, "
-                f"key: store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout={timeout})")
+        return (
+            f"INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for rank: {rank}, "
+            f"key: store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout={timeout})"
+        )
 
     def store_barrier_timeout(self, rank: int, world: int, joined: int) -> list[str]:
         timeout = "0:30:00" if self.p.timeout_ms >= 1800000 else "0:10:00"
         site = self.site
-        return ["Traceback (most recent call last):",
-                '  File "/workspace/train.py", line 231, in <module>', "    main()",
-                '  File "/workspace/train.py", line 74, in main', '    dist.init_process_group(backend="nccl")',
-                f'  File "{site}/torch/distributed/distributed_c10d.py", line 761, in init_process_group',
-                "    _store_based_barrier(rank, store, timeout)",
-                f'  File "{site}/torch/distributed/distributed_c10d.py", line 379, in _store_based_barrier',
-                "    raise RuntimeError(",
-                f"RuntimeError: Timed out initializing process group in store based barrier on rank: {rank}, "
-                f"for key: store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout={timeout})"]
+        return [
+            "Traceback (most recent call last):",
+            '  File "/workspace/train.py", line 231, in <module>',
+            "    main()",
+            '  File "/workspace/train.py", line 74, in main',
+            '    dist.init_process_group(backend="nccl")',
+            f'  File "{site}/torch/distributed/distributed_c10d.py", line 761, in init_process_group',
+            "    _store_based_barrier(rank, store, timeout)",
+            f'  File "{site}/torch/distributed/distributed_c10d.py", line 379, in _store_based_barrier',
+            "    raise RuntimeError(",
+            f"RuntimeError: Timed out initializing process group in store based barrier on rank: {rank}, "
+            f"for key: store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout={timeout})",
+        ]
 
 
 # ------------------------------------------------------------------------------------ torchrun
@@ -313,7 +428,9 @@ class ElasticText:
         self.rng = rng
         self.thread = rng.randrange(139_600_000_000_000, 140_700_000_000_000)
 
-    def _log(self, when: datetime, level: str, module: str, line: int, text: str, agent_pid: int) -> list[str]:
+    def _log(
+        self, when: datetime, level: str, module: str, line: int, text: str, agent_pid: int
+    ) -> list[str]:
         style = self.p.elastic_log
         lines = text.split("\n")
         if style == "glog":
@@ -325,34 +442,54 @@ class ElasticText:
         return [f"{level}:torch.distributed.{module}:{lines[0]}", *lines[1:]]
 
     def omp_warning(self, when: datetime, agent_pid: int) -> list[str]:
-        text = ("\n*****************************************\n"
-                "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being "
-                "overloaded, please further tune the variable for optimal performance in your application as needed. \n"
-                "*****************************************")
+        text = (
+            "\n*****************************************\n"
+            "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being "
+            "overloaded, please further tune the variable for optimal performance in your application as needed. \n"
+            "*****************************************"
+        )
         return self._log(when, "WARNING", "run", 793, text, agent_pid)
 
     def sigterm(self, when: datetime, pid: int, agent_pid: int) -> list[str]:
-        return self._log(when, "WARNING", "elastic.multiprocessing.api", 897, f"Sending process {pid} closing signal SIGTERM", agent_pid)
+        return self._log(
+            when,
+            "WARNING",
+            "elastic.multiprocessing.api",
+            897,
+            f"Sending process {pid} closing signal SIGTERM",
+            agent_pid,
+        )
 
     def failed(self, when: datetime, code: int, local_rank: int, pid: int, agent_pid: int) -> list[str]:
-        return self._log(when, "ERROR", "elastic.multiprocessing.api", 869,
-                         f"failed (exitcode: {code}) local_rank: {local_rank} (pid: {pid}) of binary: /usr/bin/python3", agent_pid)
+        return self._log(
+            when,
+            "ERROR",
+            "elastic.multiprocessing.api",
+            869,
+            f"failed (exitcode: {code}) local_rank: {local_rank} (pid: {pid}) of binary: /usr/bin/python3",
+            agent_pid,
+        )
 
     def child_failed(self, failures: list[dict], script: str = "train.py") -> list[str]:
         """The ChildFailedError summary: ``failures`` sorted by time; the first is the root cause."""
         site = self.site
         root, others = failures[0], failures[1:]
-        lines = ["Traceback (most recent call last):",
-                 '  File "/usr/local/bin/torchrun", line 8, in <module>', "    sys.exit(main())",
-                 f'  File "{site}/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper',
-                 "    return f(*args, **kwargs)",
-                 f'  File "{site}/torch/distributed/run.py", line 919, in main', "    run(args)",
-                 f'  File "{site}/torch/distributed/run.py", line 910, in run', "    elastic_launch(",
-                 f'  File "{site}/torch/distributed/launcher/api.py", line 138, in __call__',
-                 "    return launch_agent(self._config, self._entrypoint, list(args))",
-                 f'  File "{site}/torch/distributed/launcher/api.py", line 269, in launch_agent',
-                 "    raise ChildFailedError(",
-                 "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
+        lines = [
+            "Traceback (most recent call last):",
+            '  File "/usr/local/bin/torchrun", line 8, in <module>',
+            "    sys.exit(main())",
+            f'  File "{site}/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper',
+            "    return f(*args, **kwargs)",
+            f'  File "{site}/torch/distributed/run.py", line 919, in main',
+            "    run(args)",
+            f'  File "{site}/torch/distributed/run.py", line 910, in run',
+            "    elastic_launch(",
+            f'  File "{site}/torch/distributed/launcher/api.py", line 138, in __call__',
+            "    return launch_agent(self._config, self._entrypoint, list(args))",
+            f'  File "{site}/torch/distributed/launcher/api.py", line 269, in launch_agent',
+            "    raise ChildFailedError(",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        ]
         body: list[str] = [f"{script} FAILED", "-" * 60, "Failures:"]
         if not others:
             body.append("  <NO_OTHER_FAILURES>")
@@ -366,10 +503,17 @@ class ElasticText:
     def _failure(f: dict) -> list[str]:
         code = f["exitcode"]
         if code < 0:
-            sig = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS"}.get(-code, f"SIG{-code}")
+            sig = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS"}.get(
+                -code, f"SIG{-code}"
+            )
             tb = f"Signal {-code} ({sig}) received by PID {f['pid']}"
         else:
             tb = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
-        return [f"  time      : {f['time']:%Y-%m-%d_%H:%M:%S}", f"  host      : {f['host']}",
-                f"  rank      : {f['rank']} (local_rank: {f['local_rank']})", f"  exitcode  : {code} (pid: {f['pid']})",
-                "  error_file: <N/A>", f"  traceback : {tb}"]
+        return [
+            f"  time      : {f['time']:%Y-%m-%d_%H:%M:%S}",
+            f"  host      : {f['host']}",
+            f"  rank      : {f['rank']} (local_rank: {f['local_rank']})",
+            f"  exitcode  : {code} (pid: {f['pid']})",
+            "  error_file: <N/A>",
+            f"  traceback : {tb}",
+        ]

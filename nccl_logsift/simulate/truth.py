@@ -27,13 +27,24 @@ import re
 SCHEMA = "nccl-logsift/truth/v1"
 
 KINDS = (
-    "rank_behind", "collective_mismatch", "watchdog_timeout", "init_incomplete", "bootstrap_failure",
-    "interface_misconfig", "transport_fallback", "net_error", "cuda_error", "duplicate_gpu", "host_collision",
-    "process_exit", "latency_outlier", "nccl_error",
+    "rank_behind",
+    "collective_mismatch",
+    "watchdog_timeout",
+    "init_incomplete",
+    "bootstrap_failure",
+    "interface_misconfig",
+    "transport_fallback",
+    "net_error",
+    "cuda_error",
+    "duplicate_gpu",
+    "host_collision",
+    "process_exit",
+    "latency_outlier",
+    "nccl_error",
 )
 
 
-def truth_document(job: "Job", timeline: "Timeline") -> dict:
+def truth_document(job: Job, timeline: Timeline) -> dict:
     cluster = job.cluster
     started_by: dict[int, list[int]] = {}
     completed_by: dict[int, list[int]] = {}
@@ -49,23 +60,33 @@ def truth_document(job: "Job", timeline: "Timeline") -> dict:
         if not started:
             continue
         completed = sorted(completed_by.get(c.index, []))
-        comms.append({
-            "comm_id": c.comm_id_text,
-            "nranks": c.nranks,
-            "ranks": list(c.ranks),
-            "name": c.kind,
-            "created_by": c.func,
-            "parent": cluster.comms[c.parent].comm_id_text if c.parent is not None else None,
-            "color": c.color if c.parent is not None else None,
-            "split_count": c.split_count if c.parent is not None else None,
-            "init_started": started,
-            "init_completed": completed,
-        })
+        comms.append(
+            {
+                "comm_id": c.comm_id_text,
+                "nranks": c.nranks,
+                "ranks": list(c.ranks),
+                "name": c.kind,
+                "created_by": c.func,
+                "parent": cluster.comms[c.parent].comm_id_text if c.parent is not None else None,
+                "color": c.color if c.parent is not None else None,
+                "split_count": c.split_count if c.parent is not None else None,
+                "init_started": started,
+                "init_completed": completed,
+            }
+        )
     faults = []
     for f in job.truth:
         assert f.kind in KINDS, f.kind
-        fault = {"kind": f.kind, "primary": f.primary, "ranks": f.ranks, "hosts": f.hosts, "comm": f.comm,
-                 "seq": f.seq, "op": f.op, "detail": f.detail}
+        fault = {
+            "kind": f.kind,
+            "primary": f.primary,
+            "ranks": f.ranks,
+            "hosts": f.hosts,
+            "comm": f.comm,
+            "seq": f.seq,
+            "op": f.op,
+            "detail": f.detail,
+        }
         if f.severity:  # only where a scenario states it: the other truths stay as they were
             fault["severity"] = f.severity
         faults.append(fault)
@@ -79,7 +100,10 @@ def truth_document(job: "Job", timeline: "Timeline") -> dict:
         "world_size": job.ranks,
         "nodes": len(cluster.hosts),
         "hosts": [h.name for h in cluster.hosts],
-        "processes": [{"rank": p.rank, "host": p.host.name, "pid": p.pid, "local_rank": p.local_rank} for p in cluster.procs],
+        "processes": [
+            {"rank": p.rank, "host": p.host.name, "pid": p.pid, "local_rank": p.local_rank}
+            for p in cluster.procs
+        ],
         "communicators": comms,
         "faults": faults,
     }
@@ -89,5 +113,7 @@ def dumps(doc: dict) -> str:
     """Indented JSON whose flat lists and small objects stay on one line (readable at 4096 ranks)."""
     text = json.dumps(doc, indent=2)
     text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + re.sub(r",\s+", ", ", m.group(1)) + "]", text)
-    text = re.sub(r"\{\s+(\"rank\": [^{}\[\]]*?)\s+\}", lambda m: "{" + re.sub(r",\s+", ", ", m.group(1)) + "}", text)
+    text = re.sub(
+        r"\{\s+(\"rank\": [^{}\[\]]*?)\s+\}", lambda m: "{" + re.sub(r",\s+", ", ", m.group(1)) + "}", text
+    )
     return text + "\n"

@@ -39,7 +39,9 @@ class NcclProfile:
     split_start: str | None
     split_complete: str | None
     bootstrap_split: str | None  # 2.18.1-2.22.3
-    init_func: str  # funcName printed for non-split inits: "" (none), a literal (2.21-2.22), or "{api}" (2.23+)
+    init_func: (
+        str  # funcName printed for non-split inits: "" (none), a literal (2.21-2.22), or "{api}" (2.23+)
+    )
     summary: str | None  # §2.2 nRanks/nNodes line (2.20.3+)
     bootstrap_timings: str | None  # 2.23.4+
     affinity: str | None  # "mask" (<= 2.26), "range" (2.27), None
@@ -208,7 +210,18 @@ _V2_10 = NcclProfile(
     async_tag=False,
     remote_error=2,
     long_error_strings=False,
-    sites=_sites(alloc=195, socket=414, bootstrap=213, init=860, group=73, transport=98, p2p=425, net=537, net_ib=1123, proxy=622),
+    sites=_sites(
+        alloc=195,
+        socket=414,
+        bootstrap=213,
+        init=860,
+        group=73,
+        transport=98,
+        p2p=425,
+        net=537,
+        net_ib=1123,
+        proxy=622,
+    ),
 )
 
 _V2_14 = replace(
@@ -233,7 +246,18 @@ _V2_14 = replace(
     async_tag=True,
     remote_error=6,
     ib_site="transport/net_ib.cc:1261",
-    sites=_sites(alloc=189, socket=537, bootstrap=229, init=1299, group=65, transport=111, p2p=478, net=687, net_ib=1261, proxy=939),
+    sites=_sites(
+        alloc=189,
+        socket=537,
+        bootstrap=229,
+        init=1299,
+        group=65,
+        transport=111,
+        p2p=478,
+        net=687,
+        net_ib=1261,
+        proxy=939,
+    ),
 )
 
 _V2_18 = replace(
@@ -262,7 +286,18 @@ _V2_18 = replace(
     connect_refused="socketStartConnect: exceeded retries ({retries})",
     connect_timeout="socketStartConnect: Connect to {addr} failed : {err}",
     long_error_strings=True,
-    sites=_sites(alloc=246, socket=49, bootstrap=76, init=1374, group=64, transport=148, p2p=628, net=691, net_ib=1295, proxy=1021),
+    sites=_sites(
+        alloc=246,
+        socket=49,
+        bootstrap=76,
+        init=1374,
+        group=64,
+        transport=148,
+        p2p=628,
+        net=691,
+        net_ib=1295,
+        proxy=1021,
+    ),
 )
 
 _V2_21 = replace(
@@ -288,7 +323,18 @@ _V2_21 = replace(
     ib_site="transport/net_ib.cc:1696",
     progress_thread="[Progress Thread]",
     cuda_oom="Cuda failure 2 'out of memory'",
-    sites=_sites(alloc=153, socket=62, bootstrap=81, init=1505, group=74, transport=183, p2p=762, net=1051, net_ib=1696, proxy=1264),
+    sites=_sites(
+        alloc=153,
+        socket=62,
+        bootstrap=81,
+        init=1505,
+        group=74,
+        transport=183,
+        p2p=762,
+        net=1051,
+        net_ib=1696,
+        proxy=1264,
+    ),
 )
 
 _V2_26 = replace(
@@ -322,7 +368,18 @@ _V2_26 = replace(
     connect_retry="socketStartConnect: connect returned {err}, retrying ({attempt}/{retries}) after sleep for {msec} msec",
     connect_refused="socketStartConnect: connect returned {err}, exceeded error retry count ({retries})",
     connect_timeout="socketPollConnect: Connect to {addr} failed : {err}",
-    sites=_sites(alloc=231, socket=69, bootstrap=94, init=1713, group=75, transport=197, p2p=816, net=1187, net_ib=2244, proxy=1380),
+    sites=_sites(
+        alloc=231,
+        socket=69,
+        bootstrap=94,
+        init=1713,
+        group=75,
+        transport=197,
+        p2p=816,
+        net=1187,
+        net_ib=2244,
+        proxy=1380,
+    ),
 )
 
 _V2_27 = replace(
@@ -344,13 +401,26 @@ _V2_27 = replace(
     connect_retry="socketPollConnect: connect to {addr} returned {err}, retrying ({attempt}/{retries}) after sleep for {msec} msec",
     connect_refused="socketPollConnect: connect to {addr} returned {err}, exceeded error retry count after {attempts} attempts",
     connect_timeout="socketPollConnect: connect to {addr} failed : {err}",
-    sites=_sites(alloc=244, socket=79, bootstrap=96, init=1790, group=75, transport=204, p2p=864, net=1233, net_ib=2283, proxy=1421),
+    sites=_sites(
+        alloc=244,
+        socket=79,
+        bootstrap=96,
+        init=1790,
+        group=75,
+        transport=204,
+        p2p=864,
+        net=1233,
+        net_ib=2283,
+        proxy=1421,
+    ),
 )
 
 # 2.28.9 as the real H200 jobs of ../shared/corpus/gpu-h200 print it: the ENV and NET plugin probes without a
 # trailing note, and from 2.28.7 the IB completion WARN with IBV_WC_* names and reqSize (grammar §6.1).
-_IB_ERR_2287 = ("NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
-                "opcode=IBV_WC_SEND({opcode}) reqSize={len} vendor_err={vendor} req_type={req} hca {hca}")
+_IB_ERR_2287 = (
+    "NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
+    "opcode=IBV_WC_SEND({opcode}) reqSize={len} vendor_err={vendor} req_type={req} hca {hca}"
+)
 
 _V2_28 = replace(
     _V2_27,
@@ -369,8 +439,10 @@ _V2_28 = replace(
 
 # 2.29.2 from the grammar's samples (no real 2.29 log in the corpus): the git version line, "[Rank N]" before
 # Init START (§2.1), and the IB completion WARN without reqSize, two spaces before "hca" when no GIDs (§6.1).
-_IB_ERR_229 = ("NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
-               "opcode=IBV_WC_SEND({opcode}) vendor_err={vendor}  hca {hca}")
+_IB_ERR_229 = (
+    "NET/IB: Got completion from peer {peer} with status=IBV_WC_RETRY_EXC_ERR({status}) "
+    "opcode=IBV_WC_SEND({opcode}) vendor_err={vendor}  hca {hca}"
+)
 
 _V2_29 = replace(
     _V2_28,
@@ -401,10 +473,14 @@ def nccl_profile(text: str) -> NcclProfile:
     series = f"{int(parts[0])}.{int(parts[1])}"
     profile = NCCL_PROFILES.get(series)
     if profile is None:
-        raise ValueError(f"NCCL {text} is not simulated; choose one of {', '.join(NCCL_PROFILES)} (any patch release)")
+        raise ValueError(
+            f"NCCL {text} is not simulated; choose one of {', '.join(NCCL_PROFILES)} (any patch release)"
+        )
     if len(parts) == 3:
         if int(parts[2]) < _MIN_PATCH.get(series, 0):
-            raise ValueError(f"NCCL {text} predates the {series} log format simulated here (use {series}.{_MIN_PATCH[series]} or later)")
+            raise ValueError(
+                f"NCCL {text} predates the {series} log format simulated here (use {series}.{_MIN_PATCH[series]} or later)"
+            )
         profile = replace(profile, version=f"{series}.{int(parts[2])}")
     return profile
 
@@ -432,7 +508,9 @@ class TorchProfile:
     # The watchdog's report, as keys of torch_text.MESSAGES in print order (pytorch-and-peers.md §1.4 #1-#12).
     timeout_report: tuple[str, ...] = ("caught",)
     error_report: tuple[str, ...] = ()  # what precedes the take-down lines for an asynchronous NCCL error
-    first_pg_report: tuple[str, ...] = ()  # extra lines of the first PG of a rank to time out (dump signal, 2.5+)
+    first_pg_report: tuple[
+        str, ...
+    ] = ()  # extra lines of the first PG of a rank to time out (dump signal, 2.5+)
     rank_tag_take_down: bool = False  # "[Rank R] " before "Some NCCL operations..." (2.3+)
     watchdog_exit: str = "what"  # "what": terminate + what(); "nccl_watchdog" (2.2) / "pg_watchdog" (2.3+) exception line first
     lines: dict[str, int] = field(default_factory=dict)  # ProcessGroupNCCL.cpp line numbers by message
@@ -443,42 +521,202 @@ def _tp(**kw) -> TorchProfile:
 
 
 _T113 = _tp(
-    series="1.13", version="1.13.1", generation="1.13", rank_prefix=False, glog_time=False, pg_prefix="rank",
-    numel=False, timeout_ms=1800000, elastic_log="plain", eager_init=False, store_barrier=True,
-    exception_class="RuntimeError", cpp_exception="std::runtime_error", split_warning=False, python="3.8",
-    lines={"timeout": 737, "some_ops": 414, "take_down": 414, "watchdog_exc": 0, "check": 737, "watchdog_loop": 0, "async": 433},
+    series="1.13",
+    version="1.13.1",
+    generation="1.13",
+    rank_prefix=False,
+    glog_time=False,
+    pg_prefix="rank",
+    numel=False,
+    timeout_ms=1800000,
+    elastic_log="plain",
+    eager_init=False,
+    store_barrier=True,
+    exception_class="RuntimeError",
+    cpp_exception="std::runtime_error",
+    split_warning=False,
+    python="3.8",
+    lines={
+        "timeout": 737,
+        "some_ops": 414,
+        "take_down": 414,
+        "watchdog_exc": 0,
+        "check": 737,
+        "watchdog_loop": 0,
+        "async": 433,
+    },
 )
-_T20 = replace(_T113, series="2.0", version="2.0.1", split_warning=True, python="3.10",
-               lines={"timeout": 821, "some_ops": 455, "take_down": 460, "watchdog_exc": 0, "check": 821, "watchdog_loop": 0, "async": 474})
-_T21 = replace(_T20, series="2.1", version="2.1.2", store_barrier=False, exception_class="torch.distributed.DistBackendError",
-               cpp_exception="c10::DistBackendError", lines={"timeout": 915, "some_ops": 489, "take_down": 495, "watchdog_exc": 0, "check": 915, "watchdog_loop": 0, "async": 509})
-_T22 = replace(_T21, series="2.2", version="2.2.2", generation="2.2", numel=True, timeout_ms=600000, elastic_log="bracketed",
-               watchdog_exit="nccl_watchdog",
-               lines={"timeout": 525, "some_ops": 539, "take_down": 545, "watchdog_exc": 1182, "check": 527, "watchdog_loop": 1186, "async": 559})
-_T23 = replace(_T22, series="2.3", version="2.3.1", generation="2.3", rank_prefix=True, pg_prefix="pg", eager_init=True,
-               timeout_report=("caught", "status"), rank_tag_take_down=True, watchdog_exit="pg_watchdog",
-               lines={"timeout": 563, "some_ops": 577, "take_down": 583, "watchdog_exc": 1414, "check": 565, "watchdog_loop": 1418, "status": 1537, "async": 597})
-_T24 = replace(_T23, series="2.4", version="2.4.1", generation="2.4", glog_time=True, pg_prefix="pg_desc", elastic_log="glog", python="3.11",
-               timeout_report=("caught", "exception_at", "status"), error_report=("exception_at",),
-               lines={"timeout": 607, "some_ops": 621, "take_down": 627, "watchdog_exc": 1521, "check": 609, "watchdog_loop": 1525,
-                      "status": 1664, "exception_at": 1592, "async": 641})
-_T25 = replace(_T24, series="2.5", version="2.5.1", generation="2.5", pg_prefix="pg_guid", first_pg_report=("dump", "first_pg"),
-               lines={"timeout": 616, "some_ops": 630, "take_down": 636, "watchdog_exc": 1601, "check": 618, "watchdog_loop": 1605,
-                      "status": 1748, "exception_at": 1670, "dump": 1724, "async": 650})
-_T26 = replace(_T25, series="2.6", version="2.6.0", generation="2.6",
-               timeout_report=("caught", "failure", "stack"), error_report=("failure",),
-               lines={"timeout": 632, "some_ops": 658, "take_down": 664, "watchdog_exc": 1683, "check": 635, "watchdog_loop": 1689,
-                      "failure": 1771, "stack": 1810, "dump": 1785, "async": 678})
-_T27 = replace(_T26, series="2.7", version="2.7.1",
-               lines={"timeout": 634, "some_ops": 668, "take_down": 674, "watchdog_exc": 1695, "check": 637, "watchdog_loop": 1701,
-                      "failure": 1782, "stack": 1821, "dump": 1796, "async": 690})
+_T20 = replace(
+    _T113,
+    series="2.0",
+    version="2.0.1",
+    split_warning=True,
+    python="3.10",
+    lines={
+        "timeout": 821,
+        "some_ops": 455,
+        "take_down": 460,
+        "watchdog_exc": 0,
+        "check": 821,
+        "watchdog_loop": 0,
+        "async": 474,
+    },
+)
+_T21 = replace(
+    _T20,
+    series="2.1",
+    version="2.1.2",
+    store_barrier=False,
+    exception_class="torch.distributed.DistBackendError",
+    cpp_exception="c10::DistBackendError",
+    lines={
+        "timeout": 915,
+        "some_ops": 489,
+        "take_down": 495,
+        "watchdog_exc": 0,
+        "check": 915,
+        "watchdog_loop": 0,
+        "async": 509,
+    },
+)
+_T22 = replace(
+    _T21,
+    series="2.2",
+    version="2.2.2",
+    generation="2.2",
+    numel=True,
+    timeout_ms=600000,
+    elastic_log="bracketed",
+    watchdog_exit="nccl_watchdog",
+    lines={
+        "timeout": 525,
+        "some_ops": 539,
+        "take_down": 545,
+        "watchdog_exc": 1182,
+        "check": 527,
+        "watchdog_loop": 1186,
+        "async": 559,
+    },
+)
+_T23 = replace(
+    _T22,
+    series="2.3",
+    version="2.3.1",
+    generation="2.3",
+    rank_prefix=True,
+    pg_prefix="pg",
+    eager_init=True,
+    timeout_report=("caught", "status"),
+    rank_tag_take_down=True,
+    watchdog_exit="pg_watchdog",
+    lines={
+        "timeout": 563,
+        "some_ops": 577,
+        "take_down": 583,
+        "watchdog_exc": 1414,
+        "check": 565,
+        "watchdog_loop": 1418,
+        "status": 1537,
+        "async": 597,
+    },
+)
+_T24 = replace(
+    _T23,
+    series="2.4",
+    version="2.4.1",
+    generation="2.4",
+    glog_time=True,
+    pg_prefix="pg_desc",
+    elastic_log="glog",
+    python="3.11",
+    timeout_report=("caught", "exception_at", "status"),
+    error_report=("exception_at",),
+    lines={
+        "timeout": 607,
+        "some_ops": 621,
+        "take_down": 627,
+        "watchdog_exc": 1521,
+        "check": 609,
+        "watchdog_loop": 1525,
+        "status": 1664,
+        "exception_at": 1592,
+        "async": 641,
+    },
+)
+_T25 = replace(
+    _T24,
+    series="2.5",
+    version="2.5.1",
+    generation="2.5",
+    pg_prefix="pg_guid",
+    first_pg_report=("dump", "first_pg"),
+    lines={
+        "timeout": 616,
+        "some_ops": 630,
+        "take_down": 636,
+        "watchdog_exc": 1601,
+        "check": 618,
+        "watchdog_loop": 1605,
+        "status": 1748,
+        "exception_at": 1670,
+        "dump": 1724,
+        "async": 650,
+    },
+)
+_T26 = replace(
+    _T25,
+    series="2.6",
+    version="2.6.0",
+    generation="2.6",
+    timeout_report=("caught", "failure", "stack"),
+    error_report=("failure",),
+    lines={
+        "timeout": 632,
+        "some_ops": 658,
+        "take_down": 664,
+        "watchdog_exc": 1683,
+        "check": 635,
+        "watchdog_loop": 1689,
+        "failure": 1771,
+        "stack": 1810,
+        "dump": 1785,
+        "async": 678,
+    },
+)
+_T27 = replace(
+    _T26,
+    series="2.7",
+    version="2.7.1",
+    lines={
+        "timeout": 634,
+        "some_ops": 668,
+        "take_down": 674,
+        "watchdog_exc": 1695,
+        "check": 637,
+        "watchdog_loop": 1701,
+        "failure": 1782,
+        "stack": 1821,
+        "dump": 1796,
+        "async": 690,
+    },
+)
 _T28 = replace(_T27, series="2.8", version="2.8.0", python="3.12")
 
-TORCH_PROFILES: dict[str, TorchProfile] = {p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28)}
+TORCH_PROFILES: dict[str, TorchProfile] = {
+    p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28)
+}
 
 # A PyTorch release a job with this NCCL plausibly ran (the wheel's bundled NCCL or a newer system NCCL).
-DEFAULT_TORCH_FOR_NCCL = {"2.10": "1.13", "2.14": "2.0", "2.18": "2.1", "2.21": "2.5", "2.26": "2.7", "2.27": "2.8",
-                          "2.28": "2.8", "2.29": "2.8"}  # PyTorch 2.9+ is not simulated: 2.8's formats
+DEFAULT_TORCH_FOR_NCCL = {
+    "2.10": "1.13",
+    "2.14": "2.0",
+    "2.18": "2.1",
+    "2.21": "2.5",
+    "2.26": "2.7",
+    "2.27": "2.8",
+    "2.28": "2.8",
+    "2.29": "2.8",
+}  # PyTorch 2.9+ is not simulated: 2.8's formats
 
 
 def torch_profile(text: str) -> TorchProfile:
@@ -497,12 +735,18 @@ def torch_profile(text: str) -> TorchProfile:
 # ----------------------------------------------------------------------------------- result codes §7
 NCCL_RESULTS = {
     1: ("unhandled cuda error", "ncclUnhandledCudaError", "Call to CUDA function failed."),
-    2: ("unhandled system error", "ncclSystemError",
-        "System call (e.g. socket, malloc) or external library call failed or device error. "),
+    2: (
+        "unhandled system error",
+        "ncclSystemError",
+        "System call (e.g. socket, malloc) or external library call failed or device error. ",
+    ),
     3: ("internal error", "ncclInternalError", "Internal check failed."),
     5: ("invalid usage", "ncclInvalidUsage", "This usually reflects invalid usage of NCCL library."),
-    6: ("remote process exited or there was a network error", "ncclRemoteError",
-        "A call failed possibly due to a network error or a remote process exiting prematurely."),
+    6: (
+        "remote process exited or there was a network error",
+        "ncclRemoteError",
+        "A call failed possibly due to a network error or a remote process exiting prematurely.",
+    ),
 }
 _LONG_SUFFIX = {
     1: " (run with NCCL_DEBUG=INFO for details)",

@@ -18,11 +18,17 @@ def build_views(job: Job, findings: list[Finding]) -> ReportViews:
     culprits = culprit_ranks(findings)
     drawn, notes = grids(job, findings)
     if not drawn:
-        notes += ("No rank × collective grid: no COLL lines (NCCL_DEBUG_SUBSYS=COLL or NCCL_DEBUG=INFO with "
-                  "NCCL before 2.19 prints them) and no PyTorch work numbers in these logs.",)
+        notes += (
+            "No rank × collective grid: no COLL lines (NCCL_DEBUG_SUBSYS=COLL or NCCL_DEBUG=INFO with "
+            "NCCL before 2.19 prints them) and no PyTorch work numbers in these logs.",
+        )
     line, why = timeline(job, findings, culprits)
     hosts = sorted({h for f in findings if f.primary for h in f.hosts})
     return ReportViews(
-        grids=drawn, timeline=line, topology=topology(job, findings, culprits), notes=notes + ((why,) if why else ()),
-        culprit_ranks=tuple(sorted(culprits)), culprit_hosts=tuple(hosts),
+        grids=drawn,
+        timeline=line,
+        topology=topology(job, findings, culprits),
+        notes=notes + ((why,) if why else ()),
+        culprit_ranks=tuple(sorted(culprits)),
+        culprit_hosts=tuple(hosts),
     )

@@ -21,10 +21,17 @@ from nccl_logsift.model import CellState, Finding, Grid, GridColumn, GridRow, Ki
 
 MAX_GRIDS = 6
 NODE_ROWS_ABOVE = 64
-TAIL = 16     # positions shown up to the front
-AROUND = 4    # positions shown on each side of where laggards stopped, or of a divergence
+TAIL = 16  # positions shown up to the front
+AROUND = 4  # positions shown on each side of where laggards stopped, or of a divergence
 # Worst first: a node's cell takes the worst state of its ranks.
-WORST = (CellState.MISMATCH, CellState.MISSING, CellState.UNKNOWN, CellState.PENDING, CellState.REACHED, CellState.ALL)
+WORST = (
+    CellState.MISMATCH,
+    CellState.MISSING,
+    CellState.UNKNOWN,
+    CellState.PENDING,
+    CellState.REACHED,
+    CellState.ALL,
+)
 _CODES = {state: code for code, state in enumerate(reversed(WORST))}  # higher code = worse
 _STATES = list(reversed(WORST))
 
@@ -35,15 +42,15 @@ class _Members:
 
     title: str
     source: str
-    ranks: np.ndarray          # global rank per member (-1 unknown)
+    ranks: np.ndarray  # global rank per member (-1 unknown)
     hosts: list[str | None]
-    reached: np.ndarray        # NCCL: last call made; PyTorch: last work completed
-    enqueued: np.ndarray       # PyTorch: last work enqueued (== reached for NCCL)
-    known: np.ndarray          # False: no line from this member says where it is
-    ops: dict[int, str]        # position -> what most members called there
+    reached: np.ndarray  # NCCL: last call made; PyTorch: last work completed
+    enqueued: np.ndarray  # PyTorch: last work enqueued (== reached for NCCL)
+    known: np.ndarray  # False: no line from this member says where it is
+    ops: dict[int, str]  # position -> what most members called there
     own_ops: dict[tuple[int, int], str]  # (member index, position) -> what this member called
     divergence: int | None
-    odd: frozenset[int]        # global ranks on the minority side of the divergence
+    odd: frozenset[int]  # global ranks on the minority side of the divergence
     finding: bool
 
 
@@ -58,8 +65,10 @@ def grids(job: Job, findings: list[Finding]) -> tuple[tuple[Grid, ...], tuple[st
     hidden = len(groups) + max(len(progress) - MAX_GRIDS, 0) - MAX_GRIDS
     notes = ()
     if hidden > 0:
-        notes = (f"{hidden} more communicator(s) or process group(s) not drawn: "
-                 "those a finding names and the largest come first.",)
+        notes = (
+            f"{hidden} more communicator(s) or process group(s) not drawn: "
+            "those a finding names and the largest come first.",
+        )
     return tuple(_grid(g, culprits) for g in groups[:MAX_GRIDS] if g.enqueued.max(initial=0) > 0), notes
 
 
@@ -82,20 +91,28 @@ def _nccl_groups(job: Job, findings: list[Finding], progress) -> list[_Members]:
         # A rank that did not fit its column is null (parse/kinds.py): that member has no calls of its own.
         member = {int(r): i for i, r in enumerate(last["rank"].to_list()) if r is not None}
         own = {
-            (member[r], p): op for r, p, op in mine.select("rank", "position", "op").iter_rows()
+            (member[r], p): op
+            for r, p, op in mine.select("rank", "position", "op").iter_rows()
             if r in member and op is not None
         }
         reached = (last["ordinal"].fill_null(-1) + 1).to_numpy().astype(np.int64)
         divergence, odd = _divergence(findings, comm=comm.uid)
-        out.append(_Members(
-            title=f"communicator {comm.uid} ({comm.nranks} ranks)",
-            source="nccl",
-            ranks=last["global_rank"].fill_null(last["rank"]).fill_null(-1).to_numpy().astype(np.int64),
-            hosts=last["host"].to_list(),
-            reached=reached, enqueued=reached, known=np.ones(len(reached), bool),
-            ops=_majority_ops(mine), own_ops=own, divergence=divergence, odd=odd,
-            finding=any(f.comm == comm.uid for f in findings if f.ranks),
-        ))
+        out.append(
+            _Members(
+                title=f"communicator {comm.uid} ({comm.nranks} ranks)",
+                source="nccl",
+                ranks=last["global_rank"].fill_null(last["rank"]).fill_null(-1).to_numpy().astype(np.int64),
+                hosts=last["host"].to_list(),
+                reached=reached,
+                enqueued=reached,
+                known=np.ones(len(reached), bool),
+                ops=_majority_ops(mine),
+                own_ops=own,
+                divergence=divergence,
+                odd=odd,
+                finding=any(f.comm == comm.uid for f in findings if f.ranks),
+            )
+        )
     return out
 
 
@@ -104,18 +121,39 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
     timed = timeouts(job)
     frames = []
     if not states.is_empty():
-        frames.append(states.select("pg", "job_rank", "host", "last_completed", "last_enqueued",
-                                    pl.lit(None, pl.Int64).alias("timeout_seq")))
+        frames.append(
+            states.select(
+                "pg",
+                "job_rank",
+                "host",
+                "last_completed",
+                "last_enqueued",
+                pl.lit(None, pl.Int64).alias("timeout_seq"),
+            )
+        )
     if not timed.is_empty():
-        frames.append(timed.select("pg", "job_rank", "host", pl.lit(None, pl.Int64).alias("last_completed"),
-                                   pl.lit(None, pl.Int64).alias("last_enqueued"), pl.col("seq").alias("timeout_seq")))
+        frames.append(
+            timed.select(
+                "pg",
+                "job_rank",
+                "host",
+                pl.lit(None, pl.Int64).alias("last_completed"),
+                pl.lit(None, pl.Int64).alias("last_enqueued"),
+                pl.col("seq").alias("timeout_seq"),
+            )
+        )
     if not frames:
         return []
     rows = (
-        pl.concat(frames, how="vertical_relaxed").drop_nulls("job_rank")
+        pl.concat(frames, how="vertical_relaxed")
+        .drop_nulls("job_rank")
         .group_by("pg", "job_rank")
-        .agg(pl.col("host").drop_nulls().first(), pl.col("last_completed").max(), pl.col("last_enqueued").max(),
-             pl.col("timeout_seq").max())
+        .agg(
+            pl.col("host").drop_nulls().first(),
+            pl.col("last_completed").max(),
+            pl.col("last_enqueued").max(),
+            pl.col("timeout_seq").max(),
+        )
         # A rank that timed out in work #s had enqueued it and not completed it.
         .with_columns(
             last_enqueued=pl.max_horizontal("last_enqueued", "timeout_seq"),
@@ -125,9 +163,16 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
     )
     procs = job.processes
     if not procs.is_empty():  # PyTorch lines often carry no host: take it from the rank's process
-        hosts = (procs.select(pl.col("global_rank").alias("job_rank"), pl.col("host").alias("proc_host")).drop_nulls()
-                 .unique("job_rank", keep="first", maintain_order=True))
-        rows = rows.join(hosts, on="job_rank", how="left", maintain_order="left").with_columns(host=pl.coalesce("host", "proc_host")).drop("proc_host")
+        hosts = (
+            procs.select(pl.col("global_rank").alias("job_rank"), pl.col("host").alias("proc_host"))
+            .drop_nulls()
+            .unique("job_rank", keep="first", maintain_order=True)
+        )
+        rows = (
+            rows.join(hosts, on="job_rank", how="left", maintain_order="left")
+            .with_columns(host=pl.coalesce("host", "proc_host"))
+            .drop("proc_host")
+        )
     out = []
     world = job.world_size
     for (pg,), group in rows.group_by("pg", maintain_order=True):
@@ -145,18 +190,28 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
                 hosts.append(job.hosts_of([rank])[0] if job.hosts_of([rank]) else None)
                 known.append(False)
         order = np.argsort(np.array(ranks, dtype=np.int64), kind="stable")
-        pick = lambda values: [values[i] for i in order]  # noqa: E731
+        pick = lambda values: [values[i] for i in order]
         completed = group["last_completed"].fill_null(0).clip(0).to_list() + [0] * len(silent)
-        enqueued = group["last_enqueued"].fill_null(group["last_completed"]).fill_null(0).clip(0).to_list() + [0] * len(silent)
+        enqueued = group["last_enqueued"].fill_null(group["last_completed"]).fill_null(0).clip(
+            0
+        ).to_list() + [0] * len(silent)
         divergence, odd = _divergence(findings, pg=pg)
-        out.append(_Members(
-            title=f"process group {pg} ({len(ranks)} ranks, PyTorch work numbers)",
-            source="pytorch",
-            ranks=np.array(pick(ranks), dtype=np.int64), hosts=pick(hosts),
-            reached=np.array(pick(completed), dtype=np.int64), enqueued=np.array(pick(enqueued), dtype=np.int64),
-            known=np.array(pick(known), bool), ops={}, own_ops={}, divergence=divergence, odd=odd,
-            finding=bool(finding),
-        ))
+        out.append(
+            _Members(
+                title=f"process group {pg} ({len(ranks)} ranks, PyTorch work numbers)",
+                source="pytorch",
+                ranks=np.array(pick(ranks), dtype=np.int64),
+                hosts=pick(hosts),
+                reached=np.array(pick(completed), dtype=np.int64),
+                enqueued=np.array(pick(enqueued), dtype=np.int64),
+                known=np.array(pick(known), bool),
+                ops={},
+                own_ops={},
+                divergence=divergence,
+                odd=odd,
+                finding=bool(finding),
+            )
+        )
     return out
 
 
@@ -169,8 +224,10 @@ def _majority_ops(calls: pl.DataFrame) -> dict[int, str]:
 
 def _divergence(findings: list[Finding], comm: str | None = None, pg: str | None = None):
     for f in findings:
-        if f.kind is Kind.COLLECTIVE_MISMATCH and f.seq is not None and (
-            (comm is not None and f.comm == comm) or (pg is not None and f.pg == pg)
+        if (
+            f.kind is Kind.COLLECTIVE_MISMATCH
+            and f.seq is not None
+            and ((comm is not None and f.comm == comm) or (pg is not None and f.pg == pg))
         ):
             return f.seq, frozenset(f.ranks)
     return None, frozenset()
@@ -186,8 +243,13 @@ def _grid(m: _Members, culprits: frozenset[int]) -> Grid:
     by_node = len(m.ranks) > NODE_ROWS_ABOVE
     rows = _node_rows(m, columns, states, culprits) if by_node else _rank_rows(m, columns, states, culprits)
     return Grid(
-        title=m.title, source=m.source, columns=columns, rows=tuple(rows), by_node=by_node,
-        summary=_summary(m), culprit=bool(culprits & set(m.ranks.tolist())),
+        title=m.title,
+        source=m.source,
+        columns=columns,
+        rows=tuple(rows),
+        by_node=by_node,
+        summary=_summary(m),
+        culprit=bool(culprits & set(m.ranks.tolist())),
     )
 
 
@@ -241,10 +303,18 @@ def _rank_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int
         cells = tuple(_STATES[c] for c in states[i])
         notes = tuple(_note(m, i, col, cell) for col, cell in zip(columns, cells))
         last = int(m.reached[i]) if m.known[i] else None
-        rows.append(GridRow(
-            label=f"rank {rank}" if rank >= 0 else f"member {i}", host=host, ranks=(rank,) if rank >= 0 else (),
-            last=last or None, culprit=rank in culprits, behind=_behind(cells), cells=cells, notes=notes,
-        ))
+        rows.append(
+            GridRow(
+                label=f"rank {rank}" if rank >= 0 else f"member {i}",
+                host=host,
+                ranks=(rank,) if rank >= 0 else (),
+                last=last or None,
+                culprit=rank in culprits,
+                behind=_behind(cells),
+                cells=cells,
+                notes=notes,
+            )
+        )
     return rows
 
 
@@ -263,11 +333,18 @@ def _node_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int
             counts = np.bincount(block[:, j], minlength=len(_STATES))
             parts = [f"{n} {_STATES[c].value}" for c, n in reversed(list(enumerate(counts))) if n]
             notes.append(f"{host} · {_where(m, col)}: " + ", ".join(parts))
-        rows.append(GridRow(
-            label=f"{host} ({_span(ranks)})", host=None if host == "?" else host, ranks=tuple(ranks),
-            last=int(m.reached[mask].min()) or None, culprit=bool(culprits & set(ranks)), behind=_behind(cells),
-            cells=cells, notes=tuple(notes),
-        ))
+        rows.append(
+            GridRow(
+                label=f"{host} ({_span(ranks)})",
+                host=None if host == "?" else host,
+                ranks=tuple(ranks),
+                last=int(m.reached[mask].min()) or None,
+                culprit=bool(culprits & set(ranks)),
+                behind=_behind(cells),
+                cells=cells,
+                notes=tuple(notes),
+            )
+        )
     return rows
 
 
@@ -309,10 +386,14 @@ def _summary(m: _Members) -> str:
     if m.divergence:
         parts.append(f"first divergence at {unit} #{m.divergence:,} (ranks {_span(sorted(m.odd))} differ)")
     if m.source == "pytorch":
-        parts.append(f"completed: up to #{floor:,} on {len(behind)} rank(s) ({_span(sorted(behind.tolist()))}), "
-                     f"#{int(m.reached[known].max()):,} at most; enqueued: up to #{front:,}")
+        parts.append(
+            f"completed: up to #{floor:,} on {len(behind)} rank(s) ({_span(sorted(behind.tolist()))}), "
+            f"#{int(m.reached[known].max()):,} at most; enqueued: up to #{front:,}"
+        )
     elif floor < front:
-        parts.append(f"{len(behind)} rank(s) stopped at #{floor:,} ({_span(sorted(behind.tolist()))}); the front is #{front:,}")
+        parts.append(
+            f"{len(behind)} rank(s) stopped at #{floor:,} ({_span(sorted(behind.tolist()))}); the front is #{front:,}"
+        )
     else:
         parts.append(f"every rank reached #{front:,}")
     silent = m.ranks[~known]

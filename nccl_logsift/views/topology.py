@@ -32,41 +32,72 @@ def topology(job: Job, findings: list[Finding], culprits: frozenset[int]) -> Top
     gpus: dict[str, list[GpuNode]] = {}
     if not procs.is_empty():
         for row in procs.sort("host", "global_rank", "pid", nulls_last=True).iter_rows(named=True):
-            gpus.setdefault(row["host"] or "?", []).append(GpuNode(
-                rank=row["global_rank"], cuda_dev=row["cuda_dev"], bus_id=row["bus_id"],
-                culprit=row["global_rank"] in culprits,
-            ))
-    names = sorted(set(gpus) | set(nics) | set(intra) | {h for link in links for h in (link.a, link.b)},
-                   key=lambda h: (min((g.rank for g in gpus.get(h, []) if g.rank is not None), default=1 << 30), h))
+            gpus.setdefault(row["host"] or "?", []).append(
+                GpuNode(
+                    rank=row["global_rank"],
+                    cuda_dev=row["cuda_dev"],
+                    bus_id=row["bus_id"],
+                    culprit=row["global_rank"] in culprits,
+                )
+            )
+    names = sorted(
+        set(gpus) | set(nics) | set(intra) | {h for link in links for h in (link.a, link.b)},
+        key=lambda h: (min((g.rank for g in gpus.get(h, []) if g.rank is not None), default=1 << 30), h),
+    )
     hosts = tuple(
         HostNode(
-            name=name, gpus=tuple(gpus.get(name, ())), nics=nics.get(name, ()), intra=intra.get(name, ()),
-            culprit=any(g.culprit for g in gpus.get(name, ())), fallback=name in flagged,
+            name=name,
+            gpus=tuple(gpus.get(name, ())),
+            nics=nics.get(name, ()),
+            intra=intra.get(name, ()),
+            culprit=any(g.culprit for g in gpus.get(name, ())),
+            fallback=name in flagged,
         )
         for name in names
     )
-    note = "" if not t.is_empty() else "No channel connection lines (NCCL prints them at INFO level during init)."
+    note = (
+        ""
+        if not t.is_empty()
+        else "No channel connection lines (NCCL prints them at INFO level during init)."
+    )
     return Topology(hosts=hosts, links=links, rings=_rings(job), note=note)
 
 
 def _links(t: pl.DataFrame) -> tuple[HostLink, ...]:
     if t.is_empty():
         return ()
-    net = t.filter((pl.col("transport") == "NET") & pl.col("peer_host").is_not_null() & (pl.col("peer_host") != pl.col("host")))
+    net = t.filter(
+        (pl.col("transport") == "NET")
+        & pl.col("peer_host").is_not_null()
+        & (pl.col("peer_host") != pl.col("host"))
+    )
     if net.is_empty():
         return ()
-    pairs = net.with_columns(
-        a=pl.min_horizontal("host", "peer_host"), b=pl.max_horizontal("host", "peer_host"),
-        network=pl.format("NET/{}", pl.col("net_name").fill_null("?")),
-        gdr=pl.col("gdr").is_not_null(),
-    ).group_by("a", "b", "network").agg(
-        gdr=pl.col("gdr").all(), connections=pl.len(), channels=pl.col("channel").n_unique(),
-    ).sort("a", "b", "network")
+    pairs = (
+        net.with_columns(
+            a=pl.min_horizontal("host", "peer_host"),
+            b=pl.max_horizontal("host", "peer_host"),
+            network=pl.format("NET/{}", pl.col("net_name").fill_null("?")),
+            gdr=pl.col("gdr").is_not_null(),
+        )
+        .group_by("a", "b", "network")
+        .agg(
+            gdr=pl.col("gdr").all(),
+            connections=pl.len(),
+            channels=pl.col("channel").n_unique(),
+        )
+        .sort("a", "b", "network")
+    )
     any_gdr = bool(pairs["gdr"].any())
     return tuple(
         HostLink(
-            a=row["a"], b=row["b"], transport=row["network"], gdr=row["gdr"], connections=row["connections"],
-            channels=row["channels"], fallback=row["network"] == "NET/Socket" or (any_gdr and not row["gdr"]),
+            a=row["a"],
+            b=row["b"],
+            transport=row["network"],
+            gdr=row["gdr"],
+            connections=row["connections"],
+            channels=row["channels"],
+            fallback=row["network"] == "NET/Socket" or (any_gdr and not row["gdr"]),
         )
         for row in pairs.iter_rows(named=True)
     )
@@ -76,7 +107,10 @@ def _intra(t: pl.DataFrame) -> dict[str, tuple[str, ...]]:
     """Per host: its intra-node transports as printed (P2P/CUMEM/read, SHM/direct/direct) with counts."""
     if t.is_empty():
         return {}
-    local = t.filter(pl.col("transport").is_in(["P2P", "SHM"]) | ((pl.col("transport") == "NET") & pl.col("same_host").fill_null(False)))
+    local = t.filter(
+        pl.col("transport").is_in(["P2P", "SHM"])
+        | ((pl.col("transport") == "NET") & pl.col("same_host").fill_null(False))
+    )
     if local.is_empty():
         return {}
     counts = local.group_by("host", "path").agg(n=pl.len()).sort("host", "n", descending=[False, True])
@@ -95,11 +129,14 @@ def _nics(job: Job) -> dict[str, tuple[str, ...]]:
         return {}
     listed = (
         rows.select("host", nic=pl.col("interfaces").str.extract_all(r"\[\d+\]\S+"))
-        .explode("nic").drop_nulls("nic")
+        .explode("nic")
+        .drop_nulls("nic")
         .with_columns(pl.col("nic").str.replace(r"^\[\d+\]", ""))
         .unique(maintain_order=True)
     )
-    return {host: tuple(group["nic"].to_list()) for (host,), group in listed.group_by("host", maintain_order=True)}
+    return {
+        host: tuple(group["nic"].to_list()) for (host,), group in listed.group_by("host", maintain_order=True)
+    }
 
 
 def _rings(job: Job) -> tuple[str, ...]:
@@ -117,17 +154,29 @@ def _rings(job: Job) -> tuple[str, ...]:
     largest = int(dumps["n"].max())
     dumps = dumps.filter(pl.col("n") == largest)
     first = dumps.row(0, named=True)
-    owner = inst.filter((pl.col("host") == first["host"]) & (pl.col("pid") == first["pid"]) & (pl.col("nranks") == largest))
+    owner = inst.filter(
+        (pl.col("host") == first["host"]) & (pl.col("pid") == first["pid"]) & (pl.col("nranks") == largest)
+    )
     host_of: dict[int, str] = {}
     if owner.height:
         members = inst.filter(pl.col("comm_uid") == owner["comm_uid"].first())
         host_of = dict(members.select("rank", "host").iter_rows())
     out = []
-    mine = dumps.filter((pl.col("host") == first["host"]) & (pl.col("pid") == first["pid"])).unique("channel", keep="first", maintain_order=True).sort("channel")
+    mine = (
+        dumps.filter((pl.col("host") == first["host"]) & (pl.col("pid") == first["pid"]))
+        .unique("channel", keep="first", maintain_order=True)
+        .sort("channel")
+    )
     for channel, ranks in mine.select("channel", "ranks").head(MAX_RING_CHANNELS).iter_rows():
         cycle = ranks + ranks[:1]
-        hops = sum(1 for a, b in zip(cycle, cycle[1:]) if host_of.get(a) and host_of.get(b) and host_of[a] != host_of[b])
-        shown = " → ".join(str(r) for r in ranks[:MAX_RING_RANKS]) + (" → …" if len(ranks) > MAX_RING_RANKS else f" → {ranks[0]}")
+        hops = sum(
+            1
+            for a, b in zip(cycle, cycle[1:])
+            if host_of.get(a) and host_of.get(b) and host_of[a] != host_of[b]
+        )
+        shown = " → ".join(str(r) for r in ranks[:MAX_RING_RANKS]) + (
+            " → …" if len(ranks) > MAX_RING_RANKS else f" → {ranks[0]}"
+        )
         across = f" ({hops} hop(s) between nodes)" if host_of else ""
         out.append(f"ring channel {channel}: {shown}{across}")
     return tuple(out)

@@ -27,9 +27,19 @@ from nccl_logsift.simulate import Options, write
 # primary watchdog_timeout of the waiting ranks instead of rank_behind of the short ones) and pp-deadlock
 # (seed 7044 with 2.14 names ranks 0,1 instead of 3); init-hang's finding names no host.
 SCENARIOS = (
-    "healthy", "rank-stall", "extra-collective", "collective-mismatch", "bootstrap-failure",
-    "veth-interface", "ib-error", "socket-fallback", "gdr-disabled", "p2p-disabled", "duplicate-gpu",
-    "cuda-oom", "slow-rank",
+    "healthy",
+    "rank-stall",
+    "extra-collective",
+    "collective-mismatch",
+    "bootstrap-failure",
+    "veth-interface",
+    "ib-error",
+    "socket-fallback",
+    "gdr-disabled",
+    "p2p-disabled",
+    "duplicate-gpu",
+    "cuda-oom",
+    "slow-rank",
 )
 VERSIONS = ("2.14", "2.18", "2.21", "2.27")
 BAD_HOSTS = {"gpu-node-007": 9, "gpu-node-013": 5}  # host -> jobs in which it is the culprit
@@ -46,10 +56,16 @@ class FleetTruth:
 
     def primary_kind_jobs(self) -> Counter:
         """Jobs per root-cause kind."""
-        return Counter(k for t in self.truths.values() for k in {f["kind"] for f in t["faults"] if f["primary"]})
+        return Counter(
+            k for t in self.truths.values() for k in {f["kind"] for f in t["faults"] if f["primary"]}
+        )
 
     def culprit_host_jobs(self) -> Counter:
-        return Counter(h for t in self.truths.values() for h in {h for f in t["faults"] if f["primary"] for h in f["hosts"]})
+        return Counter(
+            h
+            for t in self.truths.values()
+            for h in {h for f in t["faults"] if f["primary"] for h in f["hosts"]}
+        )
 
     def version_jobs(self) -> Counter:
         return Counter(t["nccl_version"] for t in self.truths.values())
@@ -66,8 +82,16 @@ def build(root: Path, jobs: int = 49, seed: int = 7) -> FleetTruth:
         version = "2.27" if scenario == "slow-rank" else VERSIONS[i % len(VERSIONS)]
         layout = ("interleaved", "per-rank", "srun")[i % 3]
         job_id = f"job-{i:03d}-{scenario}"
-        options = Options(scenario=scenario, ranks=4, nodes=2, ops=6, seed=seed * 1000 + i, nccl_version=version,
-                          layout=layout, noise=False)
+        options = Options(
+            scenario=scenario,
+            ranks=4,
+            nodes=2,
+            ops=6,
+            seed=seed * 1000 + i,
+            nccl_version=version,
+            layout=layout,
+            noise=False,
+        )
         staging = root / f".{job_id}"
         target = staging / ("logs" if layout == "per-rank" else "job.log")
         staging.mkdir()

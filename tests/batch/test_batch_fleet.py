@@ -32,7 +32,9 @@ def batch(request, fleet, tmp_path_factory):
     root, truth = fleet
     out = tmp_path_factory.mktemp(f"dataset-{request.param}") / "fleet"
     result = CliRunner().invoke(
-        cli, ["batch", str(root), "-o", str(out), "--engine", request.param, "--jobs", "2"], catch_exceptions=False
+        cli,
+        ["batch", str(root), "-o", str(out), "--engine", request.param, "--jobs", "2"],
+        catch_exceptions=False,
     )
     return result, out, truth
 
@@ -44,7 +46,10 @@ def read(out, table) -> pl.DataFrame:
 def test_batch_exits_0_and_says_what_it_did(batch):
     result, out, truth = batch
     assert result.exit_code == 0, result.output
-    assert f"Found {truth.jobs} job(s): analysed {truth.jobs}, skipped 0 already analysed, 1 failed." in result.output
+    assert (
+        f"Found {truth.jobs} job(s): analysed {truth.jobs}, skipped 0 already analysed, 1 failed."
+        in result.output
+    )
     assert (out / "fleet.json").is_file()
 
 
@@ -68,7 +73,10 @@ def test_root_causes_of_every_job_match_the_truth(batch):
     }
     for job_id, t in truth.truths.items():
         primaries = [f for f in t["faults"] if f["primary"]]
-        expected = (sorted({f["kind"] for f in primaries}), sorted({h for f in primaries for h in f["hosts"]}))
+        expected = (
+            sorted({f["kind"] for f in primaries}),
+            sorted({h for f in primaries for h in f["hosts"]}),
+        )
         found = next((v for k, v in got.items() if k.startswith(job_id)), ([], []))
         assert found == expected, job_id
 
@@ -76,16 +84,22 @@ def test_root_causes_of_every_job_match_the_truth(batch):
 def test_fleet_counts_root_causes_by_kind_exactly(batch):
     _, out, truth = batch
     summary = json.loads((out / "fleet.json").read_text())
-    assert {k["kind"]: k["root_cause_jobs"] for k in summary["kinds"] if k["root_cause_jobs"]} == truth.primary_kind_jobs()
+    assert {
+        k["kind"]: k["root_cause_jobs"] for k in summary["kinds"] if k["root_cause_jobs"]
+    } == truth.primary_kind_jobs()
     assert (summary["jobs"], summary["ok"], summary["failed"]) == (truth.jobs, truth.jobs - 1, 1)
-    assert summary["with_root_cause"] == sum(1 for t in truth.truths.values() if any(f["primary"] for f in t["faults"]))
+    assert summary["with_root_cause"] == sum(
+        1 for t in truth.truths.values() if any(f["primary"] for f in t["faults"])
+    )
 
 
 def test_fleet_ranks_the_failing_hosts_first(batch):
     _, out, truth = batch
     hosts = json.loads((out / "fleet.json").read_text())["hosts"]
     assert [(h["host"], h["jobs"]) for h in hosts[: len(BAD_HOSTS)]] == list(BAD_HOSTS.items())
-    expected = sorted(truth.culprit_host_jobs().items(), key=lambda hj: (-hj[1], hj[0]))  # most jobs, then by name
+    expected = sorted(
+        truth.culprit_host_jobs().items(), key=lambda hj: (-hj[1], hj[0])
+    )  # most jobs, then by name
     assert [(h["host"], h["jobs"]) for h in hosts] == expected[: len(hosts)]
     gpus = json.loads((out / "fleet.json").read_text())["gpus"]
     assert gpus[0]["host"] == next(iter(BAD_HOSTS)) and gpus[0]["device"].startswith("GPU ")
@@ -95,21 +109,31 @@ def test_fleet_breaks_root_causes_down_by_nccl_version(batch):
     _, out, truth = batch
     summary = json.loads((out / "fleet.json").read_text())
     expected = Counter(
-        (t["nccl_version"], kind) for t in truth.truths.values() for kind in {f["kind"] for f in t["faults"] if f["primary"]}
+        (t["nccl_version"], kind)
+        for t in truth.truths.values()
+        for kind in {f["kind"] for f in t["faults"] if f["primary"]}
     )
-    got = Counter({
-        (row["nccl_version"], kind): n
-        for row in summary["versions"] for kind, n in zip(summary["version_kinds"], row["counts"]) if n
-    })
+    got = Counter(
+        {
+            (row["nccl_version"], kind): n
+            for row in summary["versions"]
+            for kind, n in zip(summary["version_kinds"], row["counts"])
+            if n
+        }
+    )
     assert got == expected
     assert {row["nccl_version"]: row["jobs"] for row in summary["versions"]} == truth.version_jobs()
-    assert [row["nccl_version"] for row in summary["versions"]] == sorted(truth.version_jobs(), key=lambda v: [int(x) for x in v.split(".")])
+    assert [row["nccl_version"] for row in summary["versions"]] == sorted(
+        truth.version_jobs(), key=lambda v: [int(x) for x in v.split(".")]
+    )
 
 
 def test_dataset_is_hive_partitioned_by_run_date_for_any_reader(batch):
     _, out, _ = batch
     for table in ("jobs", "findings", "ranks", "gpus"):
-        dataset = ds.dataset(out / table, format="parquet", partitioning="hive")  # how Spark and DuckDB see it
+        dataset = ds.dataset(
+            out / table, format="parquet", partitioning="hive"
+        )  # how Spark and DuckDB see it
         assert "run_date" in dataset.schema.names and "job_key" in dataset.schema.names
         assert dataset.count_rows() == read(out, table).height > 0
     dates = read(out, "jobs").get_column("run_date").cast(pl.String).unique().sort().to_list()
@@ -151,7 +175,10 @@ def test_batch_writes_each_analysed_jobs_report_and_the_fleet_page_lists_and_lin
         else:
             assert entry["root_causes"] == row["primary_kinds"]
             page = out / entry["report"]
-            assert page.is_file() and entry["report"] == f"reports/run_date={row['run_date']}/{row['job_key']}.html"
+            assert (
+                page.is_file()
+                and entry["report"] == f"reports/run_date={row['run_date']}/{row['job_key']}.html"
+            )
             assert "<!DOCTYPE html>" in page.read_text()[:100]
     links = (out / "fleet.html").read_text().count('<a href="reports/run_date=')
     assert links == jobs.filter(pl.col("status") != "failed").height == truth.jobs - 1
@@ -174,7 +201,9 @@ def test_fleet_page_filters_its_job_list_by_the_kind_in_its_address(batch):
 def test_an_empty_archive_warns_on_the_terminal_and_on_the_page(tmp_path):
     (tmp_path / "archive").mkdir()
     out = tmp_path / "fleet"
-    result = CliRunner().invoke(cli, ["batch", str(tmp_path / "archive"), "-o", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli, ["batch", str(tmp_path / "archive"), "-o", str(out)], catch_exceptions=False
+    )
     assert result.exit_code == 0
     assert "Warning: no job found" in result.stderr
     assert 'id="empty"' in (out / "fleet.html").read_text()
@@ -189,7 +218,9 @@ def test_a_job_without_files_has_no_run_date_rather_than_1970(tmp_path):
     job = JobInput(job_id="empty", archive=str(tmp_path), files=())
     assert job.run_date is None
     path = dataset.part_path(tmp_path, "jobs", job.run_date, "k")
-    dataset.write_part(path, pa.Table.from_pylist([{"job_key": "k", "job_id": "empty", "status": "failed"}], dataset.JOBS))
+    dataset.write_part(
+        path, pa.Table.from_pylist([{"job_key": "k", "job_id": "empty", "status": "failed"}], dataset.JOBS)
+    )
     assert fleet.scan(tmp_path, "jobs").collect()["run_date"].to_list() == [None]
     summary = fleet.summarize(tmp_path)
     assert summary.first_run_date is None and summary.job_list[0].run_date is None

@@ -54,11 +54,22 @@ def busy(out: Path, tables: bool) -> bool:
 @pytest.mark.parametrize("tables", [False, True], ids=["jobs", "with-tables"])
 def test_ctrl_c_stops_the_batch_and_its_workers_and_a_rerun_completes(tmp_path, tables):
     source, out = archive(tmp_path / "archive"), tmp_path / "fleet"
-    command = [sys.executable, "-m", "nccl_logsift", "batch", str(source), "-o", str(out), "--jobs", "2",
-               *(["--tables"] if tables else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "nccl_logsift",
+        "batch",
+        str(source),
+        "-o",
+        str(out),
+        "--jobs",
+        "2",
+        *(["--tables"] if tables else []),
+    ]
     # A session of its own: Ctrl-C in a terminal signals the whole foreground process group, workers included.
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not busy(out, tables) and proc.poll() is None and time.monotonic() < deadline:

@@ -51,7 +51,10 @@ def test_bad_jobs_are_recorded_and_the_batch_goes_on(tmp_path):
     assert rows["binary.log"]["status"] == "failed" and "binary" in rows["binary.log"]["message"]
     assert rows["ib.log.gz"]["status"] == "ok" and rows["ib.log.gz"]["primary_kinds"] == ["net_error"]
     assert rows["stall"]["primary_kinds"] == ["rank_behind"] and rows["stall"]["nccl_version"]
-    assert result.summary.failed == 2 and [p.job_id for p in result.summary.problems] == ["binary.log", "empty"]
+    assert result.summary.failed == 2 and [p.job_id for p in result.summary.problems] == [
+        "binary.log",
+        "empty",
+    ]
 
 
 def test_a_second_run_skips_what_did_not_change_and_redoes_what_did(tmp_path):
@@ -68,7 +71,10 @@ def test_a_second_run_skips_what_did_not_change_and_redoes_what_did(tmp_path):
     now = sorted(p.relative_to(options.out) for p in options.out.rglob("*.parquet"))
     assert len(now) == len(files) and any("run_date=2020-09-13" in str(p) for p in now)
     assert jobs_table(options.out).height == 4
-    assert run_batch(BatchOptions(options.archives, options.out, retry_failed=True), InlineEngine()).analysed == 2
+    assert (
+        run_batch(BatchOptions(options.archives, options.out, retry_failed=True), InlineEngine()).analysed
+        == 2
+    )
 
 
 def test_another_logsift_version_analyses_everything_again(tmp_path, monkeypatch):
@@ -84,14 +90,25 @@ def test_tables_are_written_per_job_with_its_key_and_name_the_culprit_nic(tmp_pa
     root = tmp_path / "a"
     job = root / "ib27"
     job.mkdir(parents=True)
-    write(Options(scenario="ib-error", ranks=4, nodes=2, ops=6, seed=3, nccl_version="2.27"), str(job / "job.log"))
+    write(
+        Options(scenario="ib-error", ranks=4, nodes=2, ops=6, seed=3, nccl_version="2.27"),
+        str(job / "job.log"),
+    )
     options = BatchOptions((str(root),), tmp_path / "out", tables=True)
     result = run_batch(options, InlineEngine())
     processes = pl.read_parquet(options.out / "tables" / "processes" / "*" / "*.parquet")
-    assert processes.height == 4 and set(processes["job_id"]) == {"ib27"} and processes["job_key"].n_unique() == 1
+    assert (
+        processes.height == 4
+        and set(processes["job_id"]) == {"ib27"}
+        and processes["job_key"].n_unique() == 1
+    )
     assert (options.out / "tables" / "lines").is_dir() and not list(options.out.glob(".staging*"))
     [nic] = result.summary.nics
-    assert nic.device.startswith("mlx5_") and nic.host == result.summary.hosts[0].host and nic.kinds == ("net_error",)
+    assert (
+        nic.device.startswith("mlx5_")
+        and nic.host == result.summary.hosts[0].host
+        and nic.kinds == ("net_error",)
+    )
 
 
 def test_output_that_is_not_a_batch_dataset_is_refused(tmp_path):
@@ -142,7 +159,9 @@ def test_progress_is_drawn_on_a_terminal_only():
 
 def test_fleet_page_escapes_what_came_from_the_archive(tmp_path):
     root = archive(tmp_path / "a")
-    (root / "<img src=x onerror=alert(1)>.log").write_bytes(bytes(range(256)) * 64)  # a job name is archive text too
+    (root / "<img src=x onerror=alert(1)>.log").write_bytes(
+        bytes(range(256)) * 64
+    )  # a job name is archive text too
     options = BatchOptions((str(root),), tmp_path / "out")
     run_batch(options, InlineEngine())
     page = (options.out / "fleet.html").read_text()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from builders import run
+
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.startup import BootstrapFailure, InitIncomplete
 from nccl_logsift.model import Severity

@@ -8,8 +8,16 @@ from nccl_logsift.findings import ALL_RULES, MODULES
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.model import Kind, Severity
 
-FAMILY_DIGIT = {"progress": "1", "startup": "2", "transport": "3", "placement": "4", "process": "5",
-                "performance": "6", "flight": "7", "nccl": "9"}
+FAMILY_DIGIT = {
+    "progress": "1",
+    "startup": "2",
+    "transport": "3",
+    "placement": "4",
+    "process": "5",
+    "performance": "6",
+    "flight": "7",
+    "nccl": "9",
+}
 
 
 def test_catalogue_codes_are_unique_and_in_their_family_range():
@@ -27,7 +35,9 @@ def test_catalogue_codes_are_unique_and_in_their_family_range():
 def test_catalogue_docstring_has_every_heading_in_order(rule):
     doc = rule.doc()
     positions = [doc.find(f"\n{h}:\n") for h in HEADINGS]
-    assert all(p > 0 for p in positions), f"{rule.code}: missing headings {[h for h, p in zip(HEADINGS, positions) if p < 0]}"
+    assert all(p > 0 for p in positions), (
+        f"{rule.code}: missing headings {[h for h, p in zip(HEADINGS, positions) if p < 0]}"
+    )
     assert positions == sorted(positions)
     assert rule.summary() and not rule.summary().endswith(":")
 
@@ -48,7 +58,9 @@ def test_explain_unknown_code_is_a_usage_error(run_cli):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "explain", "LS999"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "explain", "LS999"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "unknown finding code" in proc.stderr
 
 
@@ -70,6 +82,7 @@ def test_explain_overview_ends_with_the_policy(run_cli):
 
 def test_readme_states_the_policy_that_explain_prints():
     from conftest import ROOT
+
     from nccl_logsift.findings.triage import policy_text
 
     assert policy_text() in (ROOT / "README.md").read_text(), "README: paste `logsift explain --policy`"

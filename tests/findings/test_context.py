@@ -5,8 +5,8 @@ from __future__ import annotations
 import gzip
 
 import polars as pl
-
 from conftest import FIXTURES
+
 from nccl_logsift.findings.context import load_job, per_job, read_lines
 from nccl_logsift.findings.progress import timeouts, work_states
 

@@ -26,14 +26,17 @@ def tiny() -> CollectiveDigest:
     return CollectiveDigest(budget=400, final=200, min_window=16)
 
 
-@pytest.mark.parametrize("scenario", ["collective-mismatch", "extra-collective", "rank-stall", "uneven-data", "pp-deadlock", "healthy"])
+@pytest.mark.parametrize(
+    "scenario",
+    ["collective-mismatch", "extra-collective", "rank-stall", "uneven-data", "pp-deadlock", "healthy"],
+)
 def test_a_tiny_window_gives_the_same_root_cause(tmp_path, scenario):
     path = tmp_path / "job.log"
     write(Options(scenario=scenario, ranks=8, nodes=2, ops=600, noise=False), str(path))
     full, _ = diagnose(path)
     bounded, digest = diagnose(path, tiny())
     assert digest.calls > 2000 and digest.table().height < digest.calls / 4
-    key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]  # noqa: E731
+    key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]
     assert key(bounded) == key(full)
 
 
@@ -42,7 +45,12 @@ def test_an_early_divergence_survives_the_window(tmp_path):
     path = tmp_path / "job.log"
     write(Options(scenario="healthy", ranks=4, nodes=1, ops=600, noise=False), str(path))
     lines = path.read_text().splitlines()
-    calls = [i for i, line in enumerate(lines) if " opCount " in line and line.startswith(lines[[j for j, l in enumerate(lines) if " opCount " in l][0]].split(" ")[0])]
+    calls = [
+        i
+        for i, line in enumerate(lines)
+        if " opCount " in line
+        and line.startswith(lines[[j for j, l in enumerate(lines) if " opCount " in l][0]].split(" ")[0])
+    ]
     lines[calls[19]] = re.sub(r" count \d+ ", " count 12345 ", lines[calls[19]])
     path.write_text("\n".join(lines) + "\n")
     full, _ = diagnose(path)
@@ -88,7 +96,7 @@ def test_open_positions_beyond_the_cap_forget_the_lowest(tmp_path, monkeypatch):
     capped, kept = diagnose(out)
     assert cut and all(highest for _, highest in cut) and max(count for count, _ in cut) > 100
     assert kept._state.open.count <= 100
-    key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]  # noqa: E731
+    key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]
     assert key(capped) == key(full)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from builders import run, simulate
+
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.placement import CudaError
 from nccl_logsift.model import Severity
@@ -82,4 +82,7 @@ def test_an_unlabelled_what_line_takes_the_rank_of_the_gpu_the_driver_names(tmp_
     job, truth = simulate(tmp_path, "gpu-fault", layout="interleaved", nccl_version="2.14", seed=5)
     assert "NVRM: Xid" in (tmp_path / "gpu-fault.log").read_text()
     (found,) = run(CudaError, job)
-    assert list(found.ranks) == truth["faults"][0]["ranks"] and "CUDA error: an illegal memory access" in found.title
+    assert (
+        list(found.ranks) == truth["faults"][0]["ranks"]
+        and "CUDA error: an illegal memory access" in found.title
+    )

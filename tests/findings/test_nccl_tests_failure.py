@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from builders import run
+
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.nccl import NcclTestsFailure
 from nccl_logsift.pipeline import analyze
@@ -108,7 +108,8 @@ def test_a_clean_run_has_no_failure(tmp_path):
     "layout,nccl", [("mpirun", "2.10"), ("srun", "2.18"), ("interleaved", "2.27"), ("torchrun", "2.14")]
 )
 def test_simulated_nccl_tests_failures_name_the_rank_that_failed(tmp_path, layout, nccl):
-    from nccl_logsift.simulate import Options, write as simulate_to
+    from nccl_logsift.simulate import Options
+    from nccl_logsift.simulate import write as simulate_to
 
     out, truth = tmp_path / "job.log", tmp_path / "truth.json"
     sim = simulate_to(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
-from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 from builders import job_of
+from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
+
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.findings.performance import LatencyOutlier, arrival_times
 from nccl_logsift.model import Kind, Severity
@@ -22,8 +22,9 @@ def check(job):
     return list(LatencyOutlier().check(job))
 
 
-def timed_job(tmp_path: Path, hosts: list[str], late: dict[int, list[float]], calls: int = 10,
-              collector: bool = False):
+def timed_job(
+    tmp_path: Path, hosts: list[str], late: dict[int, list[float]], calls: int = 10, collector: bool = False
+):
     """Ranks (2 per host) that init one communicator, then call AllReduce ``calls`` times, 100 ms apart.
 
     ``late[rank][i]`` is how many ms after the others rank enters call i. NCCL 2.26 prints the time in
@@ -42,16 +43,23 @@ def timed_job(tmp_path: Path, hosts: list[str], late: dict[int, list[float]], ca
 
     for host, rank in ranks:
         pid, dev = 5000 + rank, rank % 2
-        init = (f"{host}:{pid}:{pid + 9} [{dev}] NCCL INFO ncclCommInitRankConfig comm 0x55{rank:02d}00aa rank {rank} "
-                f"nranks {n} cudaDev {dev} nvmlDev {dev} busId {dev + 1}b000 commId {COMM_ID}")
+        init = (
+            f"{host}:{pid}:{pid + 9} [{dev}] NCCL INFO ncclCommInitRankConfig comm 0x55{rank:02d}00aa rank {rank} "
+            f"nranks {n} cudaDev {dev} nvmlDev {dev} busId {dev + 1}b000 commId {COMM_ID}"
+        )
         lines += [stamp(0, f"{init} - Init START"), stamp(10, f"{init} - Init COMPLETE")]
     for i in range(calls):
         for host, rank in ranks:
             pid, dev = 5000 + rank, rank % 2
             t = 1000 + 100 * i + late.get(rank, [0.0] * calls)[i]
-            lines.append(stamp(t, f"{host}:{pid}:{pid} [{dev}] NCCL INFO AllReduce: opCount {i:x} sendbuff 0x7f00 "
-                                  f"recvbuff 0x7f00 count 1024 datatype 7 op 0 root 0 comm 0x55{rank:02d}00aa "
-                                  f"[nranks={n}] stream 0x5600"))
+            lines.append(
+                stamp(
+                    t,
+                    f"{host}:{pid}:{pid} [{dev}] NCCL INFO AllReduce: opCount {i:x} sendbuff 0x7f00 "
+                    f"recvbuff 0x7f00 count 1024 datatype 7 op 0 root 0 comm 0x55{rank:02d}00aa "
+                    f"[nranks={n}] stream 0x5600",
+                )
+            )
     return job_of(tmp_path, lines)
 
 
@@ -62,7 +70,9 @@ def test_ls601_slow_rank_fixture_names_the_late_rank():
     truth = json.loads((FIXTURES / "slow_rank_4ranks.truth.json").read_text())
     assert len(check(job)) == 1 and finding.kind == Kind.LATENCY_OUTLIER
     assert list(finding.ranks) == truth["faults"][0]["ranks"] == [3]
-    assert finding.severity == Severity.WARNING and "122 ms" in finding.title and "progressing" in finding.title
+    assert (
+        finding.severity == Severity.WARNING and "122 ms" in finding.title and "progressing" in finding.title
+    )
 
 
 def test_ls601_simulated_slow_rank_names_the_late_rank(tmp_path):
@@ -105,31 +115,79 @@ def test_ls601_trace_tms_clocks_are_aligned_on_the_first_shared_call():
         for rank in range(3):
             line = 1 + i * 3 + rank
             tms = start[rank] + 100.0 * i + (40.0 if rank == 2 and i > 0 else 0.0)
-            coll.append({"source_id": 0, "line_no": line, "part": 0, "host": "gpu-a", "pid": 10 + rank,
-                         "comm_uid": "c1", "ordinal": i, "global_rank": rank, "op": "AllReduce", "ts": None})
-            lines.append({"source_id": 0, "line_no": line, "part": 0, "tms": tms, "text": f"call {i} rank {rank}"})
+            coll.append(
+                {
+                    "source_id": 0,
+                    "line_no": line,
+                    "part": 0,
+                    "host": "gpu-a",
+                    "pid": 10 + rank,
+                    "comm_uid": "c1",
+                    "ordinal": i,
+                    "global_rank": rank,
+                    "op": "AllReduce",
+                    "ts": None,
+                }
+            )
+            lines.append(
+                {"source_id": 0, "line_no": line, "part": 0, "tms": tms, "text": f"call {i} rank {rank}"}
+            )
     schema = {"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8}
-    job = Job({"collectives": pl.DataFrame(coll).cast(schema), "lines": pl.DataFrame(lines).cast(schema)}, ("trace.log",))
+    job = Job(
+        {"collectives": pl.DataFrame(coll).cast(schema), "lines": pl.DataFrame(lines).cast(schema)},
+        ("trace.log",),
+    )
     (finding,) = check(job)
     assert finding.ranks == (2,) and "tms clock" in finding.title and "40 ms" in finding.title
 
 
 def test_arrival_times_take_each_calls_tms_from_its_own_line_whatever_the_order_of_lines():
     schema = {"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8}
-    coll = pl.DataFrame({"source_id": [0, 0, 0], "line_no": [3, 5, 9], "part": [0, 0, 0], "host": ["a"] * 3,
-                         "pid": [1, 2, 1], "comm_uid": ["c1"] * 3, "ordinal": [0, 0, 1], "global_rank": [0, 1, 0],
-                         "ts": [None] * 3}).cast(schema)
-    lines = pl.DataFrame({"source_id": [0, 0, 0, 0], "line_no": [9, 1, 5, 3], "part": [0, 0, 0, 0],
-                          "tms": [250.0, 7.0, 120.0, 100.0]}).cast(schema)
+    coll = pl.DataFrame(
+        {
+            "source_id": [0, 0, 0],
+            "line_no": [3, 5, 9],
+            "part": [0, 0, 0],
+            "host": ["a"] * 3,
+            "pid": [1, 2, 1],
+            "comm_uid": ["c1"] * 3,
+            "ordinal": [0, 0, 1],
+            "global_rank": [0, 1, 0],
+            "ts": [None] * 3,
+        }
+    ).cast(schema)
+    lines = pl.DataFrame(
+        {
+            "source_id": [0, 0, 0, 0],
+            "line_no": [9, 1, 5, 3],
+            "part": [0, 0, 0, 0],
+            "tms": [250.0, 7.0, 120.0, 100.0],
+        }
+    ).cast(schema)
     rows = arrival_times(Job({"collectives": coll, "lines": lines}, ("trace.log",)))
-    assert rows.select("line_no", "tms", "t_ms").rows() == [(3, 100.0, 0.0), (5, 120.0, 0.0), (9, 250.0, 150.0)]
+    assert rows.select("line_no", "tms", "t_ms").rows() == [
+        (3, 100.0, 0.0),
+        (5, 120.0, 0.0),
+        (9, 250.0, 150.0),
+    ]
 
 
 def test_arrival_times_without_any_clock_are_empty():
     schema = {"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8}
-    coll = pl.DataFrame({"source_id": [0], "line_no": [3], "part": [0], "comm_uid": ["c1"], "ordinal": [0],
-                         "global_rank": [0], "ts": [None]}).cast(schema)
-    lines = pl.DataFrame({"source_id": [0], "line_no": [3], "part": [0], "tms": pl.Series([None], dtype=pl.Float64)}).cast(schema)
+    coll = pl.DataFrame(
+        {
+            "source_id": [0],
+            "line_no": [3],
+            "part": [0],
+            "comm_uid": ["c1"],
+            "ordinal": [0],
+            "global_rank": [0],
+            "ts": [None],
+        }
+    ).cast(schema)
+    lines = pl.DataFrame(
+        {"source_id": [0], "line_no": [3], "part": [0], "tms": pl.Series([None], dtype=pl.Float64)}
+    ).cast(schema)
     assert arrival_times(Job({"collectives": coll, "lines": lines}, ("plain.log",))).is_empty()
 
 
@@ -142,8 +200,10 @@ def nccl_tests_run(busbw: float, host: str, pid: int) -> list[str]:
     rows = []
     for size in (1 << 20, 1 << 21, 1 << 22, 1 << 23):
         time_us = size / (busbw * 1e3)
-        rows.append(f"  {size:>10}  {size // 4:>12}     float     sum      -1  {time_us:7.1f}  {busbw:6.2f}  "
-                    f"{busbw:6.2f}      0  {time_us:7.1f}  {busbw:6.2f}  {busbw:6.2f}      0")
+        rows.append(
+            f"  {size:>10}  {size // 4:>12}     float     sum      -1  {time_us:7.1f}  {busbw:6.2f}  "
+            f"{busbw:6.2f}      0  {time_us:7.1f}  {busbw:6.2f}  {busbw:6.2f}      0"
+        )
     return [
         "# Collective test starting: all_reduce_perf",
         "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 8388608 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
@@ -197,16 +257,24 @@ def test_corpus_degraded_nccl_tests_run_is_named_against_its_baseline():
 
 def test_corpus_gdr_on_and_off_runs_are_not_outliers():
     prefix = "thomaslie210__NCCL_Test_Results__NCCL_Benchmarks__"
-    job = load_job(corpus_paths(prefix + "GDR_Off__n013_n014_GDR_Off_Big__result_big_all_reduce_perf.txt",
-                                prefix + "GDR_On__n013_n014_GDR_ON_Big2__result_big_all_reduce_perf.txt"))
+    job = load_job(
+        corpus_paths(
+            prefix + "GDR_Off__n013_n014_GDR_Off_Big__result_big_all_reduce_perf.txt",
+            prefix + "GDR_On__n013_n014_GDR_ON_Big2__result_big_all_reduce_perf.txt",
+        )
+    )
     assert check(job) == []
 
 
-@pytest.mark.parametrize("name", [
-    "mlcommons__training_results_v4.1__Clemson__results__6x8xH100-SXM5-80GB__bert__result_0.txt",
-    "KeitaW__p5-nccl-test-2024-07-19__nccl-test-output-v2.22.3-1.log",
-    "aws-samples__awsome-distributed-training__3.test_cases__0.nccl-tests__slurm-104.out",
-    "Timez-zx__nccl-tests__nccl.log",
-], ids=lambda n: n[:50])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlcommons__training_results_v4.1__Clemson__results__6x8xH100-SXM5-80GB__bert__result_0.txt",
+        "KeitaW__p5-nccl-test-2024-07-19__nccl-test-output-v2.22.3-1.log",
+        "aws-samples__awsome-distributed-training__3.test_cases__0.nccl-tests__slurm-104.out",
+        "Timez-zx__nccl-tests__nccl.log",
+    ],
+    ids=lambda n: n[:50],
+)
 def test_corpus_healthy_runs_have_no_latency_outlier(name):
     assert check(load_job(corpus_paths(name))) == []

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 
 import pytest
-
-from conftest import CORPUS_ABSENT, corpus_files
 from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
+from conftest import CORPUS_ABSENT, corpus_files
+
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.placement import RULES, CudaError, DuplicateGpu, HostCollision
@@ -44,7 +44,12 @@ def rank_lines(host, pid, rank, nranks, dev, ip, *, bus=None, complete=True, ifn
         info(host, pid, dev, f"Bootstrap : Using {ifname}:{ip}<0>", tid=pid),
         info(host, pid, dev, "Using network IB"),
         info(host, pid, dev, init_line(rank, nranks, dev, comm, "START", bus)),
-        info(host, pid, dev, f"comm {comm} rank {rank} nRanks {nranks} nNodes {nodes} localRanks {local} localRank {dev} MNNVL 0"),
+        info(
+            host,
+            pid,
+            dev,
+            f"comm {comm} rank {rank} nRanks {nranks} nNodes {nodes} localRanks {local} localRank {dev} MNNVL 0",
+        ),
     ]
     if complete:
         lines.append(info(host, pid, dev, init_line(rank, nranks, dev, comm, "COMPLETE", bus)))
@@ -104,7 +109,9 @@ def test_ls401_oom_on_one_rank_names_that_rank_not_its_peers():
     assert not any("Connection closed by remote peer" in t for t in texts)
 
 
-@pytest.mark.parametrize("version,layout", [("2.27", "interleaved"), ("2.18", "mpirun"), ("2.14", "interleaved")])
+@pytest.mark.parametrize(
+    "version,layout", [("2.27", "interleaved"), ("2.18", "mpirun"), ("2.14", "interleaved")]
+)
 def test_ls401_simulated_oom_names_the_culprit_in_every_format(tmp_path, version, layout):
     job, truth = simulate(tmp_path, "cuda-oom", ranks=8, nodes=2, seed=5, nccl_version=version, layout=layout)
     (finding,) = run(CudaError, job)
@@ -112,7 +119,9 @@ def test_ls401_simulated_oom_names_the_culprit_in_every_format(tmp_path, version
 
 
 def test_ls401_failed_cuda_calloc(tmp_path):
-    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1") + rank_lines("node-a", 1002, 1, 2, 1, "10.0.0.1", complete=False)
+    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1") + rank_lines(
+        "node-a", 1002, 1, 2, 1, "10.0.0.1", complete=False
+    )
     lines += [
         warn("node-a", 1002, 1, "include/alloc.h:125", "Failed to CUDA calloc 6291456 bytes"),
         info("node-a", 1002, 1, "include/alloc.h:131 -> 1"),
@@ -133,7 +142,10 @@ def test_ls401_illegal_memory_access_is_its_own_group(tmp_path):
         "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",
         oom(5),
     ]
-    found = {f.title.split(" hit ")[0] if " hit " in f.title else f.title: f for f in run(CudaError, job_of(tmp_path, lines))}
+    found = {
+        f.title.split(" hit ")[0] if " hit " in f.title else f.title: f
+        for f in run(CudaError, job_of(tmp_path, lines))
+    }
     assert len(found) == 2
     illegal = next(f for f in found.values() if "illegal memory access" in f.title)
     assert illegal.ranks == (2,) and "compute-sanitizer" in illegal.advice
@@ -183,10 +195,21 @@ def test_ls402_nccl_2_30_multiple_ranks_message_without_rank_numbers(tmp_path):
     for pid, rank in ((1001, 0), (1002, 1)):
         comm = f"0x55{pid:010x}"
         lines += [
-            info("node-a", pid, 0, f"[Rank {rank}] ncclCommInitRankConfig comm {comm} rank {rank} nranks 2 cudaDev 0 "
-                                   f"nvmlDev 0 busId 1b000 commId {COMM_ID} - Init START"),
-            warn("node-a", pid, 0, "init.cc:1702", "Multiple Ranks are using the same GPU/Partition. Set "
-                                                  "NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration."),
+            info(
+                "node-a",
+                pid,
+                0,
+                f"[Rank {rank}] ncclCommInitRankConfig comm {comm} rank {rank} nranks 2 cudaDev 0 "
+                f"nvmlDev 0 busId 1b000 commId {COMM_ID} - Init START",
+            ),
+            warn(
+                "node-a",
+                pid,
+                0,
+                "init.cc:1702",
+                "Multiple Ranks are using the same GPU/Partition. Set "
+                "NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.",
+            ),
         ]
     (finding,) = run(DuplicateGpu, job_of(tmp_path, lines))
     assert finding.ranks == (0, 1) and "1b000" in finding.title
@@ -203,9 +226,8 @@ def test_ls402_same_busid_in_init_lines_without_the_warning(tmp_path):
 
 
 def test_ls402_same_busid_on_two_machines_sharing_a_name_is_not_a_duplicate_gpu(tmp_path):
-    lines = (
-        rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1", bus="3000", local=1)
-        + rank_lines("node-a", 2001, 1, 2, 0, "10.0.0.2", bus="3000", local=1)
+    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1", bus="3000", local=1) + rank_lines(
+        "node-a", 2001, 1, 2, 0, "10.0.0.2", bus="3000", local=1
     )
     job = job_of(tmp_path, lines)
     assert run(DuplicateGpu, job) == []
@@ -223,7 +245,9 @@ def test_ls403_simulated_hostname_collision_names_every_rank_of_both_machines(tm
 
 
 def test_ls403_p2p_between_two_addresses_of_one_host_name(tmp_path):
-    lines = rank_lines("gpu-1", 1001, 0, 2, 0, "10.16.26.180", nodes=1) + rank_lines("gpu-1", 2001, 1, 2, 0, "10.16.26.181", bus="4000", nodes=1)
+    lines = rank_lines("gpu-1", 1001, 0, 2, 0, "10.16.26.180", nodes=1) + rank_lines(
+        "gpu-1", 2001, 1, 2, 0, "10.16.26.181", bus="4000", nodes=1
+    )
     lines.insert(4, info("gpu-1", 1001, 0, "Channel 00/0 : 0[0] -> 1[0] via P2P/CUMEM/read"))
     (finding,) = run(HostCollision, job_of(tmp_path, lines))
     assert finding.ranks == (0, 1) and finding.severity == Severity.CRITICAL
@@ -231,29 +255,41 @@ def test_ls403_p2p_between_two_addresses_of_one_host_name(tmp_path):
 
 
 def test_ls403_two_machines_one_name_kept_apart_by_nccl_is_a_warning(tmp_path):
-    lines = rank_lines("node", 1001, 0, 2, 0, "10.0.0.1", local=1) + rank_lines("node", 2001, 1, 2, 0, "10.0.0.2", local=1)
+    lines = rank_lines("node", 1001, 0, 2, 0, "10.0.0.1", local=1) + rank_lines(
+        "node", 2001, 1, 2, 0, "10.0.0.2", local=1
+    )
     (finding,) = run(HostCollision, job_of(tmp_path, lines))
     assert finding.severity == Severity.WARNING and finding.hosts == ("node",)
 
 
 def test_ls403_one_machine_with_two_nics_is_not_a_collision(tmp_path):
-    lines = (
-        rank_lines("node", 1001, 0, 2, 0, "10.0.0.1", ifname="ib0", nodes=1)
-        + rank_lines("node", 1002, 1, 2, 1, "10.1.0.1", ifname="ib1", nodes=1)
+    lines = rank_lines("node", 1001, 0, 2, 0, "10.0.0.1", ifname="ib0", nodes=1) + rank_lines(
+        "node", 1002, 1, 2, 1, "10.1.0.1", ifname="ib1", nodes=1
     )
     assert run(HostCollision, job_of(tmp_path, lines)) == []
 
 
 # ---------------------------------------------------------------------------------------------- quiet cases
-@pytest.mark.parametrize("name", [
-    "healthy_8ranks.log", "init_hang_4ranks.log", "bootstrap_failure_4ranks.log", "rank_stall_8ranks.log",
-    "ib_error_4ranks.log", "socket_fallback_4ranks.log", "segfault_4ranks.log", "collective_mismatch_4ranks.log",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "healthy_8ranks.log",
+        "init_hang_4ranks.log",
+        "bootstrap_failure_4ranks.log",
+        "rank_stall_8ranks.log",
+        "ib_error_4ranks.log",
+        "socket_fallback_4ranks.log",
+        "segfault_4ranks.log",
+        "collective_mismatch_4ranks.log",
+    ],
+)
 def test_ls4xx_no_error_findings_on_fixtures_without_placement_faults(name):
     assert serious(all_findings(fixture_job(name))) == []
 
 
-@pytest.mark.parametrize("version,layout", [("2.10", "interleaved"), ("2.18", "torchrun"), ("2.27", "per-rank")])
+@pytest.mark.parametrize(
+    "version,layout", [("2.10", "interleaved"), ("2.18", "torchrun"), ("2.27", "per-rank")]
+)
 def test_ls4xx_simulated_healthy_runs_are_quiet(tmp_path, version, layout):
     job, _ = simulate(tmp_path, "healthy", ranks=8, nodes=2, seed=7, nccl_version=version, layout=layout)
     assert all_findings(job) == []

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import FIXTURES
 from builders import job_of, only
+from conftest import FIXTURES
+
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.process import ProcessExit
 from nccl_logsift.model import Kind, Severity
@@ -19,9 +19,11 @@ def check(job):
 
 
 def watchdog(rank: int, seq: int = 8) -> str:
-    return (f"{rank}: [rank{rank}]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
-            f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=6553600, "
-            f"NumelOut=6553600, Timeout(ms)=600000) ran for 600064 milliseconds before timing out.")
+    return (
+        f"{rank}: [rank{rank}]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
+        f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=6553600, "
+        f"NumelOut=6553600, Timeout(ms)=600000) ran for 600064 milliseconds before timing out."
+    )
 
 
 SUMMARY = [
@@ -72,7 +74,11 @@ def test_ls501_cuda_oom_exit_is_the_consequence_of_the_nccl_exception():
 def test_ls501_duplicate_gpu_processes_that_died_of_an_uncaught_exception_are_reported():
     job = load_job([str(FIXTURES / "duplicate_gpu_4ranks_per_rank")])
     finding = only(check(job))
-    assert finding.kind == Kind.PROCESS_EXIT and "uncaught" in finding.title and "DistBackendError" in finding.title
+    assert (
+        finding.kind == Kind.PROCESS_EXIT
+        and "uncaught" in finding.title
+        and "DistBackendError" in finding.title
+    )
 
 
 def test_ls501_rank_stall_teardown_aborts_are_consequences_below_error():
@@ -90,24 +96,31 @@ def test_ls501_healthy_fixture_has_no_exit():
 def test_ls501_simulated_segfault_names_the_crashed_rank(tmp_path, layout):
     out, truth = tmp_path / "seg.log", tmp_path / "seg.json"
     write(Options(scenario="segfault", ranks=8, nccl_version="2.27", layout=layout), str(out), str(truth))
-    fault = next(f for f in json.loads(truth.read_text())["faults"] if f["kind"] == "process_exit" and f["primary"])
+    fault = next(
+        f for f in json.loads(truth.read_text())["faults"] if f["kind"] == "process_exit" and f["primary"]
+    )
     crit = [f for f in check(load_job([str(out)])) if f.severity == Severity.CRITICAL]
     assert len(crit) == 1 and list(crit[0].ranks) == fault["ranks"]
 
 
 # ---------------------------------------------------------------------------------------------- composed
 def test_ls501_sigabrt_after_a_watchdog_timeout_is_a_teardown_consequence(tmp_path):
-    lines = [watchdog(0), watchdog(1),
-             "srun: error: node-a: task 0: Aborted (core dumped)",
-             "srun: error: node-a: task 1: Aborted (core dumped)"]
+    lines = [
+        watchdog(0),
+        watchdog(1),
+        "srun: error: node-a: task 0: Aborted (core dumped)",
+        "srun: error: node-a: task 1: Aborted (core dumped)",
+    ]
     finding = only(check(job_of(tmp_path, lines)))
     assert finding.ranks == (0, 1) and finding.severity == Severity.WARNING
     assert "SIGABRT" in finding.title and "consequence" in finding.title
 
 
 def test_ls501_segfault_first_then_aborts_keeps_the_crash_critical(tmp_path):
-    lines = ["srun: error: node-a: task 2: Segmentation fault (core dumped)",
-             "srun: error: node-a: tasks 0-1,3: Aborted (core dumped)"]
+    lines = [
+        "srun: error: node-a: task 2: Segmentation fault (core dumped)",
+        "srun: error: node-a: tasks 0-1,3: Aborted (core dumped)",
+    ]
     findings = check(job_of(tmp_path, lines))
     crash = only(findings, severity=Severity.CRITICAL)
     aborts = only(findings, severity=Severity.ERROR)
@@ -116,9 +129,11 @@ def test_ls501_segfault_first_then_aborts_keeps_the_crash_critical(tmp_path):
 
 
 def test_ls501_oom_killer_is_critical_with_the_slurm_evidence(tmp_path):
-    lines = ["0: slurmstepd: error: Detected 1 oom_kill event in StepId=4.46. Some of the step tasks have been OOM Killed.",
-             "srun: error: node-a: task 5: Out Of Memory",
-             "srun: error: node-a: task 3: Terminated"]
+    lines = [
+        "0: slurmstepd: error: Detected 1 oom_kill event in StepId=4.46. Some of the step tasks have been OOM Killed.",
+        "srun: error: node-a: task 5: Out Of Memory",
+        "srun: error: node-a: task 3: Terminated",
+    ]
     findings = check(job_of(tmp_path, lines))
     oom = only(findings, severity=Severity.CRITICAL)
     assert oom.ranks == (5,) and "out-of-memory killer" in oom.title
@@ -130,7 +145,9 @@ def test_ls501_oom_killer_is_critical_with_the_slurm_evidence(tmp_path):
 def test_ls501_torchrun_root_cause_exit_code_is_the_first_failure(tmp_path):
     findings = check(job_of(tmp_path, SUMMARY))
     first = only(findings, severity=Severity.CRITICAL)
-    assert first.ranks == (4,) and "exited with code 1" in first.title and "first process to fail" in first.title
+    assert (
+        first.ranks == (4,) and "exited with code 1" in first.title and "first process to fail" in first.title
+    )
     assert first.hosts == ("gpu-a17",)
     other = only(findings, severity=Severity.WARNING)
     assert other.ranks == (5,) and "SIGTERM" in other.title
@@ -139,10 +156,23 @@ def test_ls501_torchrun_root_cause_exit_code_is_the_first_failure(tmp_path):
 def test_ls501_the_same_pid_on_two_hosts_is_two_processes(tmp_path):
     # Containers number their processes from 1: equal pids on two hosts are different processes.
     def entry(i, host, rank, code, signal):
-        return [f"[{i}]:", "  time      : 2025-02-03_17:40:09", f"  host      : {host}",
-                f"  rank      : {rank} (local_rank: 0)", f"  exitcode  : {code} (pid: 7)", "  error_file: <N/A>",
-                f"  traceback : Signal {-code} ({signal}) received by PID 7"]
-    lines = SUMMARY[:5] + entry(1, "node-b", 4, -6, "SIGABRT") + SUMMARY[12:14] + entry(0, "node-a", 0, -11, "SIGSEGV") + SUMMARY[-1:]
+        return [
+            f"[{i}]:",
+            "  time      : 2025-02-03_17:40:09",
+            f"  host      : {host}",
+            f"  rank      : {rank} (local_rank: 0)",
+            f"  exitcode  : {code} (pid: 7)",
+            "  error_file: <N/A>",
+            f"  traceback : Signal {-code} ({signal}) received by PID 7",
+        ]
+
+    lines = (
+        SUMMARY[:5]
+        + entry(1, "node-b", 4, -6, "SIGABRT")
+        + SUMMARY[12:14]
+        + entry(0, "node-a", 0, -11, "SIGSEGV")
+        + SUMMARY[-1:]
+    )
     findings = check(job_of(tmp_path, lines))
     assert sorted(f.ranks for f in findings) == [(0,), (4,)]
     assert only(findings, severity=Severity.CRITICAL).ranks == (0,)
@@ -155,8 +185,10 @@ def test_ls501_mpirun_sigkill_is_a_hard_kill(tmp_path):
 
 
 def test_ls501_slurm_node_failure_and_time_limit(tmp_path):
-    lines = ["srun: error: Node failure on gpu-b05",
-             "slurmstepd: error: *** JOB 88123 ON gpu-b03 CANCELLED AT 2024-06-11T02:11:45 DUE TO TIME LIMIT ***"]
+    lines = [
+        "srun: error: Node failure on gpu-b05",
+        "slurmstepd: error: *** JOB 88123 ON gpu-b03 CANCELLED AT 2024-06-11T02:11:45 DUE TO TIME LIMIT ***",
+    ]
     findings = check(job_of(tmp_path, lines))
     node = only(findings, severity=Severity.CRITICAL)
     assert node.hosts == ("gpu-b05",) and "node failure" in node.title
@@ -170,10 +202,13 @@ def test_ls501_slurm_node_failure_and_time_limit(tmp_path):
 LAMBDA = "LambdaLabsML__training_results_v4.0__Lambda__benchmarks__llama2_70b_lora__implementations__nemo__results_old__"
 
 
-@pytest.mark.parametrize("name,oom_rank", [
-    (LAMBDA + "1cc_1x8x4xtp4pp1cp1_1008_24-10-09_06-04-18__241009060420237035816_10.log", 5),
-    (LAMBDA + "1cc_1x8x4xtp4pp1cp1_24-09-28_18-41-54__240928184157637375208_2.log", 0),
-])
+@pytest.mark.parametrize(
+    "name,oom_rank",
+    [
+        (LAMBDA + "1cc_1x8x4xtp4pp1cp1_1008_24-10-09_06-04-18__241009060420237035816_10.log", 5),
+        (LAMBDA + "1cc_1x8x4xtp4pp1cp1_24-09-28_18-41-54__240928184157637375208_2.log", 0),
+    ],
+)
 def test_corpus_lambda_oom_kill_is_critical_and_the_aborts_follow(corpus_job, name, oom_rank):
     findings = check(corpus_job(name))
     oom = only(findings, severity=Severity.CRITICAL)
@@ -190,7 +225,9 @@ def test_corpus_podman_exits_follow_the_nccl_tests_error(corpus_job):
 
 
 def test_corpus_alcf_watchdog_abort_is_a_consequence(corpus_job):
-    findings = check(corpus_job("argonne-lcf__alcf-nccl-tests__pytests__VAE__results__2025-01-15-10-27-37__with_aws.log"))
+    findings = check(
+        corpus_job("argonne-lcf__alcf-nccl-tests__pytests__VAE__results__2025-01-15-10-27-37__with_aws.log")
+    )
     finding = only(findings)
     assert finding.ranks == (1,) and finding.severity == Severity.WARNING
 
@@ -200,12 +237,16 @@ def test_corpus_silent_hang_killed_at_the_time_limit(corpus_job):
     assert finding.severity == Severity.ERROR and "time limit" in finding.title
 
 
-@pytest.mark.parametrize("name", [
-    "mlcommons__training_results_v4.1__Oracle__results__512xBM.GPU.H100.8__llama2_70b_lora__result_2.txt",
-    "mlcommons__training_results_v5.1__Dell__results__2xXE9685Lx8B200-SXM-180GB__llama31_8b__result_0.txt",
-    "mlcommons__training_results_v4.1__Clemson__results__6x8xH100-SXM5-80GB__bert__result_0.txt",
-    "aws-samples__awsome-distributed-training__3.test_cases__0.nccl-tests__slurm-104.out",
-], ids=lambda n: n[:50])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mlcommons__training_results_v4.1__Oracle__results__512xBM.GPU.H100.8__llama2_70b_lora__result_2.txt",
+        "mlcommons__training_results_v5.1__Dell__results__2xXE9685Lx8B200-SXM-180GB__llama31_8b__result_0.txt",
+        "mlcommons__training_results_v4.1__Clemson__results__6x8xH100-SXM5-80GB__bert__result_0.txt",
+        "aws-samples__awsome-distributed-training__3.test_cases__0.nccl-tests__slurm-104.out",
+    ],
+    ids=lambda n: n[:50],
+)
 def test_corpus_healthy_production_runs_have_no_process_exit(corpus_job, name):
     assert check(corpus_job(name)) == []
 
@@ -219,8 +260,9 @@ def simulated(tmp_path, scenario: str, **options):
 
 @pytest.mark.parametrize("version, layout", [("2.26", "srun"), ("2.27", "mpirun")])
 def test_ls501_node_declared_dead_by_ras_is_the_culprit_not_the_ranks_reporting_it(tmp_path, version, layout):
-    out, truth = simulated(tmp_path, "node-death", ranks=8, nodes=2, nccl_version=version, layout=layout,
-                           seed=4)
+    out, truth = simulated(
+        tmp_path, "node-death", ranks=8, nodes=2, nccl_version=version, layout=layout, seed=4
+    )
     job = load_job([str(out)])
     finding = only([f for f in ProcessExit().check(job) if "RAS" in f.title])
     dead = next(f for f in truth["faults"] if f["primary"])
@@ -234,8 +276,11 @@ def test_ls501_ras_dead_peers_that_had_torn_down_their_communicators_are_not_dea
     out, truth = simulated(tmp_path, "healthy", ranks=4, nodes=2, nccl_version="2.27", layout="srun", seed=3)
     other = next(p for p in truth["processes"] if p["host"] != truth["processes"][0]["host"])
     text = out.read_text()
-    ip = next(line.rsplit(":", 1)[-1].split("<")[0] for line in text.splitlines()
-              if other["host"] in line and "Bootstrap" in line and "Using" in line)
+    ip = next(
+        line.rsplit(":", 1)[-1].split("<")[0]
+        for line in text.splitlines()
+        if other["host"] in line and "Bootstrap" in line and "Using" in line
+    )
     p0 = truth["processes"][0]
     prefix = f"0: {p0['host']}:{p0['pid']}:{p0['pid'] + 77} [0] NCCL INFO"
     out.write_text(text + f"{prefix} RAS declaring peer {ip}<41234> as DEAD; rasDeadPeersHash 0x1f\n")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from conftest import FIXTURES
 from builders import job_of, simulate, two_gpu_processes
+from conftest import FIXTURES
+
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.progress import RankBehind, comm_progress, members_last_calls
 
@@ -51,14 +51,21 @@ def mismatch_log(tmp_path, *, ranks: int, version: str, layout: str, seed: int):
     from nccl_logsift.simulate import Options, write
 
     out, truth = tmp_path / "mismatch.log", tmp_path / "mismatch.json"
-    options = Options(scenario="collective-mismatch", ranks=ranks, nccl_version=version, layout=layout,
-                      seed=seed, noise=False)
+    options = Options(
+        scenario="collective-mismatch",
+        ranks=ranks,
+        nccl_version=version,
+        layout=layout,
+        seed=seed,
+        noise=False,
+    )
     write(options, str(out), str(truth))
     return out
 
 
-@pytest.mark.parametrize("version, layout, seed",
-                         [("2.21", "srun", 0), ("2.21", "srun", 1), ("2.27", "torchrun", 4)])
+@pytest.mark.parametrize(
+    "version, layout, seed", [("2.21", "srun", 0), ("2.21", "srun", 1), ("2.27", "torchrun", 4)]
+)
 def test_ls102_two_rank_mismatch_names_both_sides_and_blames_neither(tmp_path, version, layout, seed):
     """With two ranks there is no majority: whichever rank the simulator made diverge, both are named."""
     from nccl_logsift.findings.progress import CollectiveMismatch
@@ -89,8 +96,10 @@ def test_ls102_mismatch_on_a_communicator_that_was_torn_down_is_only_a_warning(t
 
     out = mismatch_log(tmp_path, ranks=4, version="2.27", layout="interleaved", seed=3)
     lines = [line for line in out.read_text().splitlines() if " NCCL INFO " in line and "Abort" not in line]
-    init = re.compile(r"^(\S+ \[\d+\] NCCL INFO )ncclCommInit\w* (comm 0x[0-9a-f]+ rank \d+ nranks \d+ "
-                      r"cudaDev \d+) nvmlDev \d+ (busId [0-9a-f]+) .* - Init COMPLETE$")
+    init = re.compile(
+        r"^(\S+ \[\d+\] NCCL INFO )ncclCommInit\w* (comm 0x[0-9a-f]+ rank \d+ nranks \d+ "
+        r"cudaDev \d+) nvmlDev \d+ (busId [0-9a-f]+) .* - Init COMPLETE$"
+    )
     inits = [m for line in lines if (m := init.match(line))]
     lines += [f"{m.group(1)}{m.group(2)} {m.group(3)} - Destroy COMPLETE" for m in inits]
     out.write_text("\n".join(lines) + "\n")

@@ -10,12 +10,18 @@ from __future__ import annotations
 import functools
 
 import pytest
-
-from conftest import CORPUS_ABSENT, corpus_files
 from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
+from conftest import CORPUS_ABSENT, corpus_files
+
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.findings.context import load_job
-from nccl_logsift.findings.startup import RULES, BootstrapFailure, InitIncomplete, InterfaceMisconfig, stalled_inits
+from nccl_logsift.findings.startup import (
+    RULES,
+    BootstrapFailure,
+    InitIncomplete,
+    InterfaceMisconfig,
+    stalled_inits,
+)
 from nccl_logsift.model import Kind, Severity
 
 COMM_ID = "0x7bbff3add302d34a"
@@ -37,7 +43,9 @@ def init_line(rank, nranks, dev, comm, phase, comm_id=COMM_ID, bus=None):
     )
 
 
-def rank_lines(host, pid, rank, nranks, dev, ip, *, ifname="ens1f0np0", complete=True, comm_id=COMM_ID, summary=True):
+def rank_lines(
+    host, pid, rank, nranks, dev, ip, *, ifname="ens1f0np0", complete=True, comm_id=COMM_ID, summary=True
+):
     """What NCCL 2.21 prints for one rank's world communicator (grammar §2.1, §2.2, §4.2)."""
     comm = f"0x55{pid:010x}"
     lines = [
@@ -47,14 +55,25 @@ def rank_lines(host, pid, rank, nranks, dev, ip, *, ifname="ens1f0np0", complete
         info(host, pid, dev, init_line(rank, nranks, dev, comm, "START", comm_id)),
     ]
     if summary:
-        lines.append(info(host, pid, dev, f"comm {comm} rank {rank} nRanks {nranks} nNodes 2 localRanks 2 localRank {dev} MNNVL 0"))
+        lines.append(
+            info(
+                host,
+                pid,
+                dev,
+                f"comm {comm} rank {rank} nRanks {nranks} nNodes 2 localRanks 2 localRank {dev} MNNVL 0",
+            )
+        )
     if complete:
         lines.append(info(host, pid, dev, init_line(rank, nranks, dev, comm, "COMPLETE", comm_id)))
     return lines
 
 
 def truth_ranks(truth: dict, kind: str, primary: bool | None = None) -> list[list[int]]:
-    return [sorted(f["ranks"]) for f in truth["faults"] if f["kind"] == kind and (primary is None or f["primary"] == primary)]
+    return [
+        sorted(f["ranks"])
+        for f in truth["faults"]
+        if f["kind"] == kind and (primary is None or f["primary"] == primary)
+    ]
 
 
 def all_findings(job):
@@ -117,7 +136,9 @@ def test_ls201_simulated_init_hang_with_start_lines(tmp_path, version):
 
 
 def test_ls201_store_based_barrier_names_the_rank_that_never_reported(tmp_path):
-    job, truth = simulate(tmp_path, "init-hang", ranks=8, nodes=2, seed=3, nccl_version="2.14", torch_version="2.0")
+    job, truth = simulate(
+        tmp_path, "init-hang", ranks=8, nodes=2, seed=3, nccl_version="2.14", torch_version="2.0"
+    )
     found = run(InitIncomplete, job)
     barrier = [f for f in found if "store-based barrier" in f.title]
     assert [sorted(f.ranks) for f in barrier] == truth_ranks(truth, "init_incomplete", primary=True)
@@ -161,9 +182,8 @@ def test_ls201_one_nodes_output_of_a_healthy_job_has_no_missing_ranks(tmp_path):
 
 
 def test_ls201_every_rank_started_none_completed_no_error_is_critical(tmp_path):
-    lines = (
-        rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1", complete=False, summary=False)
-        + rank_lines("node-b", 2001, 1, 2, 0, "10.0.0.2", complete=False, summary=False)
+    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1", complete=False, summary=False) + rank_lines(
+        "node-b", 2001, 1, 2, 0, "10.0.0.2", complete=False, summary=False
     )
     (finding,) = run(InitIncomplete, job_of(tmp_path, lines))
     assert finding.ranks == (0, 1) and finding.severity == Severity.CRITICAL
@@ -174,8 +194,14 @@ def test_ls201_subgroup_communicators_that_never_complete_are_one_finding(tmp_pa
     lines = rank_lines("node-a", 1001, 0, 4, 0, "10.0.0.1") + rank_lines("node-a", 1002, 1, 4, 1, "10.0.0.1")
     lines += rank_lines("node-b", 2001, 2, 4, 0, "10.0.0.2") + rank_lines("node-b", 2002, 3, 4, 1, "10.0.0.2")
     for pid, dev, rank, pair in ((1001, 0, 0, "0x1111"), (2001, 0, 1, "0x1111"), (1002, 1, 0, "0x2222")):
-        lines.append(info("node-a" if pid < 2000 else "node-b", pid, dev,
-                          init_line(rank, 2, dev, f"0x56{pid:010x}", "START", comm_id=pair)))
+        lines.append(
+            info(
+                "node-a" if pid < 2000 else "node-b",
+                pid,
+                dev,
+                init_line(rank, 2, dev, f"0x56{pid:010x}", "START", comm_id=pair),
+            )
+        )
     (finding,) = run(InitIncomplete, job_of(tmp_path, lines))
     assert "2 communicators of 2 ranks" in finding.title and "(+1 absent)" in finding.title
     # The pair 0x2222 lacks a member: the stall has a visible cause, so it is not critical on its own.
@@ -238,7 +264,13 @@ def test_ls202_connect_refused_with_a_bootstrap_chain(tmp_path):
     lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1", complete=False, summary=False) + [
         info("node-b", 2001, 0, "Bootstrap : Using ens1f0np0:10.0.0.2<0>", tid=2001),
         info("node-b", 2001, 0, init_line(1, 2, 0, "0x5500000020", "START")),
-        warn("node-b", 2001, 0, "misc/socket.cc:484", "socketStartConnect: Connect to 10.0.0.1<44321> failed : Connection refused"),
+        warn(
+            "node-b",
+            2001,
+            0,
+            "misc/socket.cc:484",
+            "socketStartConnect: Connect to 10.0.0.1<44321> failed : Connection refused",
+        ),
         info("node-b", 2001, 0, "misc/socket.cc:567 -> 2"),
         info("node-b", 2001, 0, "bootstrap.cc:256 -> 2"),
         info("node-b", 2001, 0, "init.cc:1505 -> 2"),
@@ -252,18 +284,35 @@ def test_ls202_connect_refused_with_a_bootstrap_chain(tmp_path):
 
 
 def test_ls202_connect_failure_on_the_data_path_after_init_is_not_bootstrap(tmp_path):
-    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1") + rank_lines("node-b", 2001, 1, 2, 0, "10.0.0.2") + [
-        warn("node-b", 2001, 0, "misc/socket.cc:484", "socketStartConnect: Connect to 10.0.0.1<41000> failed : Connection timed out"),
-        info("node-b", 2001, 0, "misc/socket.cc:567 -> 2"),
-        info("node-b", 2001, 0, "transport/net_socket.cc:339 -> 2"),
-        info("node-b", 2001, 0, "transport/net.cc:683 -> 2"),
-    ]
+    lines = (
+        rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1")
+        + rank_lines("node-b", 2001, 1, 2, 0, "10.0.0.2")
+        + [
+            warn(
+                "node-b",
+                2001,
+                0,
+                "misc/socket.cc:484",
+                "socketStartConnect: Connect to 10.0.0.1<41000> failed : Connection timed out",
+            ),
+            info("node-b", 2001, 0, "misc/socket.cc:567 -> 2"),
+            info("node-b", 2001, 0, "transport/net_socket.cc:339 -> 2"),
+            info("node-b", 2001, 0, "transport/net.cc:683 -> 2"),
+        ]
+    )
     assert run(BootstrapFailure, job_of(tmp_path, lines)) == []
 
 
 def test_ls202_bootstrap_root_mismatch(tmp_path):
     lines = rank_lines("node-a", 1001, 0, 2, 0, "10.0.0.1", complete=False, summary=False) + [
-        warn("node-a", 1001, 0, "bootstrap.cc:421", "Bootstrap Root : rank 1 of 2 ranks has already checked in", tid=1050),
+        warn(
+            "node-a",
+            1001,
+            0,
+            "bootstrap.cc:421",
+            "Bootstrap Root : rank 1 of 2 ranks has already checked in",
+            tid=1050,
+        ),
     ]
     (finding,) = run(BootstrapFailure, job_of(tmp_path, lines))
     assert finding.ranks == (0,) and "already checked in" in finding.title
@@ -271,8 +320,10 @@ def test_ls202_bootstrap_root_mismatch(tmp_path):
 
 
 def test_ls202_c10d_store_timeout_is_a_rendezvous_failure(tmp_path):
-    lines = ["[rank3]:[W602 10:00:00.000000000 socket.cpp:752] [c10d] The client socket has timed out after "
-             "1800000ms while trying to connect to (10.0.0.1, 29500)."]
+    lines = [
+        "[rank3]:[W602 10:00:00.000000000 socket.cpp:752] [c10d] The client socket has timed out after "
+        "1800000ms while trying to connect to (10.0.0.1, 29500)."
+    ]
     (finding,) = run(BootstrapFailure, job_of(tmp_path, lines))
     assert finding.ranks == (3,) and "10.0.0.1:29500" in finding.title
 
@@ -296,7 +347,15 @@ def test_ls203_socket_ifname_matching_no_interface(tmp_path):
 
 
 def test_ls203_oob_interface_not_found(tmp_path):
-    lines = [warn("node-a", 1001, 0, "misc/socket.cc:480", "no device found matching ib0 and mlx5_0:1, verify NCCL_OOB_NET_IFNAME")]
+    lines = [
+        warn(
+            "node-a",
+            1001,
+            0,
+            "misc/socket.cc:480",
+            "no device found matching ib0 and mlx5_0:1, verify NCCL_OOB_NET_IFNAME",
+        )
+    ]
     (finding,) = run(InterfaceMisconfig, job_of(tmp_path, lines))
     assert finding.hosts == ("node-a",) and "NCCL_OOB_NET_IFNAME" in finding.title
 
@@ -309,7 +368,12 @@ def test_ls203_docker_and_loopback_on_a_single_node_are_only_a_warning(tmp_path)
             info("dgx1", pid, rank, "Bootstrap : Using lo:127.0.0.1<0>", tid=pid),
             info("dgx1", pid, rank, "NET/Socket : Using [0]lo:127.0.0.1<0> [1]docker0:172.17.0.1<0>"),
             info("dgx1", pid, rank, "Using network Socket"),
-            info("dgx1", pid, rank, f"comm {comm} rank {rank} nranks 2 cudaDev {rank} busId {rank + 1}b000 - Init COMPLETE"),
+            info(
+                "dgx1",
+                pid,
+                rank,
+                f"comm {comm} rank {rank} nranks 2 cudaDev {rank} busId {rank + 1}b000 - Init COMPLETE",
+            ),
         ]
     (finding,) = run(InterfaceMisconfig, job_of(tmp_path, lines))
     assert finding.severity == Severity.WARNING and finding.ranks == (0, 1)
@@ -317,14 +381,17 @@ def test_ls203_docker_and_loopback_on_a_single_node_are_only_a_warning(tmp_path)
 
 
 def test_ls203_link_local_bootstrap_address_on_a_multi_node_job_is_an_error(tmp_path):
-    lines = rank_lines("node-a", 1001, 0, 2, 0, "169.254.3.1", ifname="eth1") + rank_lines("node-b", 2001, 1, 2, 0, "10.0.0.2")
+    lines = rank_lines("node-a", 1001, 0, 2, 0, "169.254.3.1", ifname="eth1") + rank_lines(
+        "node-b", 2001, 1, 2, 0, "10.0.0.2"
+    )
     (finding,) = run(InterfaceMisconfig, job_of(tmp_path, lines))
     assert finding.ranks == (0,) and finding.severity == Severity.ERROR and "link-local" in finding.title
 
 
 def test_ls203_hosts_bootstrapping_in_different_networks_is_a_warning(tmp_path):
     lines = (
-        rank_lines("node-a", 1001, 0, 3, 0, "10.1.0.1") + rank_lines("node-b", 2001, 1, 3, 0, "10.1.7.2")
+        rank_lines("node-a", 1001, 0, 3, 0, "10.1.0.1")
+        + rank_lines("node-b", 2001, 1, 3, 0, "10.1.7.2")
         + rank_lines("node-c", 3001, 2, 3, 0, "192.168.5.3")
     )
     (finding,) = run(InterfaceMisconfig, job_of(tmp_path, lines))
@@ -333,15 +400,25 @@ def test_ls203_hosts_bootstrapping_in_different_networks_is_a_warning(tmp_path):
 
 def test_ls203_same_slash16_different_slash24_is_normal(tmp_path):
     # Cloud VPCs put nodes in different /24s of one /16 (seen in the p5 and Polaris logs).
-    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.1.0.62") + rank_lines("node-b", 2001, 1, 2, 0, "10.1.88.148")
+    lines = rank_lines("node-a", 1001, 0, 2, 0, "10.1.0.62") + rank_lines(
+        "node-b", 2001, 1, 2, 0, "10.1.88.148"
+    )
     assert run(InterfaceMisconfig, job_of(tmp_path, lines)) == []
 
 
 # ---------------------------------------------------------------------------------------------- quiet cases
-@pytest.mark.parametrize("name", [
-    "healthy_8ranks.log", "rank_stall_8ranks.log", "collective_mismatch_4ranks.log", "ib_error_4ranks.log",
-    "socket_fallback_4ranks.log", "segfault_4ranks.log", "pp_deadlock_4ranks.log",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "healthy_8ranks.log",
+        "rank_stall_8ranks.log",
+        "collective_mismatch_4ranks.log",
+        "ib_error_4ranks.log",
+        "socket_fallback_4ranks.log",
+        "segfault_4ranks.log",
+        "pp_deadlock_4ranks.log",
+    ],
+)
 def test_ls2xx_no_error_findings_on_fixtures_without_startup_faults(name):
     assert serious(all_findings(fixture_job(name))) == []
 
@@ -402,23 +479,32 @@ def test_ls2xx_real_failures_of_other_families_are_not_claimed_as_startup_faults
 
 def test_stalled_inits_are_the_communicators_some_member_started_and_none_completed(tmp_path):
     def init(host, pid, rank, comm, comm_id, *, complete):
-        line = (f"{host}:{pid}:{pid} [{rank}] NCCL INFO ncclCommInitRank comm {comm} rank {rank} nranks 2 "
-                f"cudaDev {rank} nvmlDev {rank} busId {rank + 1}b000 commId {comm_id}")
+        line = (
+            f"{host}:{pid}:{pid} [{rank}] NCCL INFO ncclCommInitRank comm {comm} rank {rank} nranks 2 "
+            f"cudaDev {rank} nvmlDev {rank} busId {rank + 1}b000 commId {comm_id}"
+        )
         return [f"{line} - Init START"] + ([f"{line} - Init COMPLETE"] if complete else [])
 
     lines = [
-        *init("gpu-a", 11, 0, "0xa0", "0x0a", complete=True), *init("gpu-a", 12, 1, "0xa1", "0x0a", complete=True),
-        *init("gpu-a", 11, 0, "0xb0", "0x0b", complete=False), *init("gpu-a", 12, 1, "0xb1", "0x0b", complete=False),
-        *init("gpu-a", 11, 0, "0xc0", "0x0c", complete=True), *init("gpu-a", 12, 1, "0xc1", "0x0c", complete=False),
+        *init("gpu-a", 11, 0, "0xa0", "0x0a", complete=True),
+        *init("gpu-a", 12, 1, "0xa1", "0x0a", complete=True),
+        *init("gpu-a", 11, 0, "0xb0", "0x0b", complete=False),
+        *init("gpu-a", 12, 1, "0xb1", "0x0b", complete=False),
+        *init("gpu-a", 11, 0, "0xc0", "0x0c", complete=True),
+        *init("gpu-a", 12, 1, "0xc1", "0x0c", complete=False),
         *init("gpu-a", 11, 0, "0xd0", "0x0d", complete=False),
     ]
     states = stalled_inits(job_of(tmp_path, lines))
     assert [(s.uid, s.members.height, s.waiting, s.missing) for s in states] == [
-        (states[0].uid, 2, [0, 1], []), (states[1].uid, 1, [0], [1])]
+        (states[0].uid, 2, [0, 1], []),
+        (states[1].uid, 1, [0], [1]),
+    ]
     assert {s.uid[-2:] for s in states} == {"0b", "0d"}
 
 
-@pytest.mark.parametrize("name", ["init_hang_4ranks.log", "collective_mismatch_4ranks.log", "duplicate_gpu_4ranks_per_rank"])
+@pytest.mark.parametrize(
+    "name", ["init_hang_4ranks.log", "collective_mismatch_4ranks.log", "duplicate_gpu_4ranks_per_rank"]
+)
 def test_lifecycle_instances_are_the_streams_communicators_table(name):
     """The rules take the instances the stream's numbering built; built again from the Init/Destroy/Abort rows
     of a Job without that table, they are the same rows in the same order."""
@@ -429,4 +515,3 @@ def test_lifecycle_instances_are_the_streams_communicators_table(name):
     without = Job({k: v for k, v in job.tables.items() if k != "communicators"}, job.paths)
     built = lifecycle_instances(without)
     assert built.height and built.equals(lifecycle_instances(job).select(built.columns))
-

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 from builders import fixture_job, job_of, only
+from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
+
 from nccl_logsift.findings.context import Job, load_job
 from nccl_logsift.findings.transport import NetError, TransportFallback, n_nodes, transport_rows
 from nccl_logsift.model import Kind, Severity
@@ -22,8 +22,10 @@ def proc(host, pid, rank, nranks, dev, ip, comm, *, channels=(), net="IB", extra
     """The init lines NCCL 2.21 prints for one rank (grammar §2.1, §4.1, §4.2)."""
     tid = pid + 90
     pre = f"{host}:{pid}:{tid} [{dev}] NCCL INFO"
-    init = (f"ncclCommInitRank comm {comm} rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} "
-            f"busId {dev + 1}b000 commId {comm_id}")
+    init = (
+        f"ncclCommInitRank comm {comm} rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} "
+        f"busId {dev + 1}b000 commId {comm_id}"
+    )
     return [
         f"{host}:{pid}:{pid} [{dev}] NCCL INFO Bootstrap : Using ib0:{ip}<0>",
         *[f"{pre} {e}" for e in extra],
@@ -52,31 +54,117 @@ def two_node_ib(gdr_on_b: bool = True) -> list[str]:
     """Ranks 0-1 on node-a, 2-3 on node-b; rings cross the nodes over NET/IB."""
     g_b = "/GDRDMA" if gdr_on_b else ""
     return [
-        *proc("node-a", 1001, 0, 4, 0, "10.0.0.1", "0x55aa00000010", channels=[
-            "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA",
-            "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"]),
-        *proc("node-a", 1002, 1, 4, 1, "10.0.0.1", "0x55aa00000020", channels=[
-            "Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/0/GDRDMA"]),
-        *proc("node-b", 2001, 2, 4, 0, "10.0.0.2", "0x55bb00000010", channels=[
-            f"Channel 00/0 : 1[1] -> 2[0] [receive] via NET/IB/0{g_b}",
-            "Channel 00/0 : 2[0] -> 3[1] via P2P/CUMEM/read"]),
-        *proc("node-b", 2002, 3, 4, 1, "10.0.0.2", "0x55bb00000020", channels=[
-            f"Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0{g_b}"]),
+        *proc(
+            "node-a",
+            1001,
+            0,
+            4,
+            0,
+            "10.0.0.1",
+            "0x55aa00000010",
+            channels=[
+                "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+                "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            ],
+        ),
+        *proc(
+            "node-a",
+            1002,
+            1,
+            4,
+            1,
+            "10.0.0.1",
+            "0x55aa00000020",
+            channels=["Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/0/GDRDMA"],
+        ),
+        *proc(
+            "node-b",
+            2001,
+            2,
+            4,
+            0,
+            "10.0.0.2",
+            "0x55bb00000010",
+            channels=[
+                f"Channel 00/0 : 1[1] -> 2[0] [receive] via NET/IB/0{g_b}",
+                "Channel 00/0 : 2[0] -> 3[1] via P2P/CUMEM/read",
+            ],
+        ),
+        *proc(
+            "node-b",
+            2002,
+            3,
+            4,
+            1,
+            "10.0.0.2",
+            "0x55bb00000020",
+            channels=[f"Channel 00/0 : 3[1] -> 0[0] [send] via NET/IB/0{g_b}"],
+        ),
     ]
 
 
 def two_node_sockets(nodes: tuple[str, ...] = ("node-a", "node-b")) -> list[str]:
     """Ranks 0-1 on node-a, 2-3 on node-b, NCCL saying nNodes 2, every ring crossing the nodes over NET/Socket;
     ``nodes`` picks whose lines the log holds (one node's output file of a two-node job)."""
+
     def rank(host, pid, r, dev, ip, comm, channel):
-        return proc(host, pid, r, 4, dev, ip, comm, net="Socket", extra=["NET/IB : No device found."], channels=[
-            f"comm {comm} rank {r} nRanks 4 nNodes 2 localRanks 2 localRank {dev} MNNVL 0", channel])
+        return proc(
+            host,
+            pid,
+            r,
+            4,
+            dev,
+            ip,
+            comm,
+            net="Socket",
+            extra=["NET/IB : No device found."],
+            channels=[
+                f"comm {comm} rank {r} nRanks 4 nNodes 2 localRanks 2 localRank {dev} MNNVL 0",
+                channel,
+            ],
+        )
 
     per_node = {
-        "node-a": [*rank("node-a", 1001, 0, 0, "10.0.0.1", "0x55aa00000010", "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/Socket/0"),
-                   *rank("node-a", 1002, 1, 1, "10.0.0.1", "0x55aa00000020", "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0")],
-        "node-b": [*rank("node-b", 2001, 2, 0, "10.0.0.2", "0x55bb00000010", "Channel 00/0 : 1[1] -> 2[0] [receive] via NET/Socket/0"),
-                   *rank("node-b", 2002, 3, 1, "10.0.0.2", "0x55bb00000020", "Channel 00/0 : 3[1] -> 0[0] [send] via NET/Socket/0")],
+        "node-a": [
+            *rank(
+                "node-a",
+                1001,
+                0,
+                0,
+                "10.0.0.1",
+                "0x55aa00000010",
+                "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/Socket/0",
+            ),
+            *rank(
+                "node-a",
+                1002,
+                1,
+                1,
+                "10.0.0.1",
+                "0x55aa00000020",
+                "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0",
+            ),
+        ],
+        "node-b": [
+            *rank(
+                "node-b",
+                2001,
+                2,
+                0,
+                "10.0.0.2",
+                "0x55bb00000010",
+                "Channel 00/0 : 1[1] -> 2[0] [receive] via NET/Socket/0",
+            ),
+            *rank(
+                "node-b",
+                2002,
+                3,
+                1,
+                "10.0.0.2",
+                "0x55bb00000020",
+                "Channel 00/0 : 3[1] -> 0[0] [send] via NET/Socket/0",
+            ),
+        ],
     }
     return [line for node in nodes for line in per_node[node]]
 
@@ -85,8 +173,14 @@ def two_node_sockets(nodes: tuple[str, ...] = ("node-a", "node-b")) -> list[str]
 def test_transport_rows_map_each_connection_to_the_peer_of_its_communicator(tmp_path):
     rows = transport_rows(job_of(tmp_path, two_node_ib()))
     got = rows.select("job_rank", "peer_global", "peer_host", "same_host").rows()
-    assert got == [(0, 3, "node-b", False), (0, 1, "node-a", True), (1, 2, "node-b", False),
-                   (2, 1, "node-a", False), (2, 3, "node-b", True), (3, 0, "node-a", False)]
+    assert got == [
+        (0, 3, "node-b", False),
+        (0, 1, "node-a", True),
+        (1, 2, "node-b", False),
+        (2, 1, "node-a", False),
+        (2, 3, "node-b", True),
+        (3, 0, "node-a", False),
+    ]
 
 
 def test_transport_rows_of_a_table_out_of_line_order_are_those_of_the_table_in_order(tmp_path):
@@ -95,7 +189,9 @@ def test_transport_rows_of_a_table_out_of_line_order_are_those_of_the_table_in_o
     assert transport_rows(reversed_job).equals(transport_rows(job))
 
 
-def test_transport_rows_give_a_runtime_connection_beyond_the_latest_split_to_the_larger_communicator(tmp_path):
+def test_transport_rows_give_a_runtime_connection_beyond_the_latest_split_to_the_larger_communicator(
+    tmp_path,
+):
     # NCCL 2.22 connects at the first collective, after the process created a 2-rank split: rank 3 exists
     # only in the 4-rank world communicator.
     lines = [
@@ -105,7 +201,9 @@ def test_transport_rows_give_a_runtime_connection_beyond_the_latest_split_to_the
         *proc("node-b", 2002, 3, 4, 1, "10.0.0.2", "0x55bb00000020"),
     ]
     rows = transport_rows(job_of(tmp_path, lines))
-    assert rows.select("job_rank", "peer_comm_rank", "peer_global", "peer_host").rows() == [(0, 3, 3, "node-b")]
+    assert rows.select("job_rank", "peer_comm_rank", "peer_global", "peer_host").rows() == [
+        (0, 3, 3, "node-b")
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- LS301
@@ -156,10 +254,30 @@ def test_ls301_simulated_p2p_disabled_names_the_ranks_on_shm(tmp_path, nodes, se
 def test_ls301_healthy_single_node_job_on_p2p_is_not_a_fallback(tmp_path):
     # One host, no IB device, NCCL selects Socket but never uses it: P2P between the two GPUs is normal.
     lines = [
-        *proc("dgx1", 3001, 0, 2, 0, "10.1.0.5", "0x5601", net="Socket", extra=["NET/IB : No device found."],
-              channels=["Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"]),
-        *proc("dgx1", 3002, 1, 2, 1, "10.1.0.5", "0x5602", net="Socket", extra=["NET/IB : No device found."],
-              channels=["Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read"]),
+        *proc(
+            "dgx1",
+            3001,
+            0,
+            2,
+            0,
+            "10.1.0.5",
+            "0x5601",
+            net="Socket",
+            extra=["NET/IB : No device found."],
+            channels=["Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"],
+        ),
+        *proc(
+            "dgx1",
+            3002,
+            1,
+            2,
+            1,
+            "10.1.0.5",
+            "0x5602",
+            net="Socket",
+            extra=["NET/IB : No device found."],
+            channels=["Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read"],
+        ),
     ]
     assert list(TransportFallback().check(job_of(tmp_path, lines))) == []
 
@@ -167,8 +285,26 @@ def test_ls301_healthy_single_node_job_on_p2p_is_not_a_fallback(tmp_path):
 def test_ls301_shm_between_gpus_of_one_host_with_p2p_disabled_is_info_as_a_choice_of_the_job(tmp_path):
     lines = [
         "dgx1:3001:3001 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1.",
-        *proc("dgx1", 3001, 0, 2, 0, "10.1.0.5", "0x5601", channels=["Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"]),
-        *proc("dgx1", 3002, 1, 2, 1, "10.1.0.5", "0x5602", channels=["Channel 00 : 1[1] -> 0[0] via SHM/direct/direct"]),
+        *proc(
+            "dgx1",
+            3001,
+            0,
+            2,
+            0,
+            "10.1.0.5",
+            "0x5601",
+            channels=["Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"],
+        ),
+        *proc(
+            "dgx1",
+            3002,
+            1,
+            2,
+            1,
+            "10.1.0.5",
+            "0x5602",
+            channels=["Channel 00 : 1[1] -> 0[0] via SHM/direct/direct"],
+        ),
     ]
     finding = only(list(TransportFallback().check(job_of(tmp_path, lines))))
     assert finding.ranks == (0, 1) and finding.hosts == ("dgx1",)
@@ -202,7 +338,10 @@ def test_ls301_two_node_ib_with_gdrdma_everywhere_is_clean(tmp_path):
 
 def test_ls301_one_node_on_sockets_while_the_other_uses_ib_is_a_warning(tmp_path):
     lines = two_node_ib()
-    lines = [line.replace("via NET/IB/0", "via NET/Socket/0") if line.startswith("node-b") else line for line in lines]
+    lines = [
+        line.replace("via NET/IB/0", "via NET/Socket/0") if line.startswith("node-b") else line
+        for line in lines
+    ]
     finding = only(list(TransportFallback().check(job_of(tmp_path, lines))), severity=Severity.WARNING)
     assert finding.ranks == (2, 3) and "NET/Socket" in finding.title and "IB" in finding.title
 
@@ -241,8 +380,11 @@ def test_ls301_healthy_fixture_has_no_fallback():
 
 # ---------------------------------------------------------------------------------------------- LS302
 def ib_completion(host, pid, dev, peer, status, vendor, req="Send"):
-    return ["", f"{host}:{pid}:{pid + 95} [{dev}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
-                f"{peer} with status={status} opcode=0 len=0 vendor err {vendor} ({req})"]
+    return [
+        "",
+        f"{host}:{pid}:{pid + 95} [{dev}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        f"{peer} with status={status} opcode=0 len=0 vendor err {vendor} ({req})",
+    ]
 
 
 def test_ls302_ib_error_fixture_names_the_rank_that_logged_it_and_its_peer():
@@ -263,9 +405,13 @@ def test_ls302_simulated_ib_error_names_the_logging_rank(tmp_path, version):
 
 
 def test_ls302_status_12_names_the_rank_that_logged_it_and_its_peer(tmp_path):
-    lines = two_node_ib() + ib_completion("node-a", 1002, 1, "10.0.0.2<43211>", 12, 129) + [
-        "node-a:1002:1097 [1] NCCL INFO transport/net_ib.cc:1715 -> 6",
-    ]
+    lines = (
+        two_node_ib()
+        + ib_completion("node-a", 1002, 1, "10.0.0.2<43211>", 12, 129)
+        + [
+            "node-a:1002:1097 [1] NCCL INFO transport/net_ib.cc:1715 -> 6",
+        ]
+    )
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
     assert finding.ranks == (1,) and finding.hosts == ("node-a",)
     # rank 1 sends to rank 2 over the network: the peer address of node-b resolves to that rank
@@ -274,8 +420,11 @@ def test_ls302_status_12_names_the_rank_that_logged_it_and_its_peer(tmp_path):
 
 
 def test_ls302_status_5_after_status_12_is_reported_as_its_consequence(tmp_path):
-    lines = (two_node_ib() + ib_completion("node-a", 1002, 1, "10.0.0.2<43211>", 12, 129)
-             + ib_completion("node-b", 2001, 0, "10.0.0.1<51002>", 5, 249, req="Recv"))
+    lines = (
+        two_node_ib()
+        + ib_completion("node-a", 1002, 1, "10.0.0.2<43211>", 12, 129)
+        + ib_completion("node-b", 2001, 0, "10.0.0.1<51002>", 5, 249, req="Recv")
+    )
     findings = list(NetError().check(job_of(tmp_path, lines)))
     first = only(findings, severity=Severity.CRITICAL)
     flush = only(findings, severity=Severity.WARNING)
@@ -301,7 +450,10 @@ def test_ls302_status_4_is_decoded_as_gpudirect_blocked(tmp_path):
 
 
 def test_ls302_ib_port_error_event_is_critical(tmp_path):
-    lines = two_node_ib() + ["", "node-b:2002:2150 [1] transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error"]
+    lines = two_node_ib() + [
+        "",
+        "node-b:2002:2150 [1] transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error",
+    ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
     assert finding.ranks == (3,) and finding.severity == Severity.CRITICAL and "port error" in finding.title
 
@@ -319,7 +471,8 @@ def test_ls302_ofi_error_followed_by_an_error_chain_is_critical(tmp_path):
 
 def test_ls302_ofi_warning_that_nccl_survives_is_a_warning(tmp_path):
     lines = two_node_ib() + [
-        "", "node-a:1001:1094 [0] nccl_net_ofi_rdma_init:7737 NCCL WARN NET/OFI OFI fi_getinfo() call failed: Function not implemented",
+        "",
+        "node-a:1001:1094 [0] nccl_net_ofi_rdma_init:7737 NCCL WARN NET/OFI OFI fi_getinfo() call failed: Function not implemented",
     ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
     assert finding.severity == Severity.WARNING
@@ -329,7 +482,11 @@ def test_ls302_closed_socket_after_cuda_oom_points_at_the_failed_peer_as_a_conse
     job = load_job([str(FIXTURES / "cuda_oom_4ranks.log")])
     finding = only(list(NetError().check(job)))
     assert finding.ranks == (1, 3) and finding.severity == Severity.WARNING
-    assert "consequence" in finding.title and "rank 0 failed before" in finding.title and "out of memory" in finding.title
+    assert (
+        "consequence" in finding.title
+        and "rank 0 failed before" in finding.title
+        and "out of memory" in finding.title
+    )
 
 
 def test_ls302_closed_socket_with_no_other_failure_is_an_error_naming_the_peer_host(tmp_path):
@@ -388,7 +545,9 @@ HEALTHY = [
 @pytest.mark.parametrize("name", HEALTHY, ids=lambda n: n[:60])
 def test_corpus_healthy_production_runs_get_no_error_from_ls301_ls302(corpus_jobs, name):
     job = corpus_jobs(name)
-    serious = [f.title for r in (TransportFallback, NetError) for f in r().check(job) if f.severity >= Severity.ERROR]
+    serious = [
+        f.title for r in (TransportFallback, NetError) for f in r().check(job) if f.severity >= Severity.ERROR
+    ]
     assert serious == []
 
 
@@ -400,15 +559,23 @@ def test_corpus_cori_shifter_run_is_named_as_sockets_over_ipoib_a_warning_as_it_
 
 
 def test_corpus_gdr_off_run_is_named_with_the_distance_reason(corpus_jobs):
-    job = corpus_jobs("thomaslie210__NCCL_Test_Results__NCCL_Benchmarks__GDR_Off__n013_n014_GDR_Off_Big__result_big_all_reduce_perf.txt")
+    job = corpus_jobs(
+        "thomaslie210__NCCL_Test_Results__NCCL_Benchmarks__GDR_Off__n013_n014_GDR_Off_Big__result_big_all_reduce_perf.txt"
+    )
     finding = only(list(TransportFallback().check(job)))
-    assert finding.severity == Severity.WARNING and finding.ranks == (0, 1) and "distance 6 > 4" in finding.title
-    gdr_on = corpus_jobs("thomaslie210__NCCL_Test_Results__NCCL_Benchmarks__GDR_On__n013_n014_GDR_ON_Big2__result_big_all_reduce_perf.txt")
+    assert (
+        finding.severity == Severity.WARNING and finding.ranks == (0, 1) and "distance 6 > 4" in finding.title
+    )
+    gdr_on = corpus_jobs(
+        "thomaslie210__NCCL_Test_Results__NCCL_Benchmarks__GDR_On__n013_n014_GDR_ON_Big2__result_big_all_reduce_perf.txt"
+    )
     assert list(TransportFallback().check(gdr_on)) == []
 
 
 def test_corpus_mangoboost_mix_of_gdr_and_host_staged_channels_is_info(corpus_jobs):
-    job = corpus_jobs("mlcommons__training_results_v5.1__MangoBoost__results__MI325X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_0.txt")
+    job = corpus_jobs(
+        "mlcommons__training_results_v5.1__MangoBoost__results__MI325X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_0.txt"
+    )
     finding = only(list(TransportFallback().check(job)))
     assert finding.severity == Severity.INFO and "without GPUDirect RDMA" in finding.title
 
@@ -426,9 +593,7 @@ def test_corpus_perlmutter_podman_ofi_error_is_critical_on_all_ranks(corpus_jobs
     assert "Unable to register memory" in finding.title
 
 
-MANGOBOOST_MI300X = (
-    "mlcommons__training_results_v5.1__MangoBoost__results__MI300X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_5.txt"
-)
+MANGOBOOST_MI300X = "mlcommons__training_results_v5.1__MangoBoost__results__MI300X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_5.txt"
 
 
 def test_corpus_mangoboost_one_node_file_of_a_two_node_job_has_a_verdict_that_agrees_with_itself():
@@ -439,18 +604,29 @@ def test_corpus_mangoboost_one_node_file_of_a_two_node_job_has_a_verdict_that_ag
     report = analyze([str(corpus(MANGOBOOST_MI300X))])
     assert report.job.hosts == ("mi300x-01",) and report.job.world_size == 16
     assert report.verdict.startswith(
-        "No hang or failure found in these logs (8 rank(s) on 1 host(s)): the job looks healthy")
+        "No hang or failure found in these logs (8 rank(s) on 1 host(s)): the job looks healthy"
+    )
     assert "Root cause" not in report.verdict
-    assert "All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets" in report.verdict
+    assert (
+        "All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets"
+        in report.verdict
+    )
 
 
-@pytest.mark.parametrize("name, nodes", [
-    # Torn lines leave host tails on one line each (x3005x3005c0s31b0n0, xn0): not nodes.
-    ("argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-01-15-15-21-09__without_aws.log", 2),
-    ("argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-06-27-09-51-31__with_aws.log", 2),
-    # NCCL_DEBUG=WARN: no init lines, so no processes; the hosts are those of the WARN lines.
-    ("mlcommons__training_results_v4.1__Oracle__results__512xBM.GPU.H100.8__llama2_70b_lora__result_2.txt", 64),
-], ids=["alcf-resnet50-2025-01", "alcf-resnet50-2025-06", "oracle-512-ranks"])
+@pytest.mark.parametrize(
+    "name, nodes",
+    [
+        # Torn lines leave host tails on one line each (x3005x3005c0s31b0n0, xn0): not nodes.
+        ("argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-01-15-15-21-09__without_aws.log", 2),
+        ("argonne-lcf__alcf-nccl-tests__pytests__resnet50__results__2025-06-27-09-51-31__with_aws.log", 2),
+        # NCCL_DEBUG=WARN: no init lines, so no processes; the hosts are those of the WARN lines.
+        (
+            "mlcommons__training_results_v4.1__Oracle__results__512xBM.GPU.H100.8__llama2_70b_lora__result_2.txt",
+            64,
+        ),
+    ],
+    ids=["alcf-resnet50-2025-01", "alcf-resnet50-2025-06", "oracle-512-ranks"],
+)
 def test_corpus_node_count_agrees_with_the_hosts_the_job_summary_counts(corpus_jobs, name, nodes):
     from nccl_logsift.report import summarize_job
 
@@ -469,7 +645,9 @@ def test_n_nodes_skips_the_host_of_a_torn_line():
     not a node: two hosts here, as in the ALCF resnet50 logs, whatever the stray names."""
     import polars as pl
 
-    rows = [("x3005c0s25b1n0", 11, n) for n in range(1, 6)] + [("x3005c0s31b0n0", 12, n) for n in range(6, 11)]
+    rows = [("x3005c0s25b1n0", 11, n) for n in range(1, 6)] + [
+        ("x3005c0s31b0n0", 12, n) for n in range(6, 11)
+    ]
     rows += [("x3005x3005c0s31b0n0", 12, 11), ("c0s31b0n0", 13, 12)]
     lines = pl.DataFrame(
         {"host": [h for h, _, _ in rows], "pid": [p for _, p, _ in rows], "line_no": [n for _, _, n in rows]},

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import polars as pl
-
 from builders import job_of
+
 from nccl_logsift.findings.triage import CAUSAL_TIER, triage, verdict
 from nccl_logsift.model import Finding, Kind, Severity
 
 
 def socket_warning() -> Finding:
     return Finding(
-        code="LS301", name="transport-fallback", kind=Kind.TRANSPORT_FALLBACK, severity=Severity.WARNING,
+        code="LS301",
+        name="transport-fallback",
+        kind=Kind.TRANSPORT_FALLBACK,
+        severity=Severity.WARNING,
         title="All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets",
-        ranks=tuple(range(8)), hosts=("mi300x-01",), first_seen=0,
+        ranks=tuple(range(8)),
+        hosts=("mi300x-01",),
+        first_seen=0,
     )
 
 
@@ -29,7 +34,8 @@ def test_verdict_of_warnings_counts_the_ranks_and_hosts_of_these_logs():
 
 def test_verdict_without_findings_counts_the_ranks_and_hosts_of_these_logs():
     assert verdict([], ranks_seen=16, hosts=2) == (
-        "No sign of a hang or failure in these logs (16 rank(s) on 2 host(s)): the job looks healthy.")
+        "No sign of a hang or failure in these logs (16 rank(s) on 2 host(s)): the job looks healthy."
+    )
 
 
 def test_verdict_without_known_ranks_gives_no_counts():
@@ -37,19 +43,34 @@ def test_verdict_without_known_ranks_gives_no_counts():
     assert verdict([], ranks_seen=0, hosts=0) == healthy
     assert verdict(triage([socket_warning()]), ranks_seen=0, hosts=0).startswith(
         "No hang or failure found in these logs: the job looks healthy, no root cause. Warnings (it works, "
-        "degraded): All inter-node traffic")
+        "degraded): All inter-node traffic"
+    )
 
 
 def info_note() -> Finding:
     return Finding(
-        code="LS301", name="transport-fallback", kind=Kind.TRANSPORT_FALLBACK, severity=Severity.INFO,
-        title="NCCL_P2P_DISABLE=1 is set", ranks=(0, 1), hosts=("dgx1",), first_seen=5,
+        code="LS301",
+        name="transport-fallback",
+        kind=Kind.TRANSPORT_FALLBACK,
+        severity=Severity.INFO,
+        title="NCCL_P2P_DISABLE=1 is set",
+        ranks=(0, 1),
+        hosts=("dgx1",),
+        first_seen=5,
     )
 
 
 def error_finding(kind: Kind, first_seen: int, severity: Severity = Severity.ERROR) -> Finding:
-    return Finding(code="LS103", name="x", kind=kind, severity=severity, title=f"{kind.value} here",
-                   ranks=(1,), hosts=("h",), first_seen=first_seen)
+    return Finding(
+        code="LS103",
+        name="x",
+        kind=kind,
+        severity=severity,
+        title=f"{kind.value} here",
+        ranks=(1,),
+        hosts=("h",),
+        first_seen=first_seen,
+    )
 
 
 def test_warnings_and_notes_of_a_working_job_name_no_root_cause_and_are_listed_apart():
@@ -64,39 +85,64 @@ def test_warnings_and_notes_of_a_working_job_name_no_root_cause_and_are_listed_a
 
 def test_a_warning_is_never_primary_next_to_an_error():
     found = triage([socket_warning(), error_finding(Kind.WATCHDOG_TIMEOUT, 10)])
-    assert [(f.kind, f.primary) for f in found] == [(Kind.WATCHDOG_TIMEOUT, True),
-                                                    (Kind.TRANSPORT_FALLBACK, False)]
+    assert [(f.kind, f.primary) for f in found] == [
+        (Kind.WATCHDOG_TIMEOUT, True),
+        (Kind.TRANSPORT_FALLBACK, False),
+    ]
     assert verdict(found, 8, 1).startswith("Root cause: Watchdog_timeout here.")
 
 
 def net_error(first_seen: int, first_time: float | None, rank: int) -> Finding:
-    return Finding(code="LS302", name="net-error", kind=Kind.NET_ERROR, severity=Severity.CRITICAL,
-                   title=f"IB completion error on rank {rank}", ranks=(rank,), hosts=("h",),
-                   first_seen=first_seen, first_time=first_time)
+    return Finding(
+        code="LS302",
+        name="net-error",
+        kind=Kind.NET_ERROR,
+        severity=Severity.CRITICAL,
+        title=f"IB completion error on rank {rank}",
+        ranks=(rank,),
+        hosts=("h",),
+        first_seen=first_seen,
+        first_time=first_time,
+    )
 
 
 def test_the_first_failure_in_time_is_primary_though_its_file_comes_later():
     """Per-rank files: rank 5's file is read after rank 0's, but its error was written 4 s earlier."""
-    found = triage([net_error(first_seen=10, first_time=1_700_000_005.0, rank=0),
-                    net_error(first_seen=1 << 41, first_time=1_700_000_001.0, rank=5)])
+    found = triage(
+        [
+            net_error(first_seen=10, first_time=1_700_000_005.0, rank=0),
+            net_error(first_seen=1 << 41, first_time=1_700_000_001.0, rank=5),
+        ]
+    )
     assert (found[0].ranks, found[0].primary) == ((5,), True)
 
 
 def test_without_a_time_on_every_contender_the_line_order_decides():
-    found = triage([net_error(first_seen=10, first_time=None, rank=0),
-                    net_error(first_seen=1 << 41, first_time=1_700_000_001.0, rank=5)])
+    found = triage(
+        [
+            net_error(first_seen=10, first_time=None, rank=0),
+            net_error(first_seen=1 << 41, first_time=1_700_000_001.0, rank=5),
+        ]
+    )
     assert found[0].ranks == (0,) and found[0].primary
 
 
 def test_first_time_reads_nccl_and_pytorch_timestamps(tmp_path):
     """NCCL's WARN timestamp (2.26+) and PyTorch's glog prefix (month and day only) land on one clock."""
-    job = job_of(tmp_path, [
-        ("[2025-06-02 16:02:42] node-a:100:195 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
-         "from peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err 129 (Send)"),
-        ("[rank1]:[E602 16:02:40.500000000 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective "
-         "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
-         "ran for 600010 milliseconds before timing out."),
-    ])
+    job = job_of(
+        tmp_path,
+        [
+            (
+                "[2025-06-02 16:02:42] node-a:100:195 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
+                "from peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err 129 (Send)"
+            ),
+            (
+                "[rank1]:[E602 16:02:40.500000000 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective "
+                "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+                "ran for 600010 milliseconds before timing out."
+            ),
+        ],
+    )
     nccl = job.first_time(pl.DataFrame({"source_id": [0], "line_no": [1]}))
     torch = job.first_time(pl.DataFrame({"source_id": [0], "line_no": [2]}))
     assert nccl is not None and torch is not None and nccl - torch == 1.5

@@ -85,7 +85,9 @@ def test_real_capture_rank_without_a_dump_is_filled_from_its_log():
 
     folder, injected = _capture("stall")
     culprit = injected["culprit_rank"]
-    others = [str(p) for p in sorted((folder / "flight-recorder").iterdir()) if not p.name.endswith(f"_{culprit}")]
+    others = [
+        str(p) for p in sorted((folder / "flight-recorder").iterdir()) if not p.name.endswith(f"_{culprit}")
+    ]
     (found,) = FlightRecorderRankBehind().check(load_job(_logs(folder) + others))
     assert found.ranks == (culprit,) and found.seq == 13
     assert f"rank {culprit}: #12 (from its log; no dump)" in found.title

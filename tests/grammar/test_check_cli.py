@@ -22,7 +22,9 @@ def test_grammar_check_reports_wrong_expectation_with_file_and_sample(tmp_path):
     coll = root / "nccl" / "coll.toml"
     coll.write_text(coll.read_text().replace("opcount = 420", "opcount = 421"))
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "grammar", "check", "--dir", str(root)], capture_output=True, text=True
+        [sys.executable, "-m", "nccl_logsift", "grammar", "check", "--dir", str(root)],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     assert "grammars/nccl/coll.toml: sample 0: opcount: expected 421, parsed 420" in proc.stderr
@@ -34,8 +36,12 @@ def test_grammar_check_rejects_look_around(tmp_path):
 
     root = copy_grammars(tmp_path)
     coll = root / "nccl" / "coll.toml"
-    coll.write_text(coll.read_text().replace("^(?P<op>[A-Za-z]+): opCount", "^(?P<op>[A-Za-z]+)(?=:): opCount", 1))
+    coll.write_text(
+        coll.read_text().replace("^(?P<op>[A-Za-z]+): opCount", "^(?P<op>[A-Za-z]+)(?=:): opCount", 1)
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "grammar", "check", "--dir", str(root)], capture_output=True, text=True
+        [sys.executable, "-m", "nccl_logsift", "grammar", "check", "--dir", str(root)],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2 and "look-ahead is not supported by polars" in proc.stderr

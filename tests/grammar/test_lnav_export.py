@@ -58,7 +58,14 @@ def test_export_is_one_lnav_format_with_the_required_keys(exported):
     assert doc["$schema"] == SCHEMA_URL and list(doc) == ["$schema", FORMAT_NAME]
     fmt = doc[FORMAT_NAME]
     required = {
-        "title", "description", "regex", "level-field", "level", "value", "timestamp-field", "body-field",
+        "title",
+        "description",
+        "regex",
+        "level-field",
+        "level",
+        "value",
+        "timestamp-field",
+        "body-field",
         "sample",
     }
     assert required <= set(fmt)
@@ -123,8 +130,16 @@ def test_every_sample_level_is_what_its_pattern_captures(fmt):
 @pytest.mark.parametrize(
     "printed, level",
     [
-        ("WARN", "error"), ("INFO", "info"), ("TRACE", "trace"), ("CALL", "debug"), ("E", "error"),
-        ("W", "warning"), ("I", "info"), ("F", "fatal"), ("ERROR", "error"), ("WARNING", "warning"),
+        ("WARN", "error"),
+        ("INFO", "info"),
+        ("TRACE", "trace"),
+        ("CALL", "debug"),
+        ("E", "error"),
+        ("W", "warning"),
+        ("I", "info"),
+        ("F", "fatal"),
+        ("ERROR", "error"),
+        ("WARNING", "warning"),
     ],
 )
 def test_nccl_and_glog_levels_map_to_one_lnav_level(fmt, printed, level):
@@ -205,7 +220,12 @@ def lnav_home(exported, tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     proc = subprocess.run(
         [LNAV, "-i", str(exported[0])],
-        check=False, env=lnav_env(home), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        check=False,
+        env=lnav_env(home),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert (home / ".lnav" / "formats" / "installed" / f"{FORMAT_NAME}.json").read_text() == exported[1]
@@ -216,7 +236,12 @@ def lnav_query(home, log, sql: str) -> list[dict]:
     """Rows of ``sql`` over ``log``, from lnav run headless (-n), written as JSON."""
     proc = subprocess.run(
         [LNAV, "-n", "-c", f";{sql}", "-c", ":write-json-to -", str(log)],
-        check=False, env=lnav_env(home), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        check=False,
+        env=lnav_env(home),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
     )
     # lnav reports a format it refuses (a sample no pattern matches, a level that differs) on stderr.
     assert proc.returncode == 0 and "error" not in proc.stderr, proc.stderr
@@ -259,8 +284,12 @@ def test_lnav_reads_a_kubectl_log_of_mixed_lines_with_their_fields(lnav_home, tm
     assert int(rows[3]["torch_rank"]) == 0 and rows[4]["tid"] == 400
     assert rows[1]["log_body"] == "Epoch 0 step 10 loss 2.31"
     assert [r["log_time"] for r in rows] == [
-        "2024-07-19 10:22:31.100", "2024-07-19 10:22:31.200", "2024-07-19 10:22:31.300",
-        "2024-07-19 10:22:35.400", "2024-07-19 10:22:35.500", "2024-07-19 10:22:36.000",
+        "2024-07-19 10:22:31.100",
+        "2024-07-19 10:22:31.200",
+        "2024-07-19 10:22:31.300",
+        "2024-07-19 10:22:35.400",
+        "2024-07-19 10:22:35.500",
+        "2024-07-19 10:22:36.000",
     ]
 
 

@@ -11,7 +11,9 @@ NCCL_TIME = r"^(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] )?(?P<hos
 def test_groups_skip_escaped_parens_and_parens_in_classes():
     pattern = r"\((?P<a>[()\]]+)\)(?:x[^)])(?P<b>y)"
     assert [(g.name, pattern[g.start : g.end + 1]) for g in pcre.groups(pattern)] == [
-        ("a", r"(?P<a>[()\]]+)"), ("", "(?:x[^)])"), ("b", "(?P<b>y)"),
+        ("a", r"(?P<a>[()\]]+)"),
+        ("", "(?:x[^)])"),
+        ("b", "(?P<b>y)"),
     ]
 
 

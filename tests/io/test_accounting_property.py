@@ -11,9 +11,10 @@ from __future__ import annotations
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="the test extra installs hypothesis")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
 from conftest import FIXTURES  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st
+
 from nccl_logsift.errors import InputError  # noqa: E402
 from nccl_logsift.io.lines import BINARY_SNIFF_BYTES, binary_reason  # noqa: E402
 from nccl_logsift.pipeline import ParseOptions, analyze, parse_paths  # noqa: E402

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.io.sources import Source
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
@@ -149,7 +149,10 @@ def test_a_file_without_read_permission_in_a_directory_is_a_report_input(run_cli
     report, stderr = analyzed(run_cli, tmp_path / "logs")
     (entry,) = [i for i in report["inputs"] if i["path"] == denied]
     assert entry == {
-        "path": denied, "bytes": 0, "lines": 0, "unparsed_lines": 0,
+        "path": denied,
+        "bytes": 0,
+        "lines": 0,
+        "unparsed_lines": 0,
         "problems": [{"kind": "unreadable", "reason": "permission denied"}],
     }
     assert f"note: {denied}: could not be read: permission denied" in stderr
@@ -237,7 +240,9 @@ def test_a_subdirectory_that_cannot_be_listed_is_reported(run_cli, tmp_path, mon
     monkeypatch.setattr(os, "scandir", scandir)
     report, stderr = analyzed(run_cli, tmp_path / "logs")
     (entry,) = [i for i in report["inputs"] if i["path"] == locked]
-    assert entry["problems"] == [{"kind": "unreadable", "reason": "directory cannot be read: Permission denied"}]
+    assert entry["problems"] == [
+        {"kind": "unreadable", "reason": "directory cannot be read: Permission denied"}
+    ]
     assert f"note: {locked}: could not be read" in stderr
 
 

@@ -9,8 +9,8 @@ import subprocess
 import zlib
 
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.io.lines import LineReader
 from nccl_logsift.io.sources import expand_paths
 from nccl_logsift.model import ProblemKind

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
+
 from nccl_logsift.pipeline import analyze
 
 CASES = sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".json"))

@@ -9,7 +9,6 @@ from nccl_logsift.io import split
 from nccl_logsift.io.lines import PADDING, ByteView, LineReader, ReadStats, padded, split_lines
 from nccl_logsift.io.sources import expand_paths
 
-
 REPLACEMENT = "\ufffd".encode()
 
 

@@ -19,7 +19,9 @@ STALL_AFTER = 5.0
 TICK = 1.0
 
 
-def replay(tmp_path: Path, version: str, seed: int) -> tuple[list[tuple[float, object]], LiveState, dict, dict]:
+def replay(
+    tmp_path: Path, version: str, seed: int
+) -> tuple[list[tuple[float, object]], LiveState, dict, dict]:
     """Feed the rank-stall job's writes at their times; the events with their times, the state, the truth, and
     when each rank last advanced before each moment (rank -> times of its writes holding a collective)."""
     sim = simulate(Options("rank-stall", ranks=8, ops=60, nccl_version=version, seed=seed, noise=False))
@@ -49,7 +51,9 @@ def culprits(truth: dict) -> set[int]:
 
 @pytest.mark.parametrize("version", ["2.18", "2.21", "2.27"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_block_buffered_ranks_raise_no_stall_that_later_recovers_and_no_false_culprit(tmp_path, version, seed):
+def test_block_buffered_ranks_raise_no_stall_that_later_recovers_and_no_false_culprit(
+    tmp_path, version, seed
+):
     events, state, truth, _ = replay(tmp_path, version, seed)
     assert [e for _, e in events if e.kind is EventKind.RECOVERED] == []
     assert {r for _, e in events if e.finding.code == "LS101" for r in e.finding.ranks} <= culprits(truth)

@@ -72,14 +72,18 @@ def step_batches(tmp_path: Path, steps: list[list[str]]) -> list[Batch]:
     path.write_text("".join(line + "\n" for step in steps for line in step))
     stream = TableStream([str(path)])
     parsed = list(stream)
-    tables = {name: pl.concat([b.tables[name] for b in parsed], how="diagonal_relaxed") for name in parsed[0].tables}
+    tables = {
+        name: pl.concat([b.tables[name] for b in parsed], how="diagonal_relaxed") for name in parsed[0].tables
+    }
     calls = Calls.concat([b.calls for b in parsed])
     call_lines = (calls["seq"] >> 8) & 0xFFFFFFFF  # seq: source, line, part (calls.seq_of)
     batches, first = [], 1
     for step in steps:
         last = first + len(step) - 1
         cut = {name: t.filter(pl.col("line_no").is_between(first, last)) for name, t in tables.items()}
-        batches.append(Batch(cut, parsed[0].source, 0, calls.take((call_lines >= first) & (call_lines <= last))))
+        batches.append(
+            Batch(cut, parsed[0].source, 0, calls.take((call_lines >= first) & (call_lines <= last)))
+        )
         first = last + 1
     return batches
 
@@ -118,13 +122,21 @@ def test_rank_that_stops_while_peers_go_on_is_reported_once_after_stall_after(tm
     assert finding.ranks == (3,) and finding.hosts == ("trn-node-b",) and finding.comm == "0x7c3e91a5d2b4f608"
     assert finding.title.startswith("rank 3 (trn-node-b, pid 40003, GPU 1) has not called #6 on communicator")
     assert "last call #5 (AllReduce), while 3 rank(s) went on to #7" in finding.title
-    assert [e.line for e in finding.evidence] == [steps_line(steps, call(3, 4)), steps_line(steps, call(0, 6))]
+    assert [e.line for e in finding.evidence] == [
+        steps_line(steps, call(3, 4)),
+        steps_line(steps, call(0, 6)),
+    ]
     clock.now += 30
     assert state.check() == []  # once per episode
 
 
 def test_lag_a_stdio_block_could_hide_is_no_stall_when_nccl_block_buffers_its_lines(tmp_path, state, clock):
-    steps = [startup("2.21.5"), *(calls(k) for k in range(5)), calls(5, ranks=[0, 1, 2]), calls(6, ranks=[0, 1, 2])]
+    steps = [
+        startup("2.21.5"),
+        *(calls(k) for k in range(5)),
+        calls(5, ranks=[0, 1, 2]),
+        calls(6, ranks=[0, 1, 2]),
+    ]
     feed(state, clock, step_batches(tmp_path, steps), seconds_apart=1.0)
     clock.now += 10 * STALL_AFTER
     assert state.check() == []
@@ -170,7 +182,9 @@ def test_rank_briefly_behind_is_not_stalled(tmp_path, state, clock):
     assert state.check() == []
 
 
-def test_warn_is_a_finding_at_once_and_the_same_warn_from_another_rank_is_not_repeated(tmp_path, state, clock):
+def test_warn_is_a_finding_at_once_and_the_same_warn_from_another_rank_is_not_repeated(
+    tmp_path, state, clock
+):
     steps = [startup(), [ib_warn(1, 59644)], [ib_warn(2, 59700), ib_warn(1, 59645)]]
     (event,) = feed(state, clock, step_batches(tmp_path, steps), seconds_apart=0.1)
     finding = event.finding
@@ -201,7 +215,10 @@ def test_snapshot_puts_the_stalled_rank_first_and_counts_calls_per_second(tmp_pa
     state.check()
     snapshot = state.snapshot(max_rows=2)
     assert (snapshot.ranks_seen, snapshot.world_size) == (RANKS, RANKS)
-    assert [(r.rank, r.call, r.behind, r.stalled) for r in snapshot.rows] == [(3, 4, 1, True), (0, 5, 0, False)]
+    assert [(r.rank, r.call, r.behind, r.stalled) for r in snapshot.rows] == [
+        (3, 4, 1, True),
+        (0, 5, 0, False),
+    ]
     assert snapshot.more_rows == 2
     assert snapshot.calls_per_second == 0.0  # no call in the last 5 s
     assert [e.finding.code for e in snapshot.events] == ["LS101"]
@@ -217,7 +234,7 @@ def test_a_stalled_gpu_of_a_process_that_drives_two_is_named_by_its_own_rank(tmp
 
     lines = two_gpu_processes(stalled_rank=3, calls=8)
     inits, rest = lines[:8], lines[8:]
-    steps = [inits, *(rest[i:i + 4] for i in range(0, 16, 4)), rest[16:]]  # 4 rounds of all, then 3 ranks
+    steps = [inits, *(rest[i : i + 4] for i in range(0, 16, 4)), rest[16:]]  # 4 rounds of all, then 3 ranks
     feed(state, clock, step_batches(tmp_path, steps), seconds_apart=1.0)
     clock.now += STALL_AFTER + 1
     (event,) = state.check()
@@ -228,12 +245,16 @@ def test_a_stalled_gpu_of_a_process_that_drives_two_is_named_by_its_own_rank(tmp
     assert sorted(row.rank for row in snapshot.rows) == [0, 1, 2, 3]
 
 
-def test_a_warn_of_the_second_gpu_of_a_process_that_drives_two_is_named_by_that_gpus_rank(tmp_path, state, clock):
+def test_a_warn_of_the_second_gpu_of_a_process_that_drives_two_is_named_by_that_gpus_rank(
+    tmp_path, state, clock
+):
     from builders import two_gpu_processes
 
     lines = two_gpu_processes(calls=2)
-    warn = ("n1:20:20 [1] transport/net_ib.cc:1276 NCCL WARN NET/IB : Got completion from peer 10.0.1.11<59644> "
-            "with error 12, opcode 0, len 0, vendor err 129 (Send)")
+    warn = (
+        "n1:20:20 [1] transport/net_ib.cc:1276 NCCL WARN NET/IB : Got completion from peer 10.0.1.11<59644> "
+        "with error 12, opcode 0, len 0, vendor err 129 (Send)"
+    )
     (event,) = feed(state, clock, step_batches(tmp_path, [lines, [warn]]), seconds_apart=1.0)
     assert event.finding.ranks == (3,)
     assert event.finding.title.startswith("rank 3 (n1, pid 20, GPU 1): NCCL WARN NET/IB")

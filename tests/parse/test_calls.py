@@ -50,7 +50,9 @@ def test_concatenated_calls_build_the_rows_of_both(stream_batches):
     first, second = stream_batches[0].calls, stream_batches[1].calls
     both = Calls.concat([first.take(np.arange(len(first)) % 2 == 0), second])
     built = both.frame().drop("text")
-    want = pl.concat([stream_batches[0].tables["collectives"].gather_every(2), stream_batches[1].tables["collectives"]])
+    want = pl.concat(
+        [stream_batches[0].tables["collectives"].gather_every(2), stream_batches[1].tables["collectives"]]
+    )
     assert built.equals(want.select(built.columns), null_equal=True)
 
 
@@ -80,11 +82,17 @@ def test_names_number_strings_in_order_of_first_sight():
     names = Names()
     assert names.ids(["AllReduce", None, "Send", "AllReduce"]).tolist() == [0, NO_ID, 1, 0]
     assert names.of(pl.Series(["Send", None, "Recv"])).tolist() == [1, NO_ID, 2]
-    assert names.series("op", np.array([2, NO_ID, 0], dtype=np.int32)).to_list() == ["Recv", None, "AllReduce"]
+    assert names.series("op", np.array([2, NO_ID, 0], dtype=np.int32)).to_list() == [
+        "Recv",
+        None,
+        "AllReduce",
+    ]
 
 
 def test_a_signature_changes_with_every_field():
-    base = [np.array([v], dtype=np.int32 if i == 0 else np.int64) for i, v in enumerate((1, 1024, 7, 0, -1))]  # op ids are int32
+    base = [
+        np.array([v], dtype=np.int32 if i == 0 else np.int64) for i, v in enumerate((1, 1024, 7, 0, -1))
+    ]  # op ids are int32
     sig = signatures(*base)[0]
     assert signatures(*[b.copy() for b in base])[0] == sig
     for field in range(5):
@@ -109,7 +117,7 @@ def test_kept_text_keeps_a_chunk_only_while_enough_of_it_is_kept(tmp_path):
     piece = found.piece
     piece.lines = (chunk.view, chunk.starts[found.index], chunk.ends[found.index])
     texts = path.read_bytes().decode().split("\n")
-    want = lambda rows: [texts[i] for i in found.index[rows]]  # noqa: E731
+    want = lambda rows: [texts[i] for i in found.index[rows]]
     most, few = np.arange(len(piece) // 2, len(piece)), np.arange(3)
     kept, copied = piece.take(most), piece.take(few)
     assert kept.lines is not None and kept.text is None

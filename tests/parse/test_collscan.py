@@ -29,14 +29,25 @@ def looked_up(table: ByteTable, texts: list[bytes]) -> list[int]:
     return table.lookup(view.raw, view.words, starts, stops).tolist()
 
 
-TEXTS = [b"gpu7:31842:31842 [3]", b"gpu7:31842:31843 [3]", b"", b"x", b"[rank3]:gpu7:31842:31842 [3]", b"12345678", b"123456789"]
+TEXTS = [
+    b"gpu7:31842:31842 [3]",
+    b"gpu7:31842:31843 [3]",
+    b"",
+    b"x",
+    b"[rank3]:gpu7:31842:31842 [3]",
+    b"12345678",
+    b"123456789",
+]
 
 
 def test_strings_are_numbered_in_order_of_first_sight():
     table = ByteTable()
     assert add(table, TEXTS + TEXTS[::-1]) == list(range(len(TEXTS))) + list(range(len(TEXTS)))[::-1]
     assert table.strings(0, len(table)) == TEXTS
-    assert looked_up(table, TEXTS + [b"gpu7:31842:31842 [4]", b"1234567"]) == list(range(len(TEXTS))) + [-1, -1]
+    assert looked_up(table, TEXTS + [b"gpu7:31842:31842 [4]", b"1234567"]) == list(range(len(TEXTS))) + [
+        -1,
+        -1,
+    ]
 
 
 def test_strings_whose_hashes_collide_keep_their_own_ids():
@@ -72,7 +83,9 @@ def test_the_loops_refuse_strings_outside_the_data_and_a_table_without_room():
     with pytest.raises(ValueError, match="outside the data"):
         table.lookup(view.raw, view.words, starts, stops + 1)
     with pytest.raises(ValueError, match="no room"):  # add() makes room first (the store holds 64 bytes)
-        _kernels.collscan_add(table.arrays, view.raw, view.words, starts, stops, np.full(1, -1, dtype=np.int32))
+        _kernels.collscan_add(
+            table.arrays, view.raw, view.words, starts, stops, np.full(1, -1, dtype=np.int32)
+        )
     assert len(table) == 0
     with pytest.raises(TypeError, match="ids"):
         _kernels.collscan_find(table.arrays, view.raw, view.words, starts, stops, np.zeros(1, dtype=np.int64))

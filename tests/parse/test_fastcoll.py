@@ -17,8 +17,8 @@ from nccl_logsift.parse.fastcoll import CollFastPath
 from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.pipeline import ParseOptions, TableStream
 from nccl_logsift.simulate import Options, write
-from tests.simulate.simhelp import parse as parse_each_chunk
 from tests.conftest import FIXTURES, corpus_files
+from tests.simulate.simhelp import parse as parse_each_chunk
 
 GRAMMARS = load_grammars()
 KEY = ["source_id", "line_no", "part"]
@@ -36,7 +36,9 @@ def streamed(path: Path) -> tuple[dict[str, pl.DataFrame], object]:
     for batch in stream:
         for name, frame in batch.tables.items():
             parts.setdefault(name, []).append(frame)
-    return {name: pl.concat(frames, how="vertical_relaxed") for name, frames in parts.items()}, stream.parser.state
+    return {
+        name: pl.concat(frames, how="vertical_relaxed") for name, frames in parts.items()
+    }, stream.parser.state
 
 
 def assert_same_tables(path: Path) -> None:
@@ -64,7 +66,11 @@ def test_fast_path_gives_the_general_parsers_tables_on_real_logs(path):
 @pytest.mark.parametrize("version", ["2.14.3", "2.26.2"])
 def test_fast_path_gives_the_general_parsers_tables_under_every_launcher(tmp_path, layout, version):
     path = tmp_path / "job.log"
-    write(Options(scenario="collective-mismatch", layout=layout, nccl_version=version, ranks=8, nodes=2), str(path), None)
+    write(
+        Options(scenario="collective-mismatch", layout=layout, nccl_version=version, ranks=8, nodes=2),
+        str(path),
+        None,
+    )
     assert_same_tables(path)
 
 
@@ -84,7 +90,14 @@ def fast_rows(tmp_path, lines: list[str]) -> pl.DataFrame:
 def test_fast_path_reads_every_field(tmp_path):
     row = fast_rows(tmp_path, [LINE]).row(0, named=True)
     assert row["host"] == "gpu7" and row["pid"] == 31842 and row["dev"] == 3 and row["level"] == "INFO"
-    assert (row["op"], row["opcount"], row["count"], row["datatype"], row["redop"], row["root"]) == ("AllReduce", 0x1A4, 4194304, 7, 0, -1)
+    assert (row["op"], row["opcount"], row["count"], row["datatype"], row["redop"], row["root"]) == (
+        "AllReduce",
+        0x1A4,
+        4194304,
+        7,
+        0,
+        -1,
+    )
     assert row["comm"] == 0x55D2E4B1A6C0 and row["nranks"] == 16 and row["stream"] == 0x55D2E3F0C900
     assert row["sendbuff"] == 0x7F3A1C000000 and row["recvbuff"] is None
 
@@ -116,8 +129,10 @@ def test_fast_path_leaves_anything_unusual_to_the_general_parser(tmp_path, line)
 
 
 def test_fast_path_reads_the_call_fields_of_every_op(tmp_path):
-    lines = [LINE.replace("AllReduce:", f"{op}:").replace("root -1", f"root {root}") for op, root in
-             [("ReduceScatter", 0), ("Send", 7), ("Recv", 12345)]]
+    lines = [
+        LINE.replace("AllReduce:", f"{op}:").replace("root -1", f"root {root}")
+        for op, root in [("ReduceScatter", 0), ("Send", 7), ("Recv", 12345)]
+    ]
     rows = fast_rows(tmp_path, lines)
     assert rows["op"].to_list() == ["ReduceScatter", "Send", "Recv"]
     assert rows["root"].to_list() == [0, 7, 12345] and rows["nranks"].to_list() == [16] * 3
@@ -126,8 +141,13 @@ def test_fast_path_reads_the_call_fields_of_every_op(tmp_path):
 def test_fast_path_finds_the_message_after_any_n_or_nccl_info_in_the_prefix(tmp_path):
     """The message is sought at each " NCCL INFO " in turn; a prefix holding one is still the general
     parser's to judge."""
-    lines = [LINE.replace("gpu7", "NCCL-NODE"), LINE.replace("gpu7", "gpu7 NCCL INFO x"), LINE + " " + LINE,
-             LINE.replace("NCCL INFO AllReduce", "NCCL INFO NCCL INFO AllReduce"), "N" * 300]
+    lines = [
+        LINE.replace("gpu7", "NCCL-NODE"),
+        LINE.replace("gpu7", "gpu7 NCCL INFO x"),
+        LINE + " " + LINE,
+        LINE.replace("NCCL INFO AllReduce", "NCCL INFO NCCL INFO AllReduce"),
+        "N" * 300,
+    ]
     rows = agreement(tmp_path, lines)
     assert rows["index"].to_list()[:1] == [0] and rows["host"].to_list()[:1] == ["NCCL-NODE"]
 
@@ -209,7 +229,9 @@ def taken(tmp_path, lines: list[str], **kw) -> list[int]:
     ],
 )
 @pytest.mark.parametrize("pointers", [True, False])
-def test_fast_path_takes_a_value_only_when_the_general_parser_reads_it_alike(tmp_path, field, value, fast, pointers):
+def test_fast_path_takes_a_value_only_when_the_general_parser_reads_it_alike(
+    tmp_path, field, value, fast, pointers
+):
     assert field in LINE
     assert taken(tmp_path, [LINE, LINE.replace(field, value)], pointers=pointers) == ([0, 1] if fast else [0])
 
@@ -236,12 +258,16 @@ def test_fast_path_agrees_with_the_general_parser_on_damaged_lines(tmp_path):
 def test_fast_path_with_tiny_tables_gives_the_same_rows(tmp_path):
     """Every prefix collides (hash mask 0), the slot table starts at two slots and grows, and the tables
     are emptied between chunks when they hold more than four strings."""
-    lines = [LINE.replace("gpu7:31842", f"gpu{i % 7}:{31842 + i % 13}").replace("AllReduce", ("Send", "Recv", "AllGather")[i % 3])
-             for i in range(200)]
+    lines = [
+        LINE.replace("gpu7:31842", f"gpu{i % 7}:{31842 + i % 13}").replace(
+            "AllReduce", ("Send", "Recv", "AllGather")[i % 3]
+        )
+        for i in range(200)
+    ]
     path = tmp_path / "x.log"
     path.write_text("\n".join(lines) + "\n")
     source = expand_paths([str(path)])[0][0]
-    tiny = lambda: ByteTable(max_ids=4, slots=2, hash_mask=0)  # noqa: E731
+    tiny = lambda: ByteTable(max_ids=4, slots=2, hash_mask=0)
     parser = LineParser(GRAMMARS)
     small, usual = CollFastPath(parser.parse_prefixes, tables=tiny), CollFastPath(parser.parse_prefixes)
     chunks = list(LineReader(source, chunk_bytes=2000))

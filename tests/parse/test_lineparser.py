@@ -11,7 +11,7 @@ from nccl_logsift.grammar.schema import Layer, read_grammar
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.lineparser import LineParser
 
-PROBE = '''
+PROBE = """
 schema = "nccl-logsift/grammar/v1"
 family = "probe"
 layer = "message"
@@ -44,7 +44,7 @@ name = "warned"
 anchor = "Warned"
 level = "WARN"
 regex = \'\'\'^Warned$\'\'\'
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -61,25 +61,33 @@ def parser(tmp_path_factory) -> LineParser:
 def parse(parser: LineParser, messages: list[str]) -> dict[str, pl.DataFrame]:
     """``messages`` (level and text) as the NCCL lines of one batch."""
     lines = [f"node1:7:7 [0] NCCL {message}" for message in messages]
-    return parser.parse(LineChunk(
-        source_id=0,
-        line_no=pl.Series("line_no", range(1, len(lines) + 1), dtype=pl.UInt32),
-        byte_offset=pl.Series("byte_offset", [0] * len(lines), dtype=pl.UInt64),
-        text=pl.Series("text", lines, dtype=pl.String),
-    ))
+    return parser.parse(
+        LineChunk(
+            source_id=0,
+            line_no=pl.Series("line_no", range(1, len(lines) + 1), dtype=pl.UInt32),
+            byte_offset=pl.Series("byte_offset", [0] * len(lines), dtype=pl.UInt64),
+            text=pl.Series("text", lines, dtype=pl.String),
+        )
+    )
 
 
 def test_a_pattern_claims_only_the_lines_its_regex_matches_and_leaves_the_rest_to_the_next(parser):
     tables = parse(parser, ["INFO Probe 7", "INFO Probe seven", "INFO Probe 7 and 8"])
     probes = tables["probes"]
-    assert probes.select("line_no", "pattern", "n", "word").rows() == [(1, "number", 7, None), (2, "word", None, "seven")]
+    assert probes.select("line_no", "pattern", "n", "word").rows() == [
+        (1, "number", 7, None),
+        (2, "word", None, "seven"),
+    ]
     lines = tables["lines"].sort("line_no")
     assert lines["family"].to_list() == ["probe", "probe", None]
 
 
 def test_a_match_whose_groups_are_all_empty_is_still_a_match(parser):
     tables = parse(parser, ["INFO Bare", "INFO Bare words", "INFO Bareback riding"])
-    assert tables["probes"].select("line_no", "pattern", "tail").rows() == [(1, "bare", None), (2, "bare", "words")]
+    assert tables["probes"].select("line_no", "pattern", "tail").rows() == [
+        (1, "bare", None),
+        (2, "bare", "words"),
+    ]
 
 
 def test_a_pattern_with_a_level_claims_only_lines_of_that_level(parser):

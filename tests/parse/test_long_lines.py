@@ -62,8 +62,13 @@ def test_a_line_of_hundreds_of_megabytes_is_read_in_bounded_memory():
     )
     feed = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE)
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
-                                stdin=feed.stdout, stdout=out, stderr=subprocess.DEVNULL, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
+            stdin=feed.stdout,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
         feed.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)  # this process's own peak, not the largest child's
         proc.returncode = os.waitstatus_to_exitcode(status)

@@ -52,7 +52,9 @@ def small_segments(monkeypatch):
     """Workers in this process and segments of 48 KiB, so that even a small log is cut many times."""
     monkeypatch.setattr(parallel, "_Worker", InProcessWorker)
     monkeypatch.setattr(parallel, "SEGMENT_BYTES", SMALL_SEGMENT)
-    return lambda path: monkeypatch.setattr(parallel, "SEGMENT_BYTES", max(SMALL_SEGMENT, path.stat().st_size // 6))
+    return lambda path: monkeypatch.setattr(
+        parallel, "SEGMENT_BYTES", max(SMALL_SEGMENT, path.stat().st_size // 6)
+    )
 
 
 def streamed(paths: list[str], options: ParseOptions):
@@ -74,9 +76,13 @@ def same_rows(got: pl.DataFrame, want: pl.DataFrame) -> bool:
     fast path fills, so the concatenated batches may differ in their all-null columns.
     """
     columns = want.columns + [c for c in got.columns if c not in want.columns]
+
     def widened(frame: pl.DataFrame) -> pl.DataFrame:
         other = got if frame is want else want
-        return frame.with_columns(pl.lit(None, other.schema[c]).alias(c) for c in columns if c not in frame.columns).select(columns)
+        return frame.with_columns(
+            pl.lit(None, other.schema[c]).alias(c) for c in columns if c not in frame.columns
+        ).select(columns)
+
     return widened(got).equals(widened(want))
 
 
@@ -90,8 +96,15 @@ def assert_same_as_one_process(paths: list[str], every_line: bool = True, worker
     assert many.inputs == one.inputs
     assert many.numbering.instances.equals(one.numbering.instances)
     a, b = one.parser.state, many.parser.state
-    for counter in ("family_counts", "unparsed_shapes", "lines", "envelope_lines", "unparsed_envelope_lines",
-                    "torn_fragments", "known_hosts"):
+    for counter in (
+        "family_counts",
+        "unparsed_shapes",
+        "lines",
+        "envelope_lines",
+        "unparsed_envelope_lines",
+        "torn_fragments",
+        "known_hosts",
+    ):
         assert getattr(b, counter) == getattr(a, counter), counter
     return batches
 
@@ -110,7 +123,11 @@ def test_segments_give_the_tables_of_one_process_on_real_logs(small_segments, pa
 @pytest.mark.parametrize("layout", ["interleaved", "per-rank", "srun", "torchrun", "mpirun"])
 def test_segments_give_the_tables_of_one_process_under_every_launcher(small_segments, tmp_path, layout):
     path = tmp_path / "job"
-    write(Options(scenario="collective-mismatch", layout=layout, ranks=8, nodes=2, size=250_000), str(path), None)
+    write(
+        Options(scenario="collective-mismatch", layout=layout, ranks=8, nodes=2, size=250_000),
+        str(path),
+        None,
+    )
     assert assert_same_as_one_process([str(path)]) > 1
 
 
@@ -142,7 +159,9 @@ def test_worker_processes_give_the_tables_of_one_process(tmp_path, monkeypatch):
 def test_a_glued_line_naming_a_host_the_worker_had_not_seen_is_parsed_again():
     segment = parallel.Segment(0, 0, 10, "x.log", known_hosts=frozenset({"node1"}))
     result = parallel.SegmentTables([], 0, 0, 0, ParseState(unknown_glued_hosts={"Xnode2"}))
-    assert parallel.missed_hosts(result, segment, {"node1", "node2"})  # "Xnode2" ends with a host known by then
+    assert parallel.missed_hosts(
+        result, segment, {"node1", "node2"}
+    )  # "Xnode2" ends with a host known by then
     assert not parallel.missed_hosts(result, segment, {"node1", "node3"})
 
 
@@ -168,7 +187,7 @@ def test_file_segments_cut_at_line_starts(tmp_path):
     data = path.read_bytes()
     assert ranges[0][0] == 0 and ranges[-1][1] is None
     for (start, length), (following, _) in zip(ranges, ranges[1:]):
-        assert start + length == following and data[following - 1:following] == b"\n"
+        assert start + length == following and data[following - 1 : following] == b"\n"
 
 
 def test_tables_are_handed_over_on_disk_when_shared_memory_is_small(monkeypatch):
@@ -180,7 +199,9 @@ def test_tables_are_handed_over_on_disk_when_shared_memory_is_small(monkeypatch)
 
 
 @pytest.mark.parametrize("how", ["gzip", "stdin"])
-def test_coll_evidence_of_worker_parsed_inputs_that_cannot_be_read_again(small_segments, tmp_path, monkeypatch, how):
+def test_coll_evidence_of_worker_parsed_inputs_that_cannot_be_read_again(
+    small_segments, tmp_path, monkeypatch, how
+):
     """Workers send back no line text; for a pipe or a compressed file, the calls the diagnosis keeps are
     quoted from the segments this process read, so the findings are those of the plain file."""
     from nccl_logsift.pipeline import analyze
@@ -193,6 +214,7 @@ def test_coll_evidence_of_worker_parsed_inputs_that_cannot_be_read_again(small_s
         source.write_bytes(gzip.compress(plain.read_bytes()))
         path = str(source)
     else:
+
         class Stdin:
             buffer = io.BytesIO(plain.read_bytes())
 
@@ -200,10 +222,14 @@ def test_coll_evidence_of_worker_parsed_inputs_that_cannot_be_read_again(small_s
         path = "-"
     want = to_dict(analyze([str(plain)], ParseOptions(workers=1), views=False))
     got = to_dict(analyze([path], ParseOptions(workers=2), views=False))
-    quoted = [e["text"] for f in got["findings"] for e in f["evidence"]] + [r["last_line"]["text"] for r in got["ranks"]]
+    quoted = [e["text"] for f in got["findings"] for e in f["evidence"]] + [
+        r["last_line"]["text"] for r in got["ranks"]
+    ]
     assert sum("NCCL INFO AllReduce: opCount" in text for text in quoted) > 8
     for report in (want, got):
         report.pop("inputs")
-        for e in [e for f in report["findings"] for e in f["evidence"]] + [r["last_line"] for r in report["ranks"]]:
+        for e in [e for f in report["findings"] for e in f["evidence"]] + [
+            r["last_line"] for r in report["ranks"]
+        ]:
             e.pop("path")
     assert got == want

@@ -90,4 +90,6 @@ def test_a_consumer_that_stops_early_stops_the_thread(tmp_path):
     items = parser.scan_ahead(chunks_of(path, 1 << 12))
     next(items)
     items.close()
-    assert not any(t.name.startswith(("logsift-read", "logsift-scan")) and t.is_alive() for t in threading.enumerate())
+    assert not any(
+        t.name.startswith(("logsift-read", "logsift-scan")) and t.is_alive() for t in threading.enumerate()
+    )

@@ -17,9 +17,17 @@ from pathlib import Path
 import pytest
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-    "--disable-extensions", "--mute-audio",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--disable-extensions",
+    "--mute-audio",
 )
 
 
@@ -35,8 +43,8 @@ def chromium() -> str:
 
 @dataclass
 class Loaded:
-    dom: str        # the serialised DOM after load and the page's scripts
-    console: str    # what the browser logged: CSP violations show up here
+    dom: str  # the serialised DOM after load and the page's scripts
+    console: str  # what the browser logged: CSP violations show up here
 
 
 def load(page: Path, budget_ms: int = 3000, fragment: str = "") -> Loaded:
@@ -44,9 +52,19 @@ def load(page: Path, budget_ms: int = 3000, fragment: str = "") -> Loaded:
     does not wait)."""
     with tempfile.TemporaryDirectory(prefix="logsift-chromium-") as profile:
         done = subprocess.run(
-            [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
-             "--enable-logging=stderr", "--v=0", "--dump-dom", page.resolve().as_uri() + (f"#{fragment}" if fragment else "")],
-            capture_output=True, text=True, timeout=120,
+            [
+                chromium(),
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--virtual-time-budget={budget_ms}",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--dump-dom",
+                page.resolve().as_uri() + (f"#{fragment}" if fragment else ""),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert done.returncode == 0, done.stderr[-2000:]
     return Loaded(dom=done.stdout, console=done.stderr)
@@ -55,9 +73,17 @@ def load(page: Path, budget_ms: int = 3000, fragment: str = "") -> Loaded:
 def screenshot(page: Path, png: Path, width: int = 1400, height: int = 2000) -> Path:
     with tempfile.TemporaryDirectory(prefix="logsift-chromium-") as profile:
         done = subprocess.run(
-            [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-             f"--screenshot={png}", page.resolve().as_uri()],
-            capture_output=True, text=True, timeout=120,
+            [
+                chromium(),
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                f"--screenshot={png}",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert done.returncode == 0 and png.exists(), done.stderr[-2000:]
     return png

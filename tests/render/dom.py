@@ -12,7 +12,7 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 class Node:
     tag: str
     attrs: dict[str, str]
-    children: list["Node | str"] = field(default_factory=list)
+    children: list[Node | str] = field(default_factory=list)
 
     @property
     def classes(self) -> set[str]:
@@ -28,18 +28,20 @@ class Node:
             if isinstance(child, Node):
                 yield from child.iter()
 
-    def find_all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list["Node"]:
+    def find_all(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> list[Node]:
         return [
-            n for n in self.iter()
-            if (tag is None or n.tag == tag) and (cls is None or cls in n.classes)
+            n
+            for n in self.iter()
+            if (tag is None or n.tag == tag)
+            and (cls is None or cls in n.classes)
             and all(n.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items())
         ]
 
-    def find(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> "Node | None":
+    def find(self, tag: str | None = None, cls: str | None = None, **attrs: str) -> Node | None:
         found = self.find_all(tag, cls, **attrs)
         return found[0] if found else None
 
-    def by_id(self, ident: str) -> "Node | None":
+    def by_id(self, ident: str) -> Node | None:
         return next((n for n in self.iter() if n.attrs.get("id") == ident), None)
 
 

@@ -38,8 +38,19 @@ def report_of(*paths: str) -> Report:
 def simulate(out: Path, *args: str) -> Path:
     """Run ``logsift simulate`` into ``out`` (a file), with its truth beside it."""
     subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "simulate", *args, "-o", str(out), "--truth", str(out.with_suffix(".json"))],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "nccl_logsift",
+            "simulate",
+            *args,
+            "-o",
+            str(out),
+            "--truth",
+            str(out.with_suffix(".json")),
+        ],
+        check=True,
+        capture_output=True,
     )
     return out
 

@@ -27,8 +27,14 @@ RAW = ["\x1b", "\x07", "\x9b", "\x7f", "\u202e", "\u202c"]
 
 def test_visible_writes_controls_in_caret_notation_and_code_points():
     assert visible("a\x1b[2Jb\x07\x00\x7f") == "a^[[2Jb^G^@^?"
-    assert visible("\x9b\x85\u202a\u202e\u2066\u2069\u200f") == "<U+009B><U+0085><U+202A><U+202E><U+2066><U+2069><U+200F>"
-    assert visible("tab\tand newline\nstay; ünïcödé and 日本 too") == "tab\tand newline\nstay; ünïcödé and 日本 too"
+    assert (
+        visible("\x9b\x85\u202a\u202e\u2066\u2069\u200f")
+        == "<U+009B><U+0085><U+202A><U+202E><U+2066><U+2069><U+200F>"
+    )
+    assert (
+        visible("tab\tand newline\nstay; ünïcödé and 日本 too")
+        == "tab\tand newline\nstay; ünïcödé and 日本 too"
+    )
 
 
 @pytest.fixture
@@ -44,8 +50,12 @@ def hostile_log(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("command", [["analyze"], ["watch", "--format", "text"]])
 def test_the_terminal_report_carries_no_control_character_of_the_log(hostile_log, command):
-    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", *command, str(hostile_log)],
-                          capture_output=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", *command, str(hostile_log)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout.decode()
     assert [c for c in RAW if c in text] == []
@@ -56,8 +66,12 @@ def test_the_terminal_report_carries_no_control_character_of_the_log(hostile_log
 
 def test_the_report_written_with_o_carries_no_control_character_either(hostile_log, tmp_path):
     out = tmp_path / "report.txt"
-    proc = subprocess.run([sys.executable, "-m", "nccl_logsift", "analyze", str(hostile_log), "-o", str(out)],
-                          capture_output=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(hostile_log), "-o", str(out)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "^[[8mhidden" in out.read_text()
     assert [c for c in RAW if c in out.read_text()] == []
 
@@ -67,7 +81,10 @@ def test_the_live_view_shows_controls_in_hosts_ops_titles_and_notes():
 
     hostile = replace(row(0, 7), host=f"node{PAYLOAD}", op=f"AllReduce{PAYLOAD}", comm=f"0x1{PAYLOAD}")
     finding = replace(STALL, title=f"stalled {PAYLOAD}")
-    events = (LiveEvent(EventKind.FINDING, 1.0, finding), LiveEvent(EventKind.RECOVERED, 2.0, finding, PAYLOAD))
+    events = (
+        LiveEvent(EventKind.FINDING, 1.0, finding),
+        LiveEvent(EventKind.RECOVERED, 2.0, finding, PAYLOAD),
+    )
     console = Console(file=io.StringIO(), width=400, color_system=None)
     console.print(live_view(snapshot(rows=(hostile,), events=events), height=40))
     text = console.file.getvalue()

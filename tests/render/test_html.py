@@ -12,7 +12,15 @@ from markupsafe import escape
 from nccl_logsift.model import CellState
 from nccl_logsift.render.html import render_html
 from tests.conftest import FIXTURES
-from tests.render.reports import PATH_PAYLOAD, PAYLOADS, fixture_truth, hostile_log, primary_ranks, report_of, simulate
+from tests.render.reports import (
+    PATH_PAYLOAD,
+    PAYLOADS,
+    fixture_truth,
+    hostile_log,
+    primary_ranks,
+    report_of,
+    simulate,
+)
 
 
 def _page(name: str) -> str:
@@ -28,13 +36,19 @@ def test_log_text_is_escaped_everywhere(tmp_path):
     assert "&lt;img src=x onerror=" in page  # so is the file name
     # Our own script is the only one, and the findings JSON cannot close its element early.
     assert page.count("<script>") == 1
-    contract = re.search(r'<script type="application/json" id="findings-json">(.*?)</script>', page, re.S).group(1)
+    contract = re.search(
+        r'<script type="application/json" id="findings-json">(.*?)</script>', page, re.S
+    ).group(1)
     assert "<" not in contract
 
 
 def test_csp_allows_exactly_the_inline_style_and_script():
     page = _page("rank_stall_8ranks.log")
-    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1).replace("&#39;", "'")
+    policy = (
+        re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
+        .group(1)
+        .replace("&#39;", "'")
+    )
     assert "default-src 'none'" in policy and "unsafe-inline" not in policy
     style = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
     script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
@@ -90,7 +104,9 @@ def test_timeline_needs_timestamps(tmp_path):
 
 @pytest.mark.parametrize("ranks", [1024])
 def test_large_job_groups_rows_by_node_and_stays_small(tmp_path, ranks):
-    log = simulate(tmp_path / "big.log", "-s", "rank-stall", "--ranks", str(ranks), "--ops", "6", "--no-noise")
+    log = simulate(
+        tmp_path / "big.log", "-s", "rank-stall", "--ranks", str(ranks), "--ops", "6", "--no-noise"
+    )
     report = report_of(str(log))
     page = render_html(report)
     assert len(page.encode()) < 5_000_000

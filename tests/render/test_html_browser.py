@@ -17,7 +17,15 @@ from nccl_logsift.render.html import render_html
 from tests.conftest import CORPUS_ABSENT, FIXTURES
 from tests.render import browser
 from tests.render.dom import parse
-from tests.render.reports import PAYLOADS, corpus, fixture_truth, hostile_log, primary_ranks, report_of, simulate
+from tests.render.reports import (
+    PAYLOADS,
+    corpus,
+    fixture_truth,
+    hostile_log,
+    primary_ranks,
+    report_of,
+    simulate,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -48,7 +56,9 @@ def _check_page(report, page: Path, loaded, dom, culprits: list[int]) -> None:
     assert shot.read_bytes()[:8] == PNG and shot.stat().st_size > 20_000
 
 
-@pytest.mark.parametrize("name", ["rank_stall_8ranks", "collective_mismatch_4ranks", "socket_fallback_4ranks", "ib_error_4ranks"])
+@pytest.mark.parametrize(
+    "name", ["rank_stall_8ranks", "collective_mismatch_4ranks", "socket_fallback_4ranks", "ib_error_4ranks"]
+)
 def test_simulated_scenario_report_in_chromium(tmp_path, name):
     log = FIXTURES / f"{name}.log"
     report = report_of(str(log))
@@ -75,7 +85,9 @@ def test_thousand_rank_report_in_chromium(tmp_path):
     culprits = [r for f in report.findings if f.primary for r in f.ranks]
     page, loaded, dom = _open(report, tmp_path)
     _check_page(report, page, loaded, dom, culprits)
-    assert len(dom.find("table", cls="grid").find_all("tr")) == 1024 // 8 + 1  # one row per node, and the head
+    assert (
+        len(dom.find("table", cls="grid").find_all("tr")) == 1024 // 8 + 1
+    )  # one row per node, and the head
 
 
 def test_timeline_report_in_chromium(tmp_path):

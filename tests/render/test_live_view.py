@@ -12,28 +12,50 @@ from nccl_logsift.render.json import finding_dict
 from nccl_logsift.render.live import event_dict, live_view
 
 STALL = Finding(
-    code="LS101", name="rank-behind", kind=Kind.RANK_BEHIND, severity=Severity.ERROR,
+    code="LS101",
+    name="rank-behind",
+    kind=Kind.RANK_BEHIND,
+    severity=Severity.ERROR,
     title="rank 3 (trn-node-b, pid 40003, GPU 1) has not called #6 on communicator 0x7c3e91a5d2b4f608 (4 ranks)",
-    ranks=(3,), hosts=("trn-node-b",), comm="0x7c3e91a5d2b4f608", seq=6,
+    ranks=(3,),
+    hosts=("trn-node-b",),
+    comm="0x7c3e91a5d2b4f608",
+    seq=6,
     evidence=(Evidence("-", 12, "trn-node-b:40003:40003 [1] NCCL INFO AllReduce: opCount 4 ..."),),
 )
 
 
 def row(rank: int, call: int, behind: int = 0, stalled: bool = False) -> RankRow:
     return RankRow(
-        comm="0x7c3e91a5d2b4f608", rank=rank, comm_rank=rank, host="trn-node-a", pid=40000 + rank, op="AllReduce",
-        call=call, behind=behind, idle=12.0 if stalled else 0.4, stalled=stalled,
+        comm="0x7c3e91a5d2b4f608",
+        rank=rank,
+        comm_rank=rank,
+        host="trn-node-a",
+        pid=40000 + rank,
+        op="AllReduce",
+        call=call,
+        behind=behind,
+        idle=12.0 if stalled else 0.4,
+        stalled=stalled,
     )
 
 
 def snapshot(**changes) -> LiveSnapshot:
     values = {
-        "elapsed": 75.2, "bytes_read": 12_500_000, "ranks_seen": 4, "world_size": 4, "calls_per_second": 1234.4,
-        "stall_after": 10.0, "block_buffered": False, "rows": (row(3, 5, behind=2, stalled=True), row(0, 7), row(1, 7), row(2, 7)),
+        "elapsed": 75.2,
+        "bytes_read": 12_500_000,
+        "ranks_seen": 4,
+        "world_size": 4,
+        "calls_per_second": 1234.4,
+        "stall_after": 10.0,
+        "block_buffered": False,
+        "rows": (row(3, 5, behind=2, stalled=True), row(0, 7), row(1, 7), row(2, 7)),
         "more_rows": 0,
         "events": (
             LiveEvent(EventKind.FINDING, 20.5, STALL),
-            LiveEvent(EventKind.RECOVERED, 31.0, STALL, "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again"),
+            LiveEvent(
+                EventKind.RECOVERED, 31.0, STALL, "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again"
+            ),
         ),
     }
     return LiveSnapshot(**(values | changes))
@@ -68,7 +90,9 @@ def test_event_dicts_carry_a_finding_of_the_findings_contract():
     finding, recovered = (event_dict(e) for e in snapshot().events)
     assert finding == {"event": "finding", "at": 20.5, "finding": finding_dict(STALL)}
     assert recovered == {
-        "event": "recovered", "at": 31.0, "note": "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again",
+        "event": "recovered",
+        "at": 31.0,
+        "note": "rank 3 (trn-node-b, pid 40003, GPU 1) is advancing again",
         "finding": finding_dict(STALL),
     }
 

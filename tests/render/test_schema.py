@@ -8,7 +8,6 @@ from importlib.resources import files
 
 import jsonschema
 import pytest
-
 from conftest import FIXTURES
 
 FIXTURE_INPUTS = sorted(p.name for p in FIXTURES.iterdir() if p.suffix == ".log" or p.is_dir())
@@ -44,12 +43,19 @@ def test_shipped_schema_is_a_valid_2020_12_schema():
 @pytest.mark.parametrize("name", FIXTURE_INPUTS)
 def test_every_fixtures_findings_validate_against_the_schema_with_every_key_described(run_cli, name):
     result = run_cli("analyze", str(FIXTURES / name), "--format", "json")
-    errors = [e.message for e in jsonschema.Draft202012Validator(closed(shipped_schema())).iter_errors(json.loads(result.stdout))]
+    errors = [
+        e.message
+        for e in jsonschema.Draft202012Validator(closed(shipped_schema())).iter_errors(
+            json.loads(result.stdout)
+        )
+    ]
     assert errors == []
 
 
 def test_schema_rejects_what_breaks_the_contract(run_cli):
-    contract = json.loads(run_cli("analyze", str(FIXTURES / "rank_stall_8ranks.log"), "--format", "json").stdout)
+    contract = json.loads(
+        run_cli("analyze", str(FIXTURES / "rank_stall_8ranks.log"), "--format", "json").stdout
+    )
     validator = jsonschema.Draft202012Validator(closed(shipped_schema()))
     renamed = copy.deepcopy(contract)
     renamed["findings"][0]["sev"] = renamed["findings"][0].pop("severity")
@@ -62,10 +68,17 @@ def test_contract_with_input_problems_and_flight_recorder_dumps_validates(run_cl
     import gzip
 
     log, dumps = tmp_path / "job.log", tmp_path / "fr"
-    assert run_cli("simulate", "-s", "rank-stall", "--ranks", "4", "-o", str(log), "--flight-recorder", str(dumps)).exit_code == 0
+    assert (
+        run_cli(
+            "simulate", "-s", "rank-stall", "--ranks", "4", "-o", str(log), "--flight-recorder", str(dumps)
+        ).exit_code
+        == 0
+    )
     cut = tmp_path / "cut.log.gz"
     cut.write_bytes(gzip.compress(log.read_bytes())[:-200])
     contract = json.loads(run_cli("analyze", str(cut), str(dumps), "--format", "json").stdout)
     assert contract["inputs"][0]["problems"] and contract["dumps"]["files"]
-    errors = [e.message for e in jsonschema.Draft202012Validator(closed(shipped_schema())).iter_errors(contract)]
+    errors = [
+        e.message for e in jsonschema.Draft202012Validator(closed(shipped_schema())).iter_errors(contract)
+    ]
     assert errors == []

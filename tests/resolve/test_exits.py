@@ -49,7 +49,10 @@ def parse(tmp_path, lines: list[str]) -> pl.DataFrame:
     path = tmp_path / "job.log"
     path.write_text("\n".join(lines) + "\n")
     parser = LineParser(load_grammars())
-    frames = [parser.parse(chunk.lines())["exits"] for chunk in LineReader(Source(0, str(path), path.stat().st_size))]
+    frames = [
+        parser.parse(chunk.lines())["exits"]
+        for chunk in LineReader(Source(0, str(path), path.stat().st_size))
+    ]
     return pl.concat(frames)
 
 
@@ -102,7 +105,10 @@ def test_summary_without_entry_markers_and_with_no_other_failures(tmp_path):
 def test_interleaved_summaries_are_read_per_srun_task(tmp_path):
     # Two agents (srun tasks 0 and 1) print their summaries at the same time.
     a = [f"0: {line}" for line in SUMMARY[3:]]
-    b = [f"1: {line.replace('gpu-a17', 'gpu-a18').replace('rank      : ', 'rank      : 1')}" for line in SUMMARY[3:]]
+    b = [
+        f"1: {line.replace('gpu-a17', 'gpu-a18').replace('rank      : ', 'rank      : 1')}"
+        for line in SUMMARY[3:]
+    ]
     lines = [x for pair in zip(a, b) for x in pair]
     got = assemble_exits(parse(tmp_path, lines))
     assert got.height == 6
@@ -125,10 +131,18 @@ def test_elastic_slurm_and_shell_reports(tmp_path):
     ]
     got = assemble_exits(parse(tmp_path, lines))
     assert got["origin"].value_counts().sort("origin").rows() == [
-        ("elastic", 1), ("pals", 1), ("shell", 1), ("slurm", 6),
+        ("elastic", 1),
+        ("pals", 1),
+        ("shell", 1),
+        ("slurm", 6),
     ]
     elastic = got.filter(pl.col("origin") == "elastic").row(0, named=True)
-    assert (elastic["local_rank"], elastic["pid"], elastic["exit_code"], elastic["signal"]) == (1, 40112, -6, "SIGABRT")
+    assert (elastic["local_rank"], elastic["pid"], elastic["exit_code"], elastic["signal"]) == (
+        1,
+        40112,
+        -6,
+        "SIGABRT",
+    )
     assert elastic["root_cause"] is True and elastic["time"] == "0203 17:40:14.220000"
 
     slurm = got.filter(pl.col("origin") == "slurm").sort("rank")
@@ -148,8 +162,14 @@ def test_elastic_slurm_and_shell_reports(tmp_path):
 def test_empty_and_narrow_inputs():
     assert assemble_exits(pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32})).is_empty()
     narrow = pl.DataFrame(
-        {"source_id": [0], "line_no": [1], "event": ["slurm_task_exit"], "exit_host": ["n1"],
-         "exit_tasks": ["2"], "exit_reason": ["Killed"]}
+        {
+            "source_id": [0],
+            "line_no": [1],
+            "event": ["slurm_task_exit"],
+            "exit_host": ["n1"],
+            "exit_tasks": ["2"],
+            "exit_reason": ["Killed"],
+        }
     )
     got = assemble_exits(narrow)
     assert got.select("rank", "signal", "origin").rows() == [(2, "SIGKILL", "slurm")]

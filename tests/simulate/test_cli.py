@@ -7,10 +7,10 @@ import json
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from simhelp import parse, unparsed_nccl
 
 from nccl_logsift.cli import cli
 from nccl_logsift.simulate import SCENARIOS
-from simhelp import parse, unparsed_nccl
 
 
 def invoke(*args: str):
@@ -28,17 +28,36 @@ def test_list_prints_one_line_per_scenario():
 def test_same_seed_gives_the_same_bytes_and_another_seed_does_not(tmp_path):
     args = ["-s", "rank-stall", "--ranks", "16", "--seed", "11"]
     for name in ("a.log", "b.log"):
-        assert invoke(*args, "-o", str(tmp_path / name), "--truth", str(tmp_path / f"{name}.json")).exit_code == 0
+        assert (
+            invoke(*args, "-o", str(tmp_path / name), "--truth", str(tmp_path / f"{name}.json")).exit_code
+            == 0
+        )
     assert (tmp_path / "a.log").read_bytes() == (tmp_path / "b.log").read_bytes()
     assert (tmp_path / "a.log.json").read_bytes() == (tmp_path / "b.log.json").read_bytes()
-    assert invoke("-s", "rank-stall", "--ranks", "16", "--seed", "12", "-o", str(tmp_path / "c.log")).exit_code == 0
+    assert (
+        invoke("-s", "rank-stall", "--ranks", "16", "--seed", "12", "-o", str(tmp_path / "c.log")).exit_code
+        == 0
+    )
     assert (tmp_path / "c.log").read_bytes() != (tmp_path / "a.log").read_bytes()
 
 
 def test_per_rank_layout_is_deterministic_and_names_files_host_dot_pid(tmp_path):
     for d in ("x", "y"):
-        assert invoke("-s", "ib-error", "--layout", "per-rank", "--seed", "3", "-o", str(tmp_path / d),
-                      "--truth", str(tmp_path / f"{d}.json")).exit_code == 0
+        assert (
+            invoke(
+                "-s",
+                "ib-error",
+                "--layout",
+                "per-rank",
+                "--seed",
+                "3",
+                "-o",
+                str(tmp_path / d),
+                "--truth",
+                str(tmp_path / f"{d}.json"),
+            ).exit_code
+            == 0
+        )
     files = sorted(p.name for p in (tmp_path / "x").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "y").iterdir())
     assert all((tmp_path / "x" / f).read_bytes() == (tmp_path / "y" / f).read_bytes() for f in files)
@@ -57,7 +76,18 @@ def test_dash_writes_an_interleaved_stream_to_stdout():
 
 def test_size_streams_about_that_many_bytes_and_keeps_the_fault(tmp_path):
     out = tmp_path / "big.log"
-    result = invoke("-s", "rank-stall", "--size", "400KB", "--seed", "2", "-o", str(out), "--truth", str(tmp_path / "t.json"))
+    result = invoke(
+        "-s",
+        "rank-stall",
+        "--size",
+        "400KB",
+        "--seed",
+        "2",
+        "-o",
+        str(out),
+        "--truth",
+        str(tmp_path / "t.json"),
+    )
     assert result.exit_code == 0
     assert 0.8 * 400_000 < out.stat().st_size < 1.2 * 400_000
     truth = json.loads((tmp_path / "t.json").read_text())
@@ -70,15 +100,38 @@ def test_size_streams_about_that_many_bytes_and_keeps_the_fault(tmp_path):
     mine = coll.filter((pl.col("host") == proc["host"]) & (pl.col("pid") == proc["pid"]))
     # The culprit's COLL lines on the comm stop right before the truth's position.
     comm = next(c for c in truth["communicators"] if c["comm_id"] == truth["faults"][0]["comm"])
-    ptrs = tables["comms"].filter((pl.col("host") == proc["host"]) & (pl.col("pid") == proc["pid"]) &
-                                  (pl.col("comm_id") == comm["comm_id"]))["comm"].unique().to_list()
+    ptrs = (
+        tables["comms"]
+        .filter(
+            (pl.col("host") == proc["host"])
+            & (pl.col("pid") == proc["pid"])
+            & (pl.col("comm_id") == comm["comm_id"])
+        )["comm"]
+        .unique()
+        .to_list()
+    )
     assert mine.filter(pl.col("comm").is_in(ptrs)).height == truth["faults"][0]["seq"] - 1
 
 
 def test_noise_brings_torn_and_glued_lines_that_the_parser_splits(tmp_path):
     out = tmp_path / "noisy.log"
-    assert invoke("-s", "healthy", "--ranks", "16", "--nccl-version", "2.21", "--torn-rate", "0.05", "--seed", "4",
-                  "-o", str(out)).exit_code == 0
+    assert (
+        invoke(
+            "-s",
+            "healthy",
+            "--ranks",
+            "16",
+            "--nccl-version",
+            "2.21",
+            "--torn-rate",
+            "0.05",
+            "--seed",
+            "4",
+            "-o",
+            str(out),
+        ).exit_code
+        == 0
+    )
     text = out.read_bytes().decode()
     assert "\r" in text and "warnings.warn(" in text
     _, tables = parse(out)
@@ -130,7 +183,9 @@ def test_says_what_it_wrote_on_stderr_and_keeps_stdout_for_the_log(tmp_path):
     assert result.exit_code == 0
     size = (tmp_path / "job.log").stat().st_size
     assert result.stdout == ""
-    assert result.stderr.startswith(f"Wrote {tmp_path / 'job.log'} ({size:,} bytes): scenario slow-rank, 8 ranks")
+    assert result.stderr.startswith(
+        f"Wrote {tmp_path / 'job.log'} ({size:,} bytes): scenario slow-rank, 8 ranks"
+    )
     assert "NCCL 2.26.2" in result.stderr and f"Ground truth: {tmp_path / 't.json'}." in result.stderr
     piped = invoke("-s", "healthy", "-o", "-")
     assert piped.stderr.startswith("Wrote standard output: scenario healthy")

@@ -11,14 +11,19 @@ from datetime import datetime
 
 import polars as pl
 import pytest
+from simhelp import parse, run
 
 from nccl_logsift.simulate import SCENARIOS
-from simhelp import parse, run
 
 
 def _setup(tmp_path, scenario, **kw):
-    options = dict(scenario=scenario, ranks=16 if scenario in ("pp-deadlock", "rank-stall") else 8, seed=21,
-                   nccl_version=kw.pop("nccl_version", "2.21"), torn_rate=0.0)
+    options = dict(
+        scenario=scenario,
+        ranks=16 if scenario in ("pp-deadlock", "rank-stall") else 8,
+        seed=21,
+        nccl_version=kw.pop("nccl_version", "2.21"),
+        torn_rate=0.0,
+    )
     options.update(kw)
     out, truth = run(tmp_path, **options)
     _, tables = parse(out)
@@ -32,7 +37,9 @@ def proc_of(truth, rank):
 
 def nccl_text(tables, truth, rank) -> list[str]:
     host, pid = proc_of(truth, rank)
-    lines = tables["lines"].filter((pl.col("host") == host) & (pl.col("pid") == pid) & (pl.col("producer") == "nccl"))
+    lines = tables["lines"].filter(
+        (pl.col("host") == host) & (pl.col("pid") == pid) & (pl.col("producer") == "nccl")
+    )
     return lines["text"].to_list()
 
 
@@ -78,7 +85,10 @@ def test_the_culprits_call_differs_at_the_truths_position(tmp_path, scenario):
     assert mine["op"] == f["op"]
     others = [coll_on(tables, truth, f["comm"], r) for r in comm["ranks"] if r != culprit]
     theirs = [o.row(f["seq"] - 1, named=True) for o in others if o.height >= f["seq"]]
-    assert theirs and all((t["op"], t["count"]) != (mine["op"], mine["count"]) or mine["op"] == t["op"] == "Send" for t in theirs)
+    assert theirs and all(
+        (t["op"], t["count"]) != (mine["op"], mine["count"]) or mine["op"] == t["op"] == "Send"
+        for t in theirs
+    )
 
 
 def test_init_hang_missing_ranks_print_nothing_and_the_others_never_complete(tmp_path):
@@ -119,8 +129,12 @@ def test_node_death_is_reported_by_the_other_nodes_ras_only(tmp_path, version):
     ras = tables["ras"]
     declared = ras.filter(pl.col("event") == "dead_peer")
     assert declared.height and not set(declared["host"]) & {truth["processes"][r]["host"] for r in dead}
-    ips = {t.rsplit(":", 1)[-1].split("<")[0] for r in dead for t in nccl_text(tables, truth, r)
-           if re.search(r"Bootstrap ?: Using", t)}
+    ips = {
+        t.rsplit(":", 1)[-1].split("<")[0]
+        for r in dead
+        for t in nccl_text(tables, truth, r)
+        if re.search(r"Bootstrap ?: Using", t)
+    }
     assert {p.split("<")[0] for p in declared["peer"]} == ips
     host = truth["processes"][dead[0]]["host"]
     assert not [line for line in out.read_text().splitlines() if "srun: error" in line and host in line]
@@ -133,12 +147,15 @@ def test_import_error_with_a_store_barrier_leaves_the_others_timing_out_in_it(tm
     assert [f["kind"] for f in truth["faults"]] == ["process_exit", "process_exit"]
 
 
-@pytest.mark.parametrize("scenario,needle", [
-    ("bootstrap-failure", r"no socket interface found|exceeded retries|Connect to"),
-    ("ib-error", r"Got completion from peer \S+ with (?:error|status=)12"),
-    ("cuda-oom", r"Cuda failure (?:2 )?'out of memory'"),
-    ("duplicate-gpu", r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device [0-9a-f]+"),
-])
+@pytest.mark.parametrize(
+    "scenario,needle",
+    [
+        ("bootstrap-failure", r"no socket interface found|exceeded retries|Connect to"),
+        ("ib-error", r"Got completion from peer \S+ with (?:error|status=)12"),
+        ("cuda-oom", r"Cuda failure (?:2 )?'out of memory'"),
+        ("duplicate-gpu", r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device [0-9a-f]+"),
+    ],
+)
 def test_the_culprits_own_warn_says_what_broke(tmp_path, scenario, needle):
     _, truth, tables = _setup(tmp_path, scenario)
     for r in primary(truth)["ranks"]:
@@ -253,8 +270,29 @@ def test_an_nccl_tests_failure_is_printed_by_the_failing_ranks_host_without_nccl
 
 
 def test_every_scenario_has_an_evidence_test():
-    covered = {"rank-stall", "uneven-data", "segfault", "extra-collective", "collective-mismatch", "pp-deadlock",
-               "init-hang", "bootstrap-failure", "ib-error", "cuda-oom", "duplicate-gpu", "veth-interface",
-               "socket-fallback", "gdr-disabled", "p2p-disabled", "hostname-collision", "slow-rank",
-               "healthy", "import-error", "node-death", "debug-mismatch", "gpu-fault", "nccl-tests-failure"}
+    covered = {
+        "rank-stall",
+        "uneven-data",
+        "segfault",
+        "extra-collective",
+        "collective-mismatch",
+        "pp-deadlock",
+        "init-hang",
+        "bootstrap-failure",
+        "ib-error",
+        "cuda-oom",
+        "duplicate-gpu",
+        "veth-interface",
+        "socket-fallback",
+        "gdr-disabled",
+        "p2p-disabled",
+        "hostname-collision",
+        "slow-rank",
+        "healthy",
+        "import-error",
+        "node-death",
+        "debug-mismatch",
+        "gpu-fault",
+        "nccl-tests-failure",
+    }
     assert covered == set(SCENARIOS)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from simhelp import parse, unparsed_nccl
 
 from nccl_logsift.simulate.fixtures import FIXTURES, ROOT, stale
 from nccl_logsift.simulate.truth import SCHEMA
-from simhelp import parse, unparsed_nccl
 
 
 def test_checked_in_fixtures_are_what_the_generator_writes():

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from simhelp import actual_comm_rows, expected_comm_rows, parse, run, unparsed_nccl
 
 from nccl_logsift.simulate import LAYOUTS, SCENARIOS
 from nccl_logsift.simulate.truth import KINDS
-from nccl_logsift.simulate.versions import version_key, nccl_profile
-from simhelp import actual_comm_rows, expected_comm_rows, parse, run, unparsed_nccl
+from nccl_logsift.simulate.versions import nccl_profile, version_key
 
 VERSIONS = ("2.10", "2.14", "2.18", "2.21", "2.26", "2.27", "2.28", "2.29")
-TORCH = {"2.10": ("1.13", "2.0"), "2.14": ("2.0", "2.2"), "2.18": ("2.1", "2.3"), "2.21": ("2.4", "2.5"),
-         "2.26": ("2.6", "2.7"), "2.27": ("2.8", "2.5"), "2.28": ("2.8", "2.7"),
-         "2.29": ("2.7", "2.8")}
+TORCH = {
+    "2.10": ("1.13", "2.0"),
+    "2.14": ("2.0", "2.2"),
+    "2.18": ("2.1", "2.3"),
+    "2.21": ("2.4", "2.5"),
+    "2.26": ("2.6", "2.7"),
+    "2.27": ("2.8", "2.5"),
+    "2.28": ("2.8", "2.7"),
+    "2.29": ("2.7", "2.8"),
+}
 
 # NCCL shapes the simulator writes that no grammar family parses yet: none today. Add
 # {"regex on the message": "reason"} entries here when a documented shape is written before its grammar lands.
@@ -29,11 +36,16 @@ def _cases():
     for i, name in enumerate(SCENARIOS):
         sc = SCENARIOS[name]
         for j, layout in enumerate(LAYOUTS):
-            candidates = [v for v in VERSIONS
-                          if not sc.min_nccl or version_key(nccl_profile(v).version) >= version_key(sc.min_nccl)]
+            candidates = [
+                v
+                for v in VERSIONS
+                if not sc.min_nccl or version_key(nccl_profile(v).version) >= version_key(sc.min_nccl)
+            ]
             version = candidates[(i + 2 * j) % len(candidates)]
             torch = TORCH[version][(i + j) % 2]
-            cases.append(pytest.param(name, layout, version, torch, id=f"{name}-{layout}-{version}-torch{torch}"))
+            cases.append(
+                pytest.param(name, layout, version, torch, id=f"{name}-{layout}-{version}-torch{torch}")
+            )
     return cases
 
 
@@ -41,8 +53,16 @@ def _cases():
 def test_simulated_log_parses_and_shows_the_truths_communicators(tmp_path, scenario, layout, version, torch):
     sc = SCENARIOS[scenario]
     ranks = 16 if sc.needs_pp or scenario in ("rank-stall", "ib-error") else 8
-    out, truth = run(tmp_path, scenario=scenario, ranks=ranks, nccl_version=version, torch_version=torch,
-                     layout=layout, seed=len(scenario) + 7 * version_key(version)[1], torn_rate=0.0)
+    out, truth = run(
+        tmp_path,
+        scenario=scenario,
+        ranks=ranks,
+        nccl_version=version,
+        torch_version=torch,
+        layout=layout,
+        seed=len(scenario) + 7 * version_key(version)[1],
+        torn_rate=0.0,
+    )
     parser, tables = parse(out)
     bad = unparsed_nccl(tables["lines"])
     if ALLOWED_UNPARSED:
@@ -64,5 +84,6 @@ def test_simulated_log_parses_and_shows_the_truths_communicators(tmp_path, scena
     else:
         # A job that fails names its root cause; a job that works degraded has none, and its truth grades
         # the fault by the severity policy instead.
-        assert [f for f in faults if f["primary"] or f.get("severity") in ("info", "warning")], \
+        assert [f for f in faults if f["primary"] or f.get("severity") in ("info", "warning")], (
             "a fault scenario names its primary fault, or grades a degraded run's fault"
+        )

@@ -15,10 +15,10 @@ import re
 from collections import Counter
 
 import pytest
+from conftest import CORPUS, CORPUS_ABSENT
 
 from nccl_logsift.simulate import Options, simulate
 from nccl_logsift.simulate.layout import render_text
-from conftest import CORPUS, CORPUS_ABSENT
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=CORPUS_ABSENT)
 
@@ -26,18 +26,41 @@ SERIES = ("2.10", "2.18", "2.21", "2.26", "2.27")  # simulated releases with rea
 
 # (series or "*", regex on the masked shape, why no real log of that series can contain it)
 ALLOWED = [
-    ("2.10", r"via NET/<net>/<n>/GDRDMA$",
-     "the only 2.10 log (BigScience, Omni-Path hfi1) runs without GPUDirect RDMA; /GDRDMA is the §4.1 suffix of 2.8.3-2.11.4"),
-    ("2.26", r"via NET/<net>/<n>/GDRDMA$",
-     "the only 2.26 log is a GH200 (C2C) node, whose NET lines end in /GDRDMA(PCI); plain /GDRDMA is the non-C2C form (§4.1, §4.4)"),
-    ("2.18", r"^NET/Plugin : ", "2.18 logs load an external net plugin (aws-ofi-nccl, HPC-X); the internal-plugin fallback lines are §4.2's 2.17.1-2.18.6 rows"),
-    ("2.21", r"^NET/Plugin: No plugin found", "2.21 logs load aws-ofi-nccl; 'No plugin found (%s)' is §4.2's 2.21.5 row"),
-    ("2.26", r"^NET/Plugin: Could not find: libnccl-net\.so\. Using internal net plugin\.$",
-     "the 2.26 log loads aws-ofi-nccl; the internal fallback is §4.2's 2.26.2-2.27.7 row"),
-    ("*", r" parent <p> ", "no real log has ncclCommSplit children (PyTorch eager init + new_group); §2.1 split START/COMPLETE rows"),
+    (
+        "2.10",
+        r"via NET/<net>/<n>/GDRDMA$",
+        "the only 2.10 log (BigScience, Omni-Path hfi1) runs without GPUDirect RDMA; /GDRDMA is the §4.1 suffix of 2.8.3-2.11.4",
+    ),
+    (
+        "2.26",
+        r"via NET/<net>/<n>/GDRDMA$",
+        "the only 2.26 log is a GH200 (C2C) node, whose NET lines end in /GDRDMA(PCI); plain /GDRDMA is the non-C2C form (§4.1, §4.4)",
+    ),
+    (
+        "2.18",
+        r"^NET/Plugin : ",
+        "2.18 logs load an external net plugin (aws-ofi-nccl, HPC-X); the internal-plugin fallback lines are §4.2's 2.17.1-2.18.6 rows",
+    ),
+    (
+        "2.21",
+        r"^NET/Plugin: No plugin found",
+        "2.21 logs load aws-ofi-nccl; 'No plugin found (%s)' is §4.2's 2.21.5 row",
+    ),
+    (
+        "2.26",
+        r"^NET/Plugin: Could not find: libnccl-net\.so\. Using internal net plugin\.$",
+        "the 2.26 log loads aws-ofi-nccl; the internal fallback is §4.2's 2.26.2-2.27.7 row",
+    ),
+    (
+        "*",
+        r" parent <p> ",
+        "no real log has ncclCommSplit children (PyTorch eager init + new_group); §2.1 split START/COMPLETE rows",
+    ),
 ]
 
-ENVELOPE = re.compile(r"(?:^|[\s\]:>])[A-Za-z0-9_][\w.\-]*:\d+:\d+ (?:\[-?\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (INFO|WARN) (.*)$")
+ENVELOPE = re.compile(
+    r"(?:^|[\s\]:>])[A-Za-z0-9_][\w.\-]*:\d+:\d+ (?:\[-?\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (INFO|WARN) (.*)$"
+)
 BANNER = re.compile(r"NCCL version (\d+\.\d+)\.\d+")
 
 
@@ -103,7 +126,11 @@ def real_shapes(series: str) -> Counter:
 
 
 def simulated_shapes(series: str) -> Counter:
-    sim = simulate(Options(scenario="healthy", ranks=16, nodes=2, nccl_version=series, seed=1, noise=False, torn_rate=0.0))
+    sim = simulate(
+        Options(
+            scenario="healthy", ranks=16, nodes=2, nccl_version=series, seed=1, noise=False, torn_rate=0.0
+        )
+    )
     return shapes(render_text(sim.job, sim.timeline, sim.records, random.Random(0)))
 
 
@@ -123,7 +150,9 @@ def test_simulated_shapes_occur_in_real_logs_of_the_same_release(series):
     assert not unexplained, f"NCCL {series}: simulated shapes no real {series} log contains:\n{report}"
     # The comparison must bite: a good part of what the simulator writes is in families the corpus covers.
     checked = [s for _, s in mine if family(s) in covered]
-    assert len(checked) >= 12, f"only {len(checked)} simulated shapes are in families the {series} corpus covers"
+    assert len(checked) >= 12, (
+        f"only {len(checked)} simulated shapes are in families the {series} corpus covers"
+    )
 
 
 def test_every_allowance_is_still_needed():
@@ -133,7 +162,9 @@ def test_every_allowance_is_still_needed():
         real = real_shapes(series)
         for level, s in simulated_shapes(series):
             if (level, s) not in real:
-                used |= {i for i, (ser, rx, _) in enumerate(ALLOWED) if ser in ("*", series) and re.search(rx, s)}
+                used |= {
+                    i for i, (ser, rx, _) in enumerate(ALLOWED) if ser in ("*", series) and re.search(rx, s)
+                }
     assert used == set(range(len(ALLOWED))), [ALLOWED[i][:2] for i in set(range(len(ALLOWED))) - used]
 
 
@@ -161,5 +192,6 @@ def test_simulated_2_28_shapes_occur_in_the_real_h200_jobs():
     unknown = sorted((level, s) for level, s in mine if family(s) in covered and (level, s) not in real)
     unexplained = [(level, s) for level, s in unknown if not any(re.search(rx, s) for rx, _ in ALLOWED_228)]
     assert not unexplained, "NCCL 2.28: simulated shapes the H200 jobs do not contain:\n" + "\n".join(
-        f"  {level} {s}" for level, s in unexplained)
+        f"  {level} {s}" for level, s in unexplained
+    )
     assert len([s for _, s in mine if family(s) in covered]) >= 12

@@ -9,8 +9,9 @@ consequences (peers timing out, processes exiting) with ``primary=False``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nccl_logsift.simulate.engine import Timeline
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
 class Scenario:
     name: str
     summary: str
-    inject: Callable[["Job"], None]
-    truth: Callable[["Job", "Timeline"], None]
-    setup: Callable[["Job"], None] | None = None
+    inject: Callable[[Job], None]
+    truth: Callable[[Job, Timeline], None]
+    setup: Callable[[Job], None] | None = None
     min_nodes: int = 1
     min_gpus: int = 1  # GPUs per node
     needs_pp: bool = False
@@ -31,14 +32,33 @@ class Scenario:
     min_steps: int = 3
     min_nccl: str | None = None
     min_nccl_why: str = ""
-    events: Callable[["Job", "Timeline"], None] | None = None  # adds lines once the engine ran (RAS reports)
+    events: Callable[[Job, Timeline], None] | None = None  # adds lines once the engine ran (RAS reports)
 
 
 _MODULES = (
-    "healthy", "rank_stall", "extra_collective", "collective_mismatch", "uneven_data", "init_hang",
-    "bootstrap_failure", "veth_interface", "ib_error", "socket_fallback", "gdr_disabled", "p2p_disabled",
-    "duplicate_gpu", "hostname_collision", "cuda_oom", "segfault", "slow_rank", "pp_deadlock", "import_error",
-    "node_death", "debug_mismatch", "gpu_fault", "nccl_tests_failure",
+    "healthy",
+    "rank_stall",
+    "extra_collective",
+    "collective_mismatch",
+    "uneven_data",
+    "init_hang",
+    "bootstrap_failure",
+    "veth_interface",
+    "ib_error",
+    "socket_fallback",
+    "gdr_disabled",
+    "p2p_disabled",
+    "duplicate_gpu",
+    "hostname_collision",
+    "cuda_oom",
+    "segfault",
+    "slow_rank",
+    "pp_deadlock",
+    "import_error",
+    "node_death",
+    "debug_mismatch",
+    "gpu_fault",
+    "nccl_tests_failure",
 )
 
 
@@ -52,23 +72,29 @@ def _load() -> dict[str, Scenario]:
 
 
 # ------------------------------------------------------------------------------ shared truth helpers
-def consequences(job: "Job", timeline: "Timeline", culprits: list[int]) -> None:
+def consequences(job: Job, timeline: Timeline, culprits: list[int]) -> None:
     """Peers whose watchdog fired, and processes that died of it, as non-primary faults."""
     timed_out = [run.rank for run in timeline.runs if run.watchdogs and run.end_kind == "watchdog"]
     if timed_out:
         first = timeline.runs[timed_out[0]].watchdogs[0]
         comm = next((c for c in job.cluster.comms if c.index == first.issue.comm), None)
-        job.fault("watchdog_timeout", False, timed_out, comm=comm, seq=first.issue.pos,
-                  op=first.issue.op.name if first.issue.op else None,
-                  detail=f"{len(timed_out)} rank(s) hit the {job.torch.timeout_ms // 1000} s ProcessGroupNCCL timeout and aborted")
+        job.fault(
+            "watchdog_timeout",
+            False,
+            timed_out,
+            comm=comm,
+            seq=first.issue.pos,
+            op=first.issue.op.name if first.issue.op else None,
+            detail=f"{len(timed_out)} rank(s) hit the {job.torch.timeout_ms // 1000} s ProcessGroupNCCL timeout and aborted",
+        )
 
 
-def fault_step(job: "Job") -> int:
+def fault_step(job: Job) -> int:
     """A training step in the second half of the run (never step 0: --size streams after it)."""
     return job.rng.randrange(max(1, job.steps // 2), job.steps)
 
 
-def first_op(job: "Job", rank: int, step: int, comm=None) -> int:
+def first_op(job: Job, rank: int, step: int, comm=None) -> int:
     """Program index of the first operation ``rank`` issues in ``step`` (optionally on one comm)."""
     found = job.step_items(rank, step, comm.index if comm is not None else None)
     if not found:

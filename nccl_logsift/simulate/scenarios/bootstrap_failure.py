@@ -28,7 +28,7 @@ def inject(job) -> None:
     kind = "no_interface" if job.notes["variant"] == "no_interface" else "connect_refused"
     root = job.cluster.hosts[0]
     addr = f"{root.ip}<{job.rng.randrange(30000, 60000)}>"
-    job.notes["connect_addr"] = {r: addr for r in ranks}
+    job.notes["connect_addr"] = dict.fromkeys(ranks, addr)
     for r in ranks:
         job.faults.init_fail[(r, world.index)] = kind
     job.notes["failing"] = ranks
@@ -43,11 +43,22 @@ def truth(job, timeline) -> None:
     else:
         detail = f"bootstrap connections from {bad.name} to the root are refused"
     job.fault("bootstrap_failure", True, failing, comm=world, detail=detail)
-    others = [run.rank for run in timeline.runs if run.rank not in failing and any(i.pos == 0 for i in run.issues)]
+    others = [
+        run.rank for run in timeline.runs if run.rank not in failing and any(i.pos == 0 for i in run.issues)
+    ]
     if others:
-        job.fault("init_incomplete", False, others, comm=world, detail="the other ranks wait in communicator init")
+        job.fault(
+            "init_incomplete", False, others, comm=world, detail="the other ranks wait in communicator init"
+        )
     job.fault("process_exit", False, failing, detail="the failing ranks raise DistBackendError and exit")
 
 
-SCENARIO = Scenario("bootstrap-failure", "one node cannot bootstrap (no matching interface / connection refused)",
-                    inject, truth, setup=setup, min_nodes=2, trains=False)
+SCENARIO = Scenario(
+    "bootstrap-failure",
+    "one node cannot bootstrap (no matching interface / connection refused)",
+    inject,
+    truth,
+    setup=setup,
+    min_nodes=2,
+    trains=False,
+)

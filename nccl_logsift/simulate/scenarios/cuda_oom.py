@@ -21,12 +21,30 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     rank, peers = job.notes["culprit"], job.notes["peers"]
     world = job.cluster.world
-    job.fault("cuda_error", True, [rank], comm=world, detail=f"CUDA out of memory on rank {rank} while NCCL allocated its buffers")
+    job.fault(
+        "cuda_error",
+        True,
+        [rank],
+        comm=world,
+        detail=f"CUDA out of memory on rank {rank} while NCCL allocated its buffers",
+    )
     closed = [p for p in peers if timeline.runs[p].end_kind == "nccl_error"]
     if closed:
-        job.fault("net_error", False, closed, comm=world, detail=f"rank(s) {closed} saw rank {rank}'s sockets close")
-    job.fault("process_exit", False, sorted([rank, *closed]), detail="the ranks that hit NCCL errors raised DistBackendError and exited")
+        job.fault(
+            "net_error", False, closed, comm=world, detail=f"rank(s) {closed} saw rank {rank}'s sockets close"
+        )
+    job.fault(
+        "process_exit",
+        False,
+        sorted([rank, *closed]),
+        detail="the ranks that hit NCCL errors raised DistBackendError and exited",
+    )
 
 
-SCENARIO = Scenario("cuda-oom", "one rank runs out of GPU memory during NCCL setup; peers see closed sockets",
-                    inject, truth, trains=False)
+SCENARIO = Scenario(
+    "cuda-oom",
+    "one rank runs out of GPU memory during NCCL setup; peers see closed sockets",
+    inject,
+    truth,
+    trains=False,
+)

@@ -26,11 +26,26 @@ def truth(job, timeline) -> None:
     a, b = job.notes["pair"]
     world = job.cluster.world
     p = job.cluster.procs[a]
-    job.fault("duplicate_gpu", True, [a, b], comm=world, detail=f"ranks {a} and {b} both use GPU {p.bus} on {p.host.name}")
+    job.fault(
+        "duplicate_gpu",
+        True,
+        [a, b],
+        comm=world,
+        detail=f"ranks {a} and {b} both use GPU {p.bus} on {p.host.name}",
+    )
     job.fault("process_exit", False, [a, b], detail="both raise DistBackendError (invalid usage) and exit")
     others = [r.rank for r in timeline.runs if r.rank not in (a, b)]
-    job.fault("init_incomplete", False, others, comm=world, detail="the other ranks wait in communicator init")
+    job.fault(
+        "init_incomplete", False, others, comm=world, detail="the other ranks wait in communicator init"
+    )
 
 
-SCENARIO = Scenario("duplicate-gpu", "two ranks of a node use the same GPU; NCCL refuses to create the communicator",
-                    inject, truth, setup=setup, min_gpus=2, trains=False)
+SCENARIO = Scenario(
+    "duplicate-gpu",
+    "two ranks of a node use the same GPU; NCCL refuses to create the communicator",
+    inject,
+    truth,
+    setup=setup,
+    min_gpus=2,
+    trains=False,
+)

@@ -17,8 +17,18 @@ def inject(job) -> None:
         rank = 0
         comm = job.data_comm(rank)
         index = first_op(job, rank, step, comm)
-        barrier = Op(comm.index, "AllReduce", 1, FLOAT32, torch_op="ALLREDUCE", numel_in=1, numel_out=1, slot="barrier",
-                     dur=0.001, label="rank-0-only barrier")
+        barrier = Op(
+            comm.index,
+            "AllReduce",
+            1,
+            FLOAT32,
+            torch_op="ALLREDUCE",
+            numel_in=1,
+            numel_out=1,
+            slot="barrier",
+            dur=0.001,
+            label="rank-0-only barrier",
+        )
         job.insert(rank, index, Item("op", op=barrier, gap=job.rng.uniform(0.05, 0.4), step=step))
         detail = "rank 0 called dist.barrier() (AllReduce of 1 element) that no other rank called"
     else:
@@ -26,11 +36,15 @@ def inject(job) -> None:
         comm = job.data_comm(rank)
         # Skip the middle bucket: the next call (the last bucket, another size) is issued right away
         # and meets the others' middle bucket, so the mismatch is on record.
-        buckets = [i for i in job.step_items(rank, step, comm.index) if job.programs[rank][i].op.slot.startswith("b")]
+        buckets = [
+            i for i in job.step_items(rank, step, comm.index) if job.programs[rank][i].op.slot.startswith("b")
+        ]
         job.notes["skipped"] = job.programs[rank].pop(buckets[1])
         index = buckets[2] - 1
-        detail = (f"rank {rank} skipped the all-reduce of a gradient bucket in step {step} (a parameter group frozen on that rank); "
-                  "its next all-reduce meets the others' skipped one")
+        detail = (
+            f"rank {rank} skipped the all-reduce of a gradient bucket in step {step} (a parameter group frozen on that rank); "
+            "its next all-reduce meets the others' skipped one"
+        )
     job.notes.update(culprit=rank, index=index, variant=variant, detail=detail, comm=comm.index)
 
 
@@ -44,5 +58,9 @@ def truth(job, timeline) -> None:
     consequences(job, timeline, [rank])
 
 
-SCENARIO = Scenario("extra-collective", "one rank issues an extra collective (a rank-0-only barrier) or misses one",
-                    inject, truth)
+SCENARIO = Scenario(
+    "extra-collective",
+    "one rank issues an extra collective (a rank-0-only barrier) or misses one",
+    inject,
+    truth,
+)

@@ -22,9 +22,21 @@ def truth(job, timeline) -> None:
     bad = job.cluster.hosts[job.notes["bad_host"]]
     ranks = [p.rank for p in job.cluster.procs if p.host is bad]
     # The job works, its traffic staged through host memory: a warning and no root cause (severity policy).
-    job.fault("transport_fallback", False, ranks, comm=job.cluster.world, severity="warning",
-              detail=f"NET/IB without GPUDirect RDMA on {bad.name} (nvidia-peermem not loaded)")
+    job.fault(
+        "transport_fallback",
+        False,
+        ranks,
+        comm=job.cluster.world,
+        severity="warning",
+        detail=f"NET/IB without GPUDirect RDMA on {bad.name} (nvidia-peermem not loaded)",
+    )
 
 
-SCENARIO = Scenario("gdr-disabled", "one node uses IB without GPUDirect RDMA (no /GDRDMA on its NET lines)",
-                    inject, truth, setup=setup, min_nodes=2)
+SCENARIO = Scenario(
+    "gdr-disabled",
+    "one node uses IB without GPUDirect RDMA (no /GDRDMA on its NET lines)",
+    inject,
+    truth,
+    setup=setup,
+    min_nodes=2,
+)

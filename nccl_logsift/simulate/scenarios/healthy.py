@@ -11,4 +11,6 @@ def truth(job, timeline) -> None:
     pass
 
 
-SCENARIO = Scenario("healthy", "every rank trains and exits cleanly; the baseline with no faults", inject, truth)
+SCENARIO = Scenario(
+    "healthy", "every rank trains and exits cleanly; the baseline with no faults", inject, truth
+)

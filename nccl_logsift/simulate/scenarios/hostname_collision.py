@@ -31,10 +31,22 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     a, b = (job.cluster.hosts[i] for i in job.notes["pair"])
     ranks = [p.rank for p in job.cluster.procs if p.host.index in (a.index, b.index)]
-    job.fault("host_collision", True, ranks, comm=job.cluster.world,
-              detail=f"two machines ({a.ip} and {b.ip}) are both named {a.name}; NCCL joins them into one node")
+    job.fault(
+        "host_collision",
+        True,
+        ranks,
+        comm=job.cluster.world,
+        detail=f"two machines ({a.ip} and {b.ip}) are both named {a.name}; NCCL joins them into one node",
+    )
     consequences(job, timeline, ranks)
 
 
-SCENARIO = Scenario("hostname-collision", "two hosts share a host name: intra-node transports between different IPs, then a hang",
-                    inject, truth, setup=setup, min_nodes=2, trains=False)
+SCENARIO = Scenario(
+    "hostname-collision",
+    "two hosts share a host name: intra-node transports between different IPs, then a hang",
+    inject,
+    truth,
+    setup=setup,
+    min_nodes=2,
+    trains=False,
+)

@@ -33,12 +33,23 @@ def truth(job, timeline) -> None:
     rank, peer = job.notes["culprit"], job.notes["peer"]
     comm = job.cluster.comms[job.notes["comm"]]
     p = job.cluster.procs[rank]
-    job.fault("net_error", True, [rank], comm=comm, seq=job.position_of(timeline, rank, job.notes["index"]),
-              op=job.programs[rank][job.notes["index"]].op.name,
-              detail=f"IB completion error (status 12 retry exceeded, vendor err 129) on {p.host.nics[p.nic]} of {p.host.name} "
-                     f"sending to rank {peer} on {job.host_of(peer)}")
+    job.fault(
+        "net_error",
+        True,
+        [rank],
+        comm=comm,
+        seq=job.position_of(timeline, rank, job.notes["index"]),
+        op=job.programs[rank][job.notes["index"]].op.name,
+        detail=f"IB completion error (status 12 retry exceeded, vendor err 129) on {p.host.nics[p.nic]} of {p.host.name} "
+        f"sending to rank {peer} on {job.host_of(peer)}",
+    )
     consequences(job, timeline, [rank])
 
 
-SCENARIO = Scenario("ib-error", "an IB completion error on one link (status 12, vendor err 129), followed by timeouts",
-                    inject, truth, min_nodes=2)
+SCENARIO = Scenario(
+    "ib-error",
+    "an IB completion error on one link (status 12, vendor err 129), followed by timeouts",
+    inject,
+    truth,
+    min_nodes=2,
+)

@@ -44,21 +44,51 @@ def truth(job, timeline) -> None:
     missing, joined = job.notes["missing"], job.notes["joined"]
     world = job.cluster.world
     if job.notes.get("unique_id"):
-        job.fault("init_incomplete", True, missing, comm=world,
-                  detail="rank 0 never created the NCCL communicator, so it never published the ncclUniqueId")
+        job.fault(
+            "init_incomplete",
+            True,
+            missing,
+            comm=world,
+            detail="rank 0 never created the NCCL communicator, so it never published the ncclUniqueId",
+        )
         failed = [run.rank for run in timeline.runs if run.end_kind == "init_fail"]
-        job.fault("bootstrap_failure", False, failed, comm=world,
-                  detail="the other ranks gave up waiting for rank 0's ncclUniqueId in the c10d store")
+        job.fault(
+            "bootstrap_failure",
+            False,
+            failed,
+            comm=world,
+            detail="the other ranks gave up waiting for rank 0's ncclUniqueId in the c10d store",
+        )
         job.fault("process_exit", False, failed, detail="the ranks that gave up raised DistBackendError")
         return
-    job.fault("init_incomplete", True, missing, comm=world,
-              detail=f"{len(missing)} of {job.ranks} ranks never reached init_process_group / ncclCommInitRank")
+    job.fault(
+        "init_incomplete",
+        True,
+        missing,
+        comm=world,
+        detail=f"{len(missing)} of {job.ranks} ranks never reached init_process_group / ncclCommInitRank",
+    )
     if job.torch.store_barrier:
-        job.fault("process_exit", False, joined, detail="the ranks that joined timed out in the store-based barrier and exited")
+        job.fault(
+            "process_exit",
+            False,
+            joined,
+            detail="the ranks that joined timed out in the store-based barrier and exited",
+        )
     else:
-        job.fault("init_incomplete", False, joined, comm=world,
-                  detail="the ranks that joined wait in NCCL bootstrap for the missing ones (Init START without COMPLETE)")
+        job.fault(
+            "init_incomplete",
+            False,
+            joined,
+            comm=world,
+            detail="the ranks that joined wait in NCCL bootstrap for the missing ones (Init START without COMPLETE)",
+        )
 
 
-SCENARIO = Scenario("init-hang", "some ranks never join: the others wait in communicator init (or the store barrier)",
-                    inject, truth, trains=False)
+SCENARIO = Scenario(
+    "init-hang",
+    "some ranks never join: the others wait in communicator init (or the store barrier)",
+    inject,
+    truth,
+    trains=False,
+)

@@ -25,9 +25,21 @@ def truth(job, timeline) -> None:
     # The job works either way (no root cause). Set on every node it is the job's choice (info); left set on
     # one node of several it is a slip that makes that node the slow one (a warning).
     whole = len(job.cluster.hosts) == 1
-    job.fault("transport_fallback", False, ranks, comm=job.cluster.world,
-              severity="info" if whole else "warning",
-              detail=f"intra-node traffic on {bad.name} goes through SHM: NCCL_P2P_DISABLE=1 is set there")
+    job.fault(
+        "transport_fallback",
+        False,
+        ranks,
+        comm=job.cluster.world,
+        severity="info" if whole else "warning",
+        detail=f"intra-node traffic on {bad.name} goes through SHM: NCCL_P2P_DISABLE=1 is set there",
+    )
 
 
-SCENARIO = Scenario("p2p-disabled", "one node uses SHM instead of P2P between its GPUs", inject, truth, setup=setup, min_gpus=2)
+SCENARIO = Scenario(
+    "p2p-disabled",
+    "one node uses SHM instead of P2P between its GPUs",
+    inject,
+    truth,
+    setup=setup,
+    min_gpus=2,
+)

@@ -26,9 +26,18 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     rank = job.notes["culprit"]
     comm = job.cluster.comms[job.notes["comm"]]
-    job.fault("collective_mismatch", True, [rank], comm=comm, seq=job.position_of(timeline, rank, job.notes["index"]), op="Send",
-              detail=f"pipeline rank {rank} calls Send where it should Recv from rank {job.notes['peer']}, which is sending too: both block")
+    job.fault(
+        "collective_mismatch",
+        True,
+        [rank],
+        comm=comm,
+        seq=job.position_of(timeline, rank, job.notes["index"]),
+        op="Send",
+        detail=f"pipeline rank {rank} calls Send where it should Recv from rank {job.notes['peer']}, which is sending too: both block",
+    )
     consequences(job, timeline, [rank])
 
 
-SCENARIO = Scenario("pp-deadlock", "pipeline stages both send first: send/recv deadlock", inject, truth, needs_pp=True)
+SCENARIO = Scenario(
+    "pp-deadlock", "pipeline stages both send first: send/recv deadlock", inject, truth, needs_pp=True
+)

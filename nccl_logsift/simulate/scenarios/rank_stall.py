@@ -8,7 +8,10 @@ Every peer that waits on it — directly or through another group — times out 
 from nccl_logsift.simulate.program import Item
 from nccl_logsift.simulate.scenarios import Scenario, consequences, fault_step, first_op
 
-REASONS = ("its data loader worker hung reading a shard", "it was blocked writing a checkpoint shard to shared storage")
+REASONS = (
+    "its data loader worker hung reading a shard",
+    "it was blocked writing a checkpoint shard to shared storage",
+)
 
 
 def inject(job) -> None:
@@ -24,10 +27,21 @@ def truth(job, timeline) -> None:
     op = job.programs[rank][job.notes["index"]].op
     comm = job.cluster.comms[op.comm]
     seq = job.next_pos(timeline, rank, comm)
-    job.fault("rank_behind", True, [rank], comm=comm, seq=seq, op=op.name,
-              detail=f"rank {rank} never called {op.name} #{seq} on the {comm.kind} communicator: {job.notes['reason']}")
+    job.fault(
+        "rank_behind",
+        True,
+        [rank],
+        comm=comm,
+        seq=seq,
+        op=op.name,
+        detail=f"rank {rank} never called {op.name} #{seq} on the {comm.kind} communicator: {job.notes['reason']}",
+    )
     consequences(job, timeline, [rank])
 
 
-SCENARIO = Scenario("rank-stall", "one rank stops before a collective (data loader / checkpoint I/O); the others time out",
-                    inject, truth)
+SCENARIO = Scenario(
+    "rank-stall",
+    "one rank stops before a collective (data loader / checkpoint I/O); the others time out",
+    inject,
+    truth,
+)

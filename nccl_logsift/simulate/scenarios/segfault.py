@@ -20,9 +20,18 @@ def truth(job, timeline) -> None:
     rank = job.notes["culprit"]
     op = job.programs[rank][job.notes["index"]].op
     comm = job.cluster.comms[op.comm]
-    job.fault("process_exit", True, [rank], comm=comm, seq=job.next_pos(timeline, rank, comm), op=op.name,
-              detail=f"rank {rank} was killed by SIGSEGV (exit code -11) before {op.name}")
+    job.fault(
+        "process_exit",
+        True,
+        [rank],
+        comm=comm,
+        seq=job.next_pos(timeline, rank, comm),
+        op=op.name,
+        detail=f"rank {rank} was killed by SIGSEGV (exit code -11) before {op.name}",
+    )
     consequences(job, timeline, [rank])
 
 
-SCENARIO = Scenario("segfault", "a rank dies of SIGSEGV; torchrun prints a ChildFailedError summary", inject, truth)
+SCENARIO = Scenario(
+    "segfault", "a rank dies of SIGSEGV; torchrun prints a ChildFailedError summary", inject, truth
+)

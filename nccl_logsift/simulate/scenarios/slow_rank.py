@@ -23,7 +23,9 @@ def inject(job) -> None:
             seen.add(it.step)
             prog[i] = type(it)(**{**{f: getattr(it, f) for f in it.__slots__}, "gap": it.gap + lag})
     shape = job.shape.items[rank]  # the steady-state step --size repeats
-    shape[0] = type(shape[0])(**{**{f: getattr(shape[0], f) for f in shape[0].__slots__}, "gap": shape[0].gap + lag})
+    shape[0] = type(shape[0])(
+        **{**{f: getattr(shape[0], f) for f in shape[0].__slots__}, "gap": shape[0].gap + lag}
+    )
     job.shape.period += lag
     job.notes.update(slow={rank}, lag=lag, culprit=rank)
 
@@ -31,9 +33,22 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     rank = job.notes["culprit"]
     # The job completes at the slow rank's pace: degraded, so a warning and no root cause (severity policy).
-    job.fault("latency_outlier", False, [rank], comm=job.data_comm(rank), severity="warning",
-              detail=f"rank {rank} issues each step's collectives ~{job.notes['lag'] * 1000:.0f} ms after the others")
+    job.fault(
+        "latency_outlier",
+        False,
+        [rank],
+        comm=job.data_comm(rank),
+        severity="warning",
+        detail=f"rank {rank} issues each step's collectives ~{job.notes['lag'] * 1000:.0f} ms after the others",
+    )
 
 
-SCENARIO = Scenario("slow-rank", "one rank is late to every collective; visible in NCCL 2.26+ timestamps", inject, truth,
-                    setup=setup, min_nccl="2.26.2", min_nccl_why="NCCL lines carry timestamps only from 2.26.2")
+SCENARIO = Scenario(
+    "slow-rank",
+    "one rank is late to every collective; visible in NCCL 2.26+ timestamps",
+    inject,
+    truth,
+    setup=setup,
+    min_nccl="2.26.2",
+    min_nccl_why="NCCL lines carry timestamps only from 2.26.2",
+)

@@ -28,10 +28,21 @@ def inject(job) -> None:
 def truth(job, timeline) -> None:
     no_device = job.notes["variant"] == "no_device"
     why = "no IB device is visible" if no_device else "NCCL_IB_DISABLE=1 is set"
-    job.fault("transport_fallback", False, list(range(job.ranks)), comm=job.cluster.world,
-              detail=f"inter-node traffic uses NET/Socket because {why}; the job completes",
-              severity="warning" if no_device else "info")
+    job.fault(
+        "transport_fallback",
+        False,
+        list(range(job.ranks)),
+        comm=job.cluster.world,
+        detail=f"inter-node traffic uses NET/Socket because {why}; the job completes",
+        severity="warning" if no_device else "info",
+    )
 
 
-SCENARIO = Scenario("socket-fallback", "a multi-node job falls back to NET/Socket (no IB device / IB disabled)",
-                    inject, truth, setup=setup, min_nodes=2)
+SCENARIO = Scenario(
+    "socket-fallback",
+    "a multi-node job falls back to NET/Socket (no IB device / IB disabled)",
+    inject,
+    truth,
+    setup=setup,
+    min_nodes=2,
+)

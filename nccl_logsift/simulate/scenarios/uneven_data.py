@@ -20,7 +20,12 @@ def inject(job) -> None:
     for rank in early:
         index = first_op(job, rank, step)
         text = f"[rank {rank}] data shard exhausted after {step} steps; leaving the training loop"
-        job.truncate(rank, index, Item("print", gap=job.rng.uniform(0.05, 0.3), step=step, text=text), Item("exit", gap=0.5))
+        job.truncate(
+            rank,
+            index,
+            Item("print", gap=job.rng.uniform(0.05, 0.3), step=step, text=text),
+            Item("exit", gap=0.5),
+        )
     job.notes.update(early=early, step=step)
 
 
@@ -31,10 +36,19 @@ def truth(job, timeline) -> None:
     waiting = [r for r in comm.ranks if r not in early]
     seq = job.next_pos(timeline, waiting[0] if waiting else rank, comm)
     seq = min(seq, job.next_pos(timeline, rank, comm))
-    job.fault("rank_behind", True, early, comm=comm, seq=seq, op="AllReduce" if comm.kind != "p2p" else None,
-              detail=f"rank(s) {', '.join(map(str, early))} ran out of data after step {job.notes['step']} and exited; "
-                     "their peers wait for them in the next collective")
+    job.fault(
+        "rank_behind",
+        True,
+        early,
+        comm=comm,
+        seq=seq,
+        op="AllReduce" if comm.kind != "p2p" else None,
+        detail=f"rank(s) {', '.join(map(str, early))} ran out of data after step {job.notes['step']} and exited; "
+        "their peers wait for them in the next collective",
+    )
     consequences(job, timeline, early)
 
 
-SCENARIO = Scenario("uneven-data", "some ranks run out of data and stop early; the others wait for them", inject, truth)
+SCENARIO = Scenario(
+    "uneven-data", "some ranks run out of data and stop early; the others wait for them", inject, truth
+)

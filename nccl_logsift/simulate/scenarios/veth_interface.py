@@ -30,13 +30,33 @@ def truth(job, timeline) -> None:
     bad = job.cluster.hosts[job.notes["bad_host"]]
     world = job.cluster.world
     culprits, victim = job.notes["culprits"], job.notes["victim"]
-    job.fault("interface_misconfig", True, culprits, comm=world,
-              detail=f"NCCL picked {job.notes['veth']} (172.18.0.1) on {bad.name} for bootstrap; other nodes cannot reach it")
-    job.fault("bootstrap_failure", False, [victim], comm=world, detail=f"rank {victim} timed out connecting to 172.18.0.1")
+    job.fault(
+        "interface_misconfig",
+        True,
+        culprits,
+        comm=world,
+        detail=f"NCCL picked {job.notes['veth']} (172.18.0.1) on {bad.name} for bootstrap; other nodes cannot reach it",
+    )
+    job.fault(
+        "bootstrap_failure",
+        False,
+        [victim],
+        comm=world,
+        detail=f"rank {victim} timed out connecting to 172.18.0.1",
+    )
     others = [r.rank for r in timeline.runs if r.rank != victim and any(i.pos == 0 for i in r.issues)]
     if others:
-        job.fault("init_incomplete", False, others, comm=world, detail="the other ranks wait in communicator init")
+        job.fault(
+            "init_incomplete", False, others, comm=world, detail="the other ranks wait in communicator init"
+        )
 
 
-SCENARIO = Scenario("veth-interface", "NCCL bootstraps over a veth/docker interface on one node; peers cannot reach it",
-                    inject, truth, setup=setup, min_nodes=2, trains=False)
+SCENARIO = Scenario(
+    "veth-interface",
+    "NCCL bootstraps over a veth/docker interface on one node; peers cannot reach it",
+    inject,
+    truth,
+    setup=setup,
+    min_nodes=2,
+    trains=False,
+)
