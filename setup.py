@@ -3,6 +3,7 @@ package's metadata is in pyproject.toml."""
 
 import shutil
 from pathlib import Path
+from typing import ClassVar
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -25,7 +26,10 @@ class BuildPy(build_py):
 class BuildExt(build_ext):
     """The loops are plain C11: optimised as far as the compiler goes, warnings on."""
 
-    FLAGS = {"msvc": ["/O2", "/W3"], "unix": ["-std=c11", "-O3", "-Wall", "-Wno-unused-parameter"]}
+    FLAGS: ClassVar[dict[str, list[str]]] = {
+        "msvc": ["/O2", "/W3"],
+        "unix": ["-std=c11", "-O3", "-Wall", "-Wno-unused-parameter"],
+    }
 
     def build_extensions(self) -> None:
         flags = self.FLAGS.get(self.compiler.compiler_type, [])

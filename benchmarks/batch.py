@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LOGSIFT = [sys.executable, "-m", "nccl_logsift"]
 sys.path.insert(0, str(HERE))  # the harness of benchmarks/run.py: machine facts, measured runs
-from run import compressed_copy, machine, run_measured
+from run import compressed_copy, machine, run_measured  # noqa: E402  (found through the path set above)
 
 console = Console(stderr=True, highlight=False)
 SCENARIOS = ("healthy", "rank-stall")

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,11 +85,8 @@ def main() -> int:
 
 
 def _drain(stream, events: list) -> threading.Thread:
-    import threading
-
     def run() -> None:
-        for line in stream:
-            events.append(line)
+        events.extend(stream)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

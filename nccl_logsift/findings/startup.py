@@ -352,7 +352,7 @@ def stalled_inits(job: Job) -> list[InitState]:
         state.waiting = sorted(
             int(r) for r in failed_seq.filter(~pl.col("hit").fill_null(False))["global_rank"].drop_nulls()
         )
-        present = set(int(r) for r in members["rank"].drop_nulls())
+        present = {int(r) for r in members["rank"].drop_nulls()}
         state.missing = sorted(set(rank_range(nranks)) - present)
         if state.missing and is_world:
             _explain_missing(job, state, failures, ranks)
@@ -779,7 +779,7 @@ class InitIncomplete(Rule):
         timed_out = waits.filter(pl.col("event") == "store_barrier_timeout")
         if count >= world:
             return None
-        reporters = set(int(r) for r in group["barrier_rank"].drop_nulls())
+        reporters = {int(r) for r in group["barrier_rank"].drop_nulls()}
         absent = sorted(set(rank_range(world)) - reporters)
         ranks = absent if len(absent) == world - count else []
         who = rank_word(ranks) if ranks else plural(world - count, "rank")

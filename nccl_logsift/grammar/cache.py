@@ -74,7 +74,8 @@ def _write(file: Path, stamp: bytes, grammars: GrammarSet) -> None:
     """Replace ``file`` atomically, so that a process reading it meanwhile sees the old set or the new."""
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        handle = tempfile.NamedTemporaryFile(dir=file.parent, prefix=file.name, suffix=".tmp", delete=False)
+        # Kept open past this block: it is written, then renamed into place.
+        handle = tempfile.NamedTemporaryFile(dir=file.parent, prefix=file.name, suffix=".tmp", delete=False)  # noqa: SIM115
     except OSError as exc:
         log.debug("grammar cache %s not written: %s", file, exc)
         return

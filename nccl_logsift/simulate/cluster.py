@@ -221,13 +221,12 @@ def build_groups(ranks: int, par: Parallel) -> tuple[list[ProcessGroup], dict[tu
     tp, pp, dp = par.tp, par.pp, par.dp
     if tp > 1:
         add("tp", "TENSOR_MODEL_PARALLEL_GROUP", [list(range(s, s + tp)) for s in range(0, ranks, tp)])
-    if tp > 1 or pp > 1:
-        if dp > 1:
-            groups = []
-            for p in range(pp):
-                for t in range(tp):
-                    groups.append([p * dp * tp + d * tp + t for d in range(dp)])
-            add("dp", "DATA_PARALLEL_GROUP", groups)
+    if (tp > 1 or pp > 1) and dp > 1:
+        groups = []
+        for p in range(pp):
+            for t in range(tp):
+                groups.append([p * dp * tp + d * tp + t for d in range(dp)])
+        add("dp", "DATA_PARALLEL_GROUP", groups)
     if pp > 1:
         groups = [[p * dp * tp + base for p in range(pp)] for base in range(dp * tp)]
         add("pp", "PIPELINE_MODEL_PARALLEL_GROUP", groups)

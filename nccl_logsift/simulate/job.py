@@ -279,7 +279,7 @@ def build_job(options: Options) -> Job:
     insert_inits(programs, cluster, eager)
     job.programs, job.shape, job.steps = programs, shape, steps
     if options.size is not None:
-        for rank, prog in programs.items():
+        for prog in programs.values():
             at = max(i for i, it in enumerate(prog) if it.kind == "sync" and it.step == 0) + 1
             prog.insert(at, Item("bulk", step=0))
     scenario.inject(job)

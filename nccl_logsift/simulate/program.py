@@ -144,7 +144,7 @@ def build_programs(
         prog.append(Item("sync", gap=0.05))
         stage = (rank // (par.tp * par.dp)) if par.pp > 1 else 0
         step_items: list[Item] = []
-        for m in range(micro):
+        for _ in range(micro):
             if par.pp > 1 and stage > 0:
                 c = p2p[(rank - par.tp * par.dp, rank)]
                 step_items.append(
@@ -201,7 +201,7 @@ def build_programs(
                         gap=0.05,
                     )
                 )
-        for m in range(micro):
+        for _ in range(micro):
             if par.pp > 1 and stage < par.pp - 1:
                 c = p2p[(rank, rank + par.tp * par.dp)]
                 step_items.append(

@@ -190,7 +190,7 @@ def _torch_groups(job: Job, findings: list[Finding]) -> list[_Members]:
                 hosts.append(job.hosts_of([rank])[0] if job.hosts_of([rank]) else None)
                 known.append(False)
         order = np.argsort(np.array(ranks, dtype=np.int64), kind="stable")
-        pick = lambda values: [values[i] for i in order]
+        pick = lambda values: [values[i] for i in order]  # noqa: B023  (used within this iteration only)
         completed = group["last_completed"].fill_null(0).clip(0).to_list() + [0] * len(silent)
         enqueued = group["last_enqueued"].fill_null(group["last_completed"]).fill_null(0).clip(
             0

@@ -54,7 +54,7 @@ def test_an_early_divergence_survives_the_window(tmp_path):
     lines[calls[19]] = re.sub(r" count \d+ ", " count 12345 ", lines[calls[19]])
     path.write_text("\n".join(lines) + "\n")
     full, _ = diagnose(path)
-    bounded, digest = diagnose(path, tiny())
+    bounded, _digest = diagnose(path, tiny())
     mismatch = [f for f in bounded.findings if f.code == "LS102"]
     assert mismatch and mismatch[0].seq == [f for f in full.findings if f.code == "LS102"][0].seq
     assert "count 12345" in " ".join(e.text for e in mismatch[0].evidence)

@@ -36,7 +36,7 @@ def timed_job(
 
     def stamp(ms: float, text: str) -> str:
         sec, frac = divmod(ms / 1000.0, 1)
-        clock = f"14:{12 + int(sec) // 60:02d}:{int(sec) % 60:02d}.{int(round(frac * 1e6)):06d}"
+        clock = f"14:{12 + int(sec) // 60:02d}:{int(sec) % 60:02d}.{round(frac * 1e6):06d}"
         if collector:
             return f"2025-06-02T{clock}Z stdout F {text}"
         return f"[2025-06-02 {clock}] {text}"

@@ -95,10 +95,8 @@ def test_fusion_ranks_that_died_write_no_dump_and_the_audit_says_so(tmp_path):
 
 def test_fusion_healthy_job_writes_no_dump_and_finds_nothing_in_none(tmp_path):
     _, truth = _job(tmp_path, "healthy", ranks=4)
-    assert (
-        (truth["flight_recorder"]["dumped"] == []
-        and not (tmp_path / "fr").exists())
-        or not list((tmp_path / "fr").iterdir())
+    assert (truth["flight_recorder"]["dumped"] == [] and not (tmp_path / "fr").exists()) or not list(
+        (tmp_path / "fr").iterdir()
     )
     report = analyze([str(tmp_path)])
     assert not [f for f in report.findings if f.code.startswith("LS7")]

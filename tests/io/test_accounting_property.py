@@ -13,7 +13,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis", reason="the test extra installs hypothesis")
 from conftest import FIXTURES  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st
+from hypothesis import strategies as st  # noqa: E402
 
 from nccl_logsift.errors import InputError  # noqa: E402
 from nccl_logsift.io.lines import BINARY_SNIFF_BYTES, binary_reason  # noqa: E402

@@ -119,7 +119,7 @@ def test_real_log_report_in_chromium(tmp_path, prefix):
 
 def test_hostile_log_runs_nothing_in_chromium(tmp_path):
     report = report_of(str(hostile_log(tmp_path)))
-    page, loaded, dom = _open(report, tmp_path, "hostile.html")
+    page, _loaded, dom = _open(report, tmp_path, "hostile.html")
     body = dom.find("body")
     assert "data-pwned" not in body.attrs, f"payload ran: {body.attrs}"
     assert dom.find("html").attrs.get("data-js") == "ready"

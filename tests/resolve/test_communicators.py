@@ -45,7 +45,7 @@ def test_ranks_reused_comm_pointer_starts_new_instance(tmp_path):
         lines.append(init("h", 100 + r, "0xaaa0", r, 2, "COMPLETE", "0x11"))
     lines += [coll("h", 100 + r, "0xaaa0", 0, 2) for r in range(2)]
     lines += [
-        env("h", 100 + r, "comm 0xaaa0 rank %d nranks 2 cudaDev %d busId 1b000 - Destroy COMPLETE" % (r, r))
+        env("h", 100 + r, f"comm 0xaaa0 rank {r} nranks 2 cudaDev {r} busId 1b000 - Destroy COMPLETE")
         for r in range(2)
     ]
     # The same pointer comes back for a new 2-rank communicator with another commId.

@@ -17,13 +17,13 @@ from nccl_logsift.simulate import SCENARIOS
 
 
 def _setup(tmp_path, scenario, **kw):
-    options = dict(
-        scenario=scenario,
-        ranks=16 if scenario in ("pp-deadlock", "rank-stall") else 8,
-        seed=21,
-        nccl_version=kw.pop("nccl_version", "2.21"),
-        torn_rate=0.0,
-    )
+    options = {
+        "scenario": scenario,
+        "ranks": 16 if scenario in ("pp-deadlock", "rank-stall") else 8,
+        "seed": 21,
+        "nccl_version": kw.pop("nccl_version", "2.21"),
+        "torn_rate": 0.0,
+    }
     options.update(kw)
     out, truth = run(tmp_path, **options)
     _, tables = parse(out)
@@ -236,7 +236,7 @@ def test_healthy_runs_end_in_destroy_without_warnings(tmp_path):
 
 
 def test_a_detail_mismatch_is_reported_by_every_rank_and_the_culprits_own_fingerprint_differs(tmp_path):
-    out, truth, tables = _setup(tmp_path, "debug-mismatch")
+    _out, truth, tables = _setup(tmp_path, "debug-mismatch")
     culprit = primary(truth)["ranks"][0]
     reports = tables["app_errors"].filter(pl.col("event") == "collective_mismatch")
     assert sorted(reports["fp_rank"].to_list()) == list(range(8))
