@@ -24,7 +24,7 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     job_summary = summarize_job(job)
     ranks = rank_states(job)
     notes = tuple(f"{i.path}: {p.describe()}" for i in inputs for p in i.problems) + tuple(summary.damage())
-    text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts))
+    text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts)) + _cut_short(inputs)
     dumps = audit_dumps(job)
     return Report(
         inputs=inputs,
@@ -37,6 +37,16 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
         dumps=dumps,
         next_run=advise(job, dumps),
     )
+
+
+def _cut_short(inputs: tuple[InputInfo, ...]) -> str:
+    """What the verdict cannot speak for: inputs not read to their end. A verdict of "healthy" over a log
+    whose tail was lost says less than it seems, and the reader of the verdict alone must know it."""
+    cut = [i.path for i in inputs if any(p.cuts_input for p in i.problems)]
+    if not cut:
+        return ""
+    shown = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+    return f" Not all input could be read ({shown}): this covers what was read; the notes say what was lost."
 
 
 def summarize_job(job: Job) -> JobSummary:

@@ -115,7 +115,11 @@ def build(root: Path, jobs: int = 49, seed: int = 7) -> FleetTruth:
         staging.rmdir()
         truths[job_id] = _renamed_truth(truth, mapping)
     corrupt = root / f"{CORRUPT}.log.gz"
-    corrupt.write_bytes(gzip.compress(b"x" * 1000)[:20] + bytes(rng.randrange(256) for _ in range(4000)))
+    # The gzip header, then a deflate block of the reserved type: not one byte decodes, so the job fails
+    # (a stream that decodes for a while and then breaks is read up to the break: an incomplete job).
+    corrupt.write_bytes(
+        gzip.compress(b"x" * 1000)[:10] + b"\x07" + bytes(rng.randrange(256) for _ in range(4000))
+    )
     _spread_dates(root)
     return FleetTruth(jobs + 1, truths, CORRUPT)
 

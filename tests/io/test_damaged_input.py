@@ -18,6 +18,7 @@ import pytest
 from conftest import FIXTURES
 
 from nccl_logsift.io.sources import Source
+from nccl_logsift.pipeline import analyze
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
 HEALTHY = FIXTURES / "healthy_8ranks.log"
@@ -284,3 +285,15 @@ def test_batch_keeps_a_cut_gzip_job_and_marks_it_incomplete_with_the_bytes_it_re
     (row,) = pl.read_parquet(tmp_path / "out" / "jobs" / "*" / "*.parquet", hive_partitioning=True).to_dicts()
     assert row["status"] == "incomplete" and row["primary_kinds"] == ["rank_behind"]
     assert "compressed stream is truncated" in row["message"] and f"{recovered:,} bytes" in row["message"]
+
+
+def test_a_verdict_over_input_cut_short_says_it_covers_only_what_was_read(tmp_path):
+    # "Looks healthy" over a log whose tail was lost must not read as a clean bill of health.
+    cut = tmp_path / "healthy.log.gz"
+    whole = gzip.compress((FIXTURES / "healthy_8ranks.log").read_bytes())
+    cut.write_bytes(whole[: len(whole) * 6 // 10])
+    report = analyze([str(cut)])
+    assert "Not all input could be read (" in report.verdict and str(cut) in report.verdict
+    intact = tmp_path / "intact.log.gz"
+    intact.write_bytes(whole)
+    assert "Not all input" not in analyze([str(intact)]).verdict
