@@ -159,7 +159,8 @@ class Job:
 
     @functools.cached_property
     def torch_ranks(self) -> pl.DataFrame:
-        """Global ranks PyTorch printed ([rankN]: prefixes and [Rank N] / PG prefixes), with their hosts if known."""
+        """Global ranks PyTorch printed ([rankN]: prefixes and [Rank N] / PG prefixes), with their hosts if
+        known."""
         frames = []
         lines = self.lines
         if not lines.is_empty() and "torch_rank" in lines.columns:
@@ -188,7 +189,8 @@ class Job:
         return match.row(0, named=True) if match.height else None
 
     def ranked(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """Add ``job_rank``: the global rank of each row from its process, or a PyTorch/MPI label on the line."""
+        """Add ``job_rank``: the global rank of each row from its process, or a PyTorch/MPI label on the
+        line."""
         if frame.is_empty():
             return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
         candidates = [c for c in ("global_rank", "torch_rank", "mpi_rank") if c in frame.columns]
@@ -233,7 +235,7 @@ def load_job(paths) -> Job:
     return parse_job(paths)[1]
 
 
-# ---------------------------------------------------------------------------------------------- derived tables
+# --------------------------------------------------------------------------------------------- derived tables
 _CACHE: dict[int, tuple[weakref.ref, dict]] = {}
 
 

@@ -134,7 +134,8 @@ def job_failed(job: Job) -> bool:
 
 
 def _messages(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
-    """Add ``message``: the line's text after ``NCCL WARN|INFO``, and ``sig``, the same with numbers blanked."""
+    """Add ``message``: the line's text after ``NCCL WARN|INFO``, and ``sig``, the same with numbers
+    blanked."""
     lines = (
         job.lines.select("source_id", "line_no", "part", "text")
         if not job.lines.is_empty()
@@ -320,7 +321,8 @@ class NcclError(Rule):
         who = f"{len(ranks)} rank(s) ({ranks_text(ranks)})" if ranks else f"{len(hosts)} host(s)"
         return self.finding(
             job,
-            f"NCCL's proxy service threads logged {rows.height} error line(s) on {who} while communicators were "
+            f"NCCL's proxy service threads logged {rows.height} error line(s) on {who} while communicators "
+            "were "
             f"torn down ({'; '.join(repr(k) for k in kinds)}): shutdown noise unless the job failed then",
             evidence_rows=locations(rows).head(3),
             ranks=ranks,
@@ -361,7 +363,10 @@ class NcclError(Rule):
         ]
         if followed and len(followed) == group.height:
             severity = Severity.WARNING
-            title += "; it follows an IB, socket, CUDA or bootstrap error of the same process (reported by its own rule)"
+            title += (
+                "; it follows an IB, socket, CUDA or bootstrap error of the same process (reported by its "
+                "own rule)"
+            )
         elif not failed:
             severity = Severity.WARNING
             title += "; the job shows no other sign of failure"
@@ -482,7 +487,10 @@ class NcclError(Rule):
                 if ranks
                 else f"{group.height} process(es)"
             )
-            title = f"PyTorch raised the NCCL error '{row['what']}'{f' ({code})' if code else ''} as {cls} on {who}"
+            title = (
+                f"PyTorch raised the NCCL error '{row['what']}'{f' ({code})' if code else ''} as {cls} on "
+                f"{who}"
+            )
             remote = (code or "").startswith("ncclRemoteError") or "remote process" in (row["what"] or "")
             follows = bool(ranks) and set(ranks) <= explained
             if remote:
@@ -505,16 +513,22 @@ class NcclError(Rule):
     @staticmethod
     def _advice(code: int | None) -> str:
         return {
-            1: "A CUDA call inside NCCL failed: look for CUDA errors (Xid in dmesg, out of memory) on this rank.",
-            2: "A system call or the network failed: check the host (file descriptors, /dev/shm, memory locks) "
+            1: "A CUDA call inside NCCL failed: look for CUDA errors (Xid in dmesg, out of memory) on this "
+            "rank.",
+            2: "A system call or the network failed: check the host (file descriptors, /dev/shm, memory "
+            "locks) "
             "and the network findings for this rank and its peers.",
-            3: "NCCL reported an internal error: check that every rank runs the same NCCL version, then upgrade "
+            3: "NCCL reported an internal error: check that every rank runs the same NCCL version, then "
+            "upgrade "
             "NCCL or report the issue with NCCL_DEBUG=INFO logs.",
-            4: "An argument of an NCCL call was invalid: check the tensors, counts, datatypes and the root the "
+            4: "An argument of an NCCL call was invalid: check the tensors, counts, datatypes and the root "
+            "the "
             "application passes, on every rank.",
-            5: "NCCL was used incorrectly: check group calls, communicator reuse after an error, and that all "
+            5: "NCCL was used incorrectly: check group calls, communicator reuse after an error, and that "
+            "all "
             "ranks call the same collectives.",
-            6: "A peer process exited or the network failed: start from the failure of the peer (process exit, "
+            6: "A peer process exited or the network failed: start from the failure of the peer (process "
+            "exit, "
             "IB or socket errors on its host).",
         }.get(
             code or 0,

@@ -37,8 +37,9 @@ def _time_ms(values: pl.Expr, fmt: str) -> pl.Expr:
 
 
 def line_ms(frame: pl.DataFrame) -> pl.Expr:
-    """Milliseconds since the epoch from the line's own timestamp: NCCL 2.26+ ``[2025-06-02 14:12:55.218200]``,
-    or a glog ``E1003 18:37:01.832146`` (no year: counted from 1970, so only differences mean anything)."""
+    """Milliseconds since the epoch from the line's own timestamp: NCCL 2.26+
+    ``[2025-06-02 14:12:55.218200]``, or a glog ``E1003 18:37:01.832146`` (no year: counted from 1970, so
+    only differences mean anything)."""
     ts = pl.col("ts").cast(pl.String) if "ts" in frame.columns else pl.lit(None, pl.String)
     return pl.coalesce(
         _time_ms(ts, "%Y-%m-%d %H:%M:%S%.f"), _time_ms(pl.lit("1970") + ts, "%Y%m%d %H:%M:%S%.f")
@@ -273,7 +274,8 @@ class LatencyOutlier(Rule):
             comm=uid,
             op=op,
             advice=(
-                "Profile what the late rank does between collectives (py-spy on its pid, data loader and I/O, "
+                "Profile what the late rank does between collectives (py-spy on its pid, data loader and "
+                "I/O, "
                 "CPU contention, `nvidia-smi -q -d PERFORMANCE` for throttling); compare host clocks (NTP) "
                 "if a whole host is late by the same amount."
             ),
@@ -314,8 +316,10 @@ class LatencyOutlier(Rule):
                 else []
             )
             title = (
-                f"nccl-tests {info['test_name'] or 'run'} in {self._where(job, run, runs)} reaches {joined['busbw'].median():.3g} "
-                f"GB/s bus bandwidth at sizes ≥ 1 MiB, {ratio:.0%} of the {joined['peer'].median():.3g} GB/s of "
+                f"nccl-tests {info['test_name'] or 'run'} in {self._where(job, run, runs)} reaches "
+                f"{joined['busbw'].median():.3g} "
+                f"GB/s bus bandwidth at sizes ≥ 1 MiB, {ratio:.0%} of the {joined['peer'].median():.3g} GB/s "
+                "of "
                 f"{len(peer_runs)} other run(s) of the same test ({', '.join(peer_files[:3])}), over "
                 f"{joined.height} sizes"
             )

@@ -1,4 +1,5 @@
-"""Rules about where ranks run: CUDA errors and OOM, two ranks on one GPU, two machines under one name (LS4xx).
+"""Rules about where ranks run: CUDA errors and OOM, two ranks on one GPU, two machines under one name
+(LS4xx).
 
 | code | name | kind | severity |
 |---|---|---|---|
@@ -393,8 +394,8 @@ def _xid_of_failed_gpu(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _error_of_faulted_gpu(rows: pl.DataFrame) -> pl.DataFrame:
-    """A CUDA error no label places (std::terminate's ``what():`` line on a shared stream) belongs to the GPU the
-    driver reported, when the Xid lines name exactly one rank."""
+    """A CUDA error no label places (std::terminate's ``what():`` line on a shared stream) belongs to the GPU
+    the driver reported, when the Xid lines name exactly one rank."""
     faulted = rows.filter((pl.col("origin") == "xid") & pl.col("job_rank").is_not_null())["job_rank"].unique()
     if faulted.len() != 1:
         return rows
@@ -653,7 +654,8 @@ class DuplicateGpu(Rule):
                 part=pl.lit(0, pl.UInt8)
             )
             title = (
-                f"{names(job, ranks, hosts=[row['host']])} initialise communicator {row['comm_uid']} on the same GPU of "
+                f"{names(job, ranks, hosts=[row['host']])} initialise communicator {row['comm_uid']} on the "
+                "same GPU of "
                 f"{row['host']} (busId {row['gpu']}) and never complete init"
             )
             yield self.finding(
@@ -832,21 +834,24 @@ class HostCollision(Rule):
                 if x.height:
                     row = x.row(0, named=True)
                     how.append(
-                        f"{row['transport']} between rank {row['a_rank']} ({row['a_addr']}) and rank {row['b_rank']} ({row['b_addr']})"
+                        f"{row['transport']} between rank {row['a_rank']} ({row['a_addr']}) and rank "
+                        f"{row['b_rank']} ({row['b_addr']})"
                     )
                 if m.height:
                     row = m.row(0, named=True)
                     how.append(
-                        f"NCCL counts {row['local_ranks']} local ranks where {row['at_addr']} processes share an address"
+                        f"NCCL counts {row['local_ranks']} local ranks where {row['at_addr']} processes "
+                        "share an address"
                     )
                 title = (
-                    f"{len(addresses)} machines share the host name {host} ({split}) and NCCL treats them as one node: "
-                    + "; ".join(how)
+                    f"{len(addresses)} machines share the host name {host} ({split}) and NCCL treats them as "
+                    "one node: " + "; ".join(how)
                 )
                 severity = Severity.CRITICAL
             else:
                 title = (
-                    f"{len(addresses)} machines report the host name {host} ({split}); NCCL kept them apart, but "
+                    f"{len(addresses)} machines report the host name {host} ({split}); NCCL kept them apart, "
+                    "but "
                     "per-host diagnostics mix them"
                 )
                 severity = Severity.WARNING
@@ -908,7 +913,8 @@ class HostCollision(Rule):
                 part=pl.lit(0, pl.UInt8)
             )
             title = (
-                f"Processes on host {host} share GPUs (ranks {ranks_text(ranks)} on busId {first['bus_id']}) and NCCL "
+                f"Processes on host {host} share GPUs (ranks {ranks_text(ranks)} on busId {first['bus_id']}) "
+                "and NCCL "
                 "accepted them: the name probably covers more than one machine"
             )
             yield self.finding(
@@ -1009,7 +1015,8 @@ def _cross_machine_transports(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
 
 
 def _merged_summaries(job: Job, addr: pl.DataFrame) -> pl.DataFrame:
-    """``comm … nNodes M localRanks L`` lines whose L exceeds the processes at the logging process's address."""
+    """``comm … nNodes M localRanks L`` lines whose L exceeds the processes at the logging process's
+    address."""
     comms = job.table("comms")
     if comms.is_empty() or "local_ranks" not in comms.columns:
         return pl.DataFrame()

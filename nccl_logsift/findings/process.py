@@ -53,7 +53,7 @@ TEARDOWN_TORCH_EVENTS = (
 NCCL_OR_CUDA = r"(?i)DistBackendError|NCCL|OutOfMemory|CUDA|cuda|ProcessGroup"
 
 
-# ---------------------------------------------------------------------------------------------- shared helpers
+# --------------------------------------------------------------------------------------------- shared helpers
 def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     """Add ``job_rank``: the global rank of each row's process.
 
@@ -629,7 +629,8 @@ class ProcessExit(Rule):
                 ranks=ranks,
                 hosts=hosts,
                 severity=Severity.CRITICAL,
-                advice="Drain the node and check its hardware and kernel logs (GPU Xid, ECC, power, network).",
+                advice="Drain the node and check its hardware and kernel logs (GPU Xid, ECC, power, "
+                "network).",
             )
         cancelled = exits.filter(pl.col("event") == "slurm_cancelled")
         if "cancel_reason" in cancelled.columns:

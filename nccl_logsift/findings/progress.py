@@ -75,7 +75,8 @@ def timeouts(job: Job) -> pl.DataFrame:
     rank = pl.coalesce(pl.col("torch_rank"), pl.col("work_rank"), pl.col("pg_rank"))
     rows = rows.with_columns(job_rank=rank.cast(pl.Int64))
     # "[Rank N] Watchdog caught ..." carries no PG prefix; the work-state line PyTorch prints right after it
-    # on the same rank does ("[PG ID 2 PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1] failure detected ...").
+    # on the same rank does ("[PG ID 2 PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1] failure
+    # detected ...").
     states = _work_states(job)
     if not states.is_empty():
         # Sorted by line, then source (a total order: rows keep it, and equal lines of two files tie).
@@ -115,7 +116,8 @@ def work_states(job: Job) -> pl.DataFrame:
 
 @per_job
 def _work_states(job: Job) -> pl.DataFrame:
-    """'Timeout at NCCL work' / 'failure detected by watchdog' rows: last enqueued / completed per rank and PG."""
+    """'Timeout at NCCL work' / 'failure detected by watchdog' rows: last enqueued / completed per rank and
+    PG."""
     torch = job.table("torch")
     if torch.is_empty() or "event" not in torch.columns:
         return pl.DataFrame()
@@ -216,7 +218,8 @@ def comm_progress(job: Job) -> list[CommProgress]:
 
 
 def progress_of(last: pl.DataFrame) -> list[CommProgress]:
-    """A :class:`CommProgress` per communicator of ``last`` (rows of :func:`members_last_calls`), in its order."""
+    """A :class:`CommProgress` per communicator of ``last`` (rows of :func:`members_last_calls`), in its
+    order."""
     # A size that did not fit its column is null (parse/kinds.py): the members seen are then the size.
     return [
         CommProgress(uid, int(group["nranks"].max() or group.height), group)
@@ -352,7 +355,8 @@ def stack_advice(job: Job, ranks: list[int]) -> str:
     where = "; ".join(dumps) if dumps else "`py-spy dump --pid <pid>` on each lagging rank's host"
     return (
         f"While the job still hangs, dump the Python stack of the lagging rank(s): {where}. "
-        "A rank that never reaches the collective is usually in a data loader, checkpoint I/O, a rank-dependent "
+        "A rank that never reaches the collective is usually in a data loader, checkpoint I/O, a "
+        "rank-dependent "
         "branch or an early exit; a rank that reached it but never finished points at its GPU or network."
     )
 
@@ -529,7 +533,10 @@ class RankBehind(Rule):
                 if op and seq
                 else (f"work #{seq}" if seq else "the collective its peers wait in")
             )
-            title = f"{names} never joined {where} of process group {pg}; {len(reporters)} rank(s) timed out waiting"
+            title = (
+                f"{names} never joined {where} of process group {pg}; {len(reporters)} rank(s) timed out "
+                "waiting"
+            )
             yield self.finding(
                 job,
                 title,
@@ -606,9 +613,9 @@ class CollectiveMismatch(Rule):
         no majority, as with two ranks, every side is named and neither is blamed); these reports, when
         present, are the finding. Else watchdog timeouts of one process group at the same SeqNum with
         different OpType or sizes. A divergence is critical when the job shows a hang (watchdog, abort, WARN,
-        failed exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions of
-        it and no process destroys it; otherwise a warning only: a COLL line lost to interleaved output shifts
-        the counted positions the same way.
+        failed exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions
+        of it and no process destroys it; otherwise a warning only: a COLL line lost to interleaved output
+        shifts the counted positions the same way.
 
     Example:
         Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
@@ -654,7 +661,8 @@ class CollectiveMismatch(Rule):
         for row in first.iter_rows(named=True):
             severity, suspect = _graded(job, coll, row, hung)
             at = coll.filter((pl.col("comm_uid") == row["comm_uid"]) & (pl.col("ordinal") == row["ordinal"]))
-            # Signatures in the order of their first line; of two equally common, the first seen is the majority.
+            # Signatures in the order of their first line; of two equally common, the first seen is the
+            # majority.
             at = at.sort("source_id", "line_no", "part")
             counts = at.group_by("sig", maintain_order=True).agg(
                 pl.len(), pl.col("global_rank"), pl.col("op").first(), pl.col("count").first()
@@ -666,8 +674,10 @@ class CollectiveMismatch(Rule):
             ranks = [int(r) for r in minority["global_rank"].drop_nulls().to_list()]
             odd = minority.row(0, named=True)
             title = (
-                f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) {_ranks_text(ranks)} called "
-                f"{odd['op']}(count {odd['count']}, datatype {odd['datatype']}) while {at.height - minority.height} "
+                f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) "
+                f"{_ranks_text(ranks)} called "
+                f"{odd['op']}(count {odd['count']}, datatype {odd['datatype']}) while "
+                f"{at.height - minority.height} "
                 f"rank(s) called {majority['op']}(count {majority['count']})"
             )
             if minority.height * 2 == at.height:
@@ -710,12 +720,16 @@ class CollectiveMismatch(Rule):
                 for r in (culprits if culprits is not None else at)["global_rank"].drop_nulls().to_list()
             ]
             who = (
-                f"rank(s) {_ranks_text(ranks)} call {op} where the same position of the other pipeline pairs calls "
+                f"rank(s) {_ranks_text(ranks)} call {op} where the same position of the other pipeline pairs "
+                "calls "
                 f"{'Recv' if op == 'Send' else 'Send'}"
                 if culprits is not None
                 else f"ranks {_ranks_text(ranks)}"
             )
-            title = f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call #{row['ordinal'] + 1}: a send/recv deadlock ({who})"
+            title = (
+                f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call "
+                f"#{row['ordinal'] + 1}: a send/recv deadlock ({who})"
+            )
             yield self.finding(
                 job,
                 title + suspect,
@@ -815,7 +829,10 @@ class CollectiveMismatch(Rule):
                 ):
                     ranks = sorted(per_rank["job_rank"].drop_nulls().to_list())
                     op = per_rank["op_type"].first()
-                    title = f"Both ranks {_ranks_text(ranks)} of process group {pg} wait in {op} #{seq}: a send/recv deadlock"
+                    title = (
+                        f"Both ranks {_ranks_text(ranks)} of process group {pg} wait in {op} #{seq}: a "
+                        "send/recv deadlock"
+                    )
                     yield self.finding(
                         job,
                         title,
@@ -863,7 +880,8 @@ class CollectiveMismatch(Rule):
     @staticmethod
     def _advice() -> str:
         return (
-            "Find the code path that issues this collective on the culprit rank(s): a rank-dependent branch, a "
+            "Find the code path that issues this collective on the culprit rank(s): a rank-dependent branch, "
+            "a "
             "collective skipped or added on one rank, or different tensor shapes. Re-run with "
             "TORCH_DISTRIBUTED_DEBUG=DETAIL to have PyTorch compare collective fingerprints across ranks."
         )
@@ -973,13 +991,17 @@ class WatchdogTimeout(Rule):
             seq_text = f"#{seqs[0]}" if len(seqs) == 1 else f"#{seqs[0]}–#{seqs[-1]}" if seqs else ""
             title = (
                 f"{len(ranks)} rank(s) of process group {pg} hit the watchdog timeout"
-                f"{f' of {timeout.max() / 1000:g} s' if timeout.len() else ''} in {'/'.join(ops) or 'a collective'} {seq_text}"
+                f"{f' of {timeout.max() / 1000:g} s' if timeout.len() else ''} in "
+                f"{'/'.join(ops) or 'a collective'} {seq_text}"
             ).rstrip()
             notes = ""
             if not states.is_empty():
                 mine = states.filter(pl.col("pg") == pg)
                 if mine.height and mine["implausible"].any():
-                    notes = " Some 'last completed' values PyTorch printed are uninitialised memory: treated as unknown."
+                    notes = (
+                        " Some 'last completed' values PyTorch printed are uninitialised memory: treated as "
+                        "unknown."
+                    )
             yield self.finding(
                 job,
                 title + "." + notes if notes else title,
@@ -989,8 +1011,10 @@ class WatchdogTimeout(Rule):
                 seq=seqs[0] if len(seqs) == 1 else None,
                 op=ops[0] if len(ops) == 1 else None,
                 advice=(
-                    "These ranks were waiting for a peer. When another finding names a cause, start there. When "
-                    "every rank timed out in the same collective and nothing else is wrong, suspect the network or "
+                    "These ranks were waiting for a peer. When another finding names a cause, start there. "
+                    "When "
+                    "every rank timed out in the same collective and nothing else is wrong, suspect the "
+                    "network or "
                     "a GPU: check the transports and dmesg (Xid, link errors) on every host. If a rank was "
                     "legitimately slow, raise the timeout of init_process_group; for the next run set "
                     "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 to get a flight-recorder dump."

@@ -169,7 +169,8 @@ def _no_instances(job: Job) -> pl.DataFrame:
 
 @per_job
 def known_ranks(job: Job) -> pl.DataFrame:
-    """(host, pid) → global rank from every source that names it: Init lines, rank labels, torchrun's summary."""
+    """(host, pid) → global rank from every source that names it: Init lines, rank labels, torchrun's
+    summary."""
     frames = []
     procs = job.processes
     if not procs.is_empty():
@@ -451,7 +452,8 @@ def hang_signs(job: Job) -> bool:
 
 
 def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
-    """'rank 3 (host, pid 12, GPU 3), …' for a few ranks; 'ranks 0-7 (host-a, host-b)' for many or unknown ones."""
+    """'rank 3 (host, pid 12, GPU 3), …' for a few ranks; 'ranks 0-7 (host-a, host-b)' for many or unknown
+    ones."""
     from nccl_logsift.findings.progress import describe_rank
 
     ranks = sorted(set(ranks))
@@ -567,7 +569,8 @@ class InitIncomplete(Rule):
         missing from the logs), and one COMPLETE on any member proves every member joined, so partial logs
         of a healthy job (one node's output) never look incomplete. The waiting ranks are a separate finding,
         an error when the ranks they wait for are known, critical when nobody failed or is missing.
-        Stalled subgroup communicators (new_group, point-to-point pairs) are summed up in one finding. From PyTorch's store-based barrier (``Waiting in store based barrier
+        Stalled subgroup communicators (new_group, point-to-point pairs) are summed up in one finding.
+        From PyTorch's store-based barrier (``Waiting in store based barrier
         … (world_size=W, worker_count=K …)``, ≤ 2.1): the W-K ranks that never reported are named when the
         reporters leave exactly that many out. Named by absence from the peers' rendezvous errors: ranks that
         gave up waiting for rank 0's ncclUniqueId in the c10d store (``[2] is setting up NCCL communicator and
@@ -579,7 +582,8 @@ class InitIncomplete(Rule):
         ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
 
     Example:
-        ``ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 nranks 4 … commId 0x7bbff3add302d34a - Init START``
+        ``ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 nranks 4 …
+        commId 0x7bbff3add302d34a - Init START``
         from ranks 0 and 1 only, no Init COMPLETE anywhere: ranks 2 and 3 never joined.
 
     What to do:
@@ -648,8 +652,10 @@ class InitIncomplete(Rule):
             # Without a rank waiting for them, absent ranks may just be output missing from these logs.
             failed_note = f"; {names(job, failed)} failed during init (see their errors)" if failed else ""
             title = (
-                f"{rank_word(state.unexplained)} never joined communicator {state.uid} ({state.nranks} ranks): no Init "
-                f"line from them; {plural(len(state.waiting), 'rank')} ({ranks_text(state.waiting)}) started init and "
+                f"{rank_word(state.unexplained)} never joined communicator {state.uid} ({state.nranks} "
+                "ranks): no Init "
+                f"line from them; {plural(len(state.waiting), 'rank')} ({ranks_text(state.waiting)}) started "
+                "init and "
                 f"wait for them{failed_note}"
             )
             yield self.finding(
@@ -686,7 +692,8 @@ class InitIncomplete(Rule):
         )
 
     def _sub_communicators(self, job: Job, states: list[InitState]) -> Finding:
-        """Smaller communicators (process subgroups, point-to-point pairs) that never completed init: one finding."""
+        """Smaller communicators (process subgroups, point-to-point pairs) that never completed init: one
+        finding."""
         ranks = sorted({r for s in states for r in s.waiting})
         groups = "; ".join(
             f"{ranks_text(s.waiting)}" + (f" (+{len(s.missing)} absent)" if s.missing else "")
@@ -695,7 +702,8 @@ class InitIncomplete(Rule):
         sizes = sorted({s.nranks for s in states})
         failed = sorted({r for s in states for r in s.failed})
         title = (
-            f"{plural(len(states), 'communicator')} of {'/'.join(str(n) for n in sizes)} ranks never completed init "
+            f"{plural(len(states), 'communicator')} of {'/'.join(str(n) for n in sizes)} ranks never "
+            "completed init "
             f"(waiting ranks per communicator: {groups})"
         )
         if failed:
@@ -714,8 +722,10 @@ class InitIncomplete(Rule):
             comm=states[0].uid if len(states) == 1 else None,
             severity=Severity.ERROR if explained else Severity.CRITICAL,
             advice=(
-                "A subgroup communicator is created when its members first use it (new_group, a send/recv pair): "
-                "a member that never arrives leaves the others in init. Look at the other findings for the rank "
+                "A subgroup communicator is created when its members first use it (new_group, a send/recv "
+                "pair): "
+                "a member that never arrives leaves the others in init. Look at the other findings for the "
+                "rank "
                 "that stopped; otherwise " + self._advice_hang()[0].lower() + self._advice_hang()[1:]
             ),
         )
@@ -724,7 +734,8 @@ class InitIncomplete(Rule):
     def _advice_hang() -> str:
         return (
             "Dump the stacks of the waiting ranks (py-spy dump --pid PID) and rerun with NCCL_DEBUG=INFO "
-            "NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET to see where init stops; check that every host can reach the "
+            "NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET to see where init stops; check that every host can reach "
+            "the "
             "others on the bootstrap interface."
         )
 
@@ -764,7 +775,8 @@ class InitIncomplete(Rule):
                 job,
                 title,
                 evidence_rows=evidence(clients.head(3)),
-                advice="Check that every rank was launched and can reach MASTER_ADDR:MASTER_PORT (firewall, wrong address).",
+                advice="Check that every rank was launched and can reach MASTER_ADDR:MASTER_PORT (firewall, "
+                "wrong address).",
             )
 
     def _barrier(self, job: Job, key, group: pl.DataFrame) -> Finding | None:
@@ -786,7 +798,8 @@ class InitIncomplete(Rule):
         state = "timed out" if timed_out.height else "waited"
         title = (
             f"{who} never reached the store-based barrier of init_process_group (key {key}): "
-            f"{count} of {world} ranks joined; {plural(len(reporters), 'rank')} ({ranks_text(reporters)}) {state} for them"
+            f"{count} of {world} ranks joined; {plural(len(reporters), 'rank')} ({ranks_text(reporters)}) "
+            f"{state} for them"
         )
         ev = pl.concat([rows_of(timed_out.head(2)), rows_of(waits.sort("line_no").head(2))])
         return self.finding(
@@ -795,7 +808,8 @@ class InitIncomplete(Rule):
             evidence_rows=ev,
             ranks=ranks,
             advice=(
-                "The missing ranks never called init_process_group: check that they were launched, that they use "
+                "The missing ranks never called init_process_group: check that they were launched, that they "
+                "use "
                 "the same MASTER_ADDR/MASTER_PORT and WORLD_SIZE, and dump their stacks if they run."
             ),
         )
@@ -851,10 +865,12 @@ class InitIncomplete(Rule):
             who = f"{plural(waiting.height, 'process')} on {', '.join(hosts[:4])}"
         if failed.height:
             failed_ranks = sorted(int(r) for r in failed["job_rank"].drop_nulls())
-            why = (
-                f"; {rank_word(failed_ranks) if len(failed_ranks) == failed.height else plural(failed.height, 'process')} "
-                "failed during init (see their errors)"
+            failed_word = (
+                rank_word(failed_ranks)
+                if len(failed_ranks) == failed.height
+                else plural(failed.height, "process")
             )
+            why = f"; {failed_word} failed during init (see their errors)"
         elif none_completed:
             why = "; no communicator of the job completed init, and the ranks that never joined print nothing"
         else:
@@ -873,7 +889,8 @@ class InitIncomplete(Rule):
             advice=(
                 "These ranks were waiting; look at the ranks that failed first."
                 if explained
-                else "This NCCL release prints no Init START line, so which ranks never arrived cannot be read from "
+                else "This NCCL release prints no Init START line, so which ranks never arrived cannot be "
+                "read from "
                 "the log. Compare the processes here with the launched world size, and rerun with "
                 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP on every rank."
             ),
@@ -976,11 +993,17 @@ class BootstrapFailure(Rule):
                 ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
                 first = group.row(0, named=True)
                 if event == "store_connect_timeout":
-                    cause = f"the c10d store at {first.get('store_host')}:{first.get('store_port')} could not be reached ({first.get('detail')} timeout)"
+                    cause = (
+                        f"the c10d store at {first.get('store_host')}:{first.get('store_port')} could not be "
+                        f"reached ({first.get('detail')} timeout)"
+                    )
                 elif event == "store_server_failed":
                     cause = f"the c10d store server failed to {first.get('detail')}"
                 else:
-                    cause = f"getting the ncclUniqueId from rank 0 through the c10d store failed: {first.get('detail')}"
+                    cause = (
+                        "getting the ncclUniqueId from rank 0 through the c10d store failed: "
+                        f"{first.get('detail')}"
+                    )
                 who = names(job, ranks) if ranks else f"{plural(group.height, 'process')}"
                 absence = absent_at_init(job) if event == "unique_id_store_error" else None
                 if absence is not None:
@@ -1000,7 +1023,8 @@ class BootstrapFailure(Rule):
                     evidence_rows=evidence(group.head(4)),
                     ranks=ranks,
                     advice=(
-                        "Check MASTER_ADDR/MASTER_PORT on every rank, that rank 0's host is reachable on that port "
+                        "Check MASTER_ADDR/MASTER_PORT on every rank, that rank 0's host is reachable on "
+                        "that port "
                         "(firewall, wrong interface), and that no stale process holds the port."
                     ),
                 )
@@ -1083,7 +1107,8 @@ def bootstrap_errors(job: Job) -> pl.DataFrame:
         .when(pl.col("rank").is_not_null())
         .then(
             pl.format(
-                "Bootstrap Root : rank {} of {} ranks has already checked in (a duplicate rank or a reused unique id)",
+                "Bootstrap Root : rank {} of {} ranks has already checked in (a duplicate rank or a reused "
+                "unique id)",
                 pl.col("rank"),
                 pl.col("nranks"),
             )
@@ -1162,7 +1187,8 @@ def _bootstrap_advice(group: pl.DataFrame) -> str:
     kinds = set(group["error_kind"].to_list())
     if "no_interface" in kinds:
         return (
-            "NCCL found no interface to bootstrap on: make NCCL_SOCKET_IFNAME (or NCCL_OOB_NET_IFNAME) match the "
+            "NCCL found no interface to bootstrap on: make NCCL_SOCKET_IFNAME (or NCCL_OOB_NET_IFNAME) match "
+            "the "
             "interface names of every node — list them with `ip -br addr` on the failing host; a prefix "
             "(e.g. 'ens') or an exclusion list ('^docker,lo') is more robust than one exact name."
         )
@@ -1394,8 +1420,10 @@ class InterfaceMisconfig(Rule):
                 hosts=hosts,
                 severity=severity,
                 advice=(
-                    f"Set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (e.g. the fabric or "
-                    f"management NIC; exclusions such as '^docker,veth,lo' also work) so that {first_if} is never "
+                    "Set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (e.g. the fabric "
+                    "or "
+                    f"management NIC; exclusions such as '^docker,veth,lo' also work) so that {first_if} is "
+                    "never "
                     "picked; check `ip -br addr` on every node."
                 ),
             )
@@ -1418,9 +1446,15 @@ class InterfaceMisconfig(Rule):
         )
         who = names(job, ranks) if ranks else f"processes on {', '.join(bad_hosts[:4])}"
         if values:
-            title = f"NCCL_SOCKET_IFNAME={'/'.join(values)} matches no interface on {', '.join(bad_hosts[:4])} ({who}){elsewhere}"
+            title = (
+                f"NCCL_SOCKET_IFNAME={'/'.join(values)} matches no interface on {', '.join(bad_hosts[:4])} "
+                f"({who}){elsewhere}"
+            )
         else:
-            title = f"No usable socket interface on {', '.join(bad_hosts[:4])} ({who}): {rows['error_text'].drop_nulls().first()}"
+            title = (
+                f"No usable socket interface on {', '.join(bad_hosts[:4])} ({who}): "
+                f"{rows['error_text'].drop_nulls().first()}"
+            )
         settings = job.table("settings")
         env_rows = (
             settings.filter((pl.col("name") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(bad_hosts)).head(
@@ -1437,7 +1471,8 @@ class InterfaceMisconfig(Rule):
             hosts=bad_hosts,
             advice=(
                 "Use a value that matches the interface on every node (`ip -br addr`): a common prefix (e.g. "
-                "'ens' or 'ib') or an exclusion list ('^docker,lo') instead of one exact name, or per-node values "
+                "'ens' or 'ib') or an exclusion list ('^docker,lo') instead of one exact name, or per-node "
+                "values "
                 "from the launcher."
             ),
         )
@@ -1507,7 +1542,8 @@ class InterfaceMisconfig(Rule):
             hosts=odd_hosts,
             severity=Severity.ERROR if hits.height else Severity.WARNING,
             advice=(
-                "Check that every node bootstraps on the same network (NCCL_SOCKET_IFNAME) and that the networks "
+                "Check that every node bootstraps on the same network (NCCL_SOCKET_IFNAME) and that the "
+                "networks "
                 "are routed to each other; a host that picked another NIC than its peers is the usual cause."
             ),
         )

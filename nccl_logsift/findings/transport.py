@@ -54,7 +54,8 @@ IB_MEANING = {
     12: "retries exhausted, the peer never acknowledged: link down or flapping, routing, a wrong RoCE GID "
     "index, or a dead peer",
     13: "receiver not ready: the peer stopped posting receives (stalled or dead)",
-    4: "local protection error: GPUDirect RDMA blocked by PCIe ACS or the IOMMU, or a bad memory registration",
+    4: "local protection error: GPUDirect RDMA blocked by PCIe ACS or the IOMMU, or a bad memory "
+    "registration",
     5: "flushed because the queue pair was already in error (a consequence, not the cause)",
     10: "remote access error: the peer rejected the RDMA access (memory key or registration)",
     11: "remote operation error: the peer could not complete the request",
@@ -422,13 +423,17 @@ class TransportFallback(Rule):
         hosts = sorted(set(sock["host"].drop_nulls().to_list()))
         reasons, reason_rows = self._socket_reasons(job, sock)
         tuned = self._socket_tuning(job)
-        carriers = f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"
+        carriers = (
+            f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on "
+            f"{', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''}"
+        )
         if whole:
             # nNodes counts the job's nodes; a per-node output file holds one node's lines only.
             logged = len(logged_hosts(job))
             partial = f" (these logs show {logged} of its nodes)" if 0 < logged < nodes else ""
             title = (
-                f"All inter-node traffic of this {nodes}-node job{partial} runs over TCP sockets (NET/Socket) "
+                f"All inter-node traffic of this {nodes}-node job{partial} runs over TCP sockets "
+                "(NET/Socket) "
                 f"instead of RDMA ({carriers})"
             )
         else:
@@ -584,14 +589,17 @@ class TransportFallback(Rule):
                 )
                 ranks = sorted(set(ranks) | {int(r) for r in on_hosts})
                 title = (
-                    f"{', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} use(s) NET/{net_names} without GPUDirect "
-                    f"RDMA while {len(gdr_hosts)} other host(s) use it ({len(ranks)} rank(s): {ranks_text(ranks)}): "
+                    f"{', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} use(s) NET/{net_names} without "
+                    "GPUDirect "
+                    f"RDMA while {len(gdr_hosts)} other host(s) use it ({len(ranks)} rank(s): "
+                    f"{ranks_text(ranks)}): "
                     "their inter-node traffic is staged through host memory"
                 )
                 severity = Severity.WARNING
             elif some.height:
                 title = (
-                    f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])} use NET/{net_names} "
+                    f"{len(ranks)} rank(s) ({ranks_text(ranks)}) on {', '.join(hosts[:4])} use "
+                    f"NET/{net_names} "
                     f"without GPUDirect RDMA while {some.height} rank(s) use it: their traffic is staged "
                     "through host memory"
                 )
@@ -626,8 +634,10 @@ class TransportFallback(Rule):
             share = f"{rows.height} of {rdma.filter(pl.col('job_rank').is_in(ranks)).height}"
             yield self.finding(
                 job,
-                f"{share} NET/{net_names} connections of {len(ranks)} rank(s) ({ranks_text(ranks)}) run without "
-                f"GPUDirect RDMA{f' (net device(s) {ranks_text(devs)})' if devs else ''}, the others with it: "
+                f"{share} NET/{net_names} connections of {len(ranks)} rank(s) ({ranks_text(ranks)}) run "
+                "without "
+                f"GPUDirect RDMA{f' (net device(s) {ranks_text(devs)})' if devs else ''}, the others with "
+                "it: "
                 "NCCL uses NICs too far from these GPUs for GDR on some channels",
                 evidence_rows=locations(rows).head(4),
                 ranks=ranks,
@@ -653,7 +663,8 @@ class TransportFallback(Rule):
                 row = far.row(0, named=True)
                 reasons.append(
                     f"'GPU Direct RDMA Disabled' for {far['gdr_gpu'].n_unique()} GPU(s): GPU–NIC distance "
-                    f"{row['distance']} {row['distance_op'] or '>'} {row['distance_limit']} (NCCL_NET_GDR_LEVEL)"
+                    f"{row['distance']} {row['distance_op'] or '>'} {row['distance_limit']} "
+                    "(NCCL_NET_GDR_LEVEL)"
                 )
             why = disabled.filter(pl.col("gdr_reason").is_not_null())
             if why.height:
@@ -737,7 +748,8 @@ class TransportFallback(Rule):
             )
             contrast = f", while {fast_hosts.height} host(s) use P2P" if fast_hosts.height else ""
             title = (
-                f"GPUs of {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} exchange data through {paths} "
+                f"GPUs of {', '.join(hosts[:4])}{' …' if len(hosts) > 4 else ''} exchange data through "
+                f"{paths} "
                 f"instead of NVLink/PCIe peer-to-peer ({len(ranks)} rank(s): {ranks_text(ranks)}){contrast}"
             )
             if reasons:
@@ -758,8 +770,10 @@ class TransportFallback(Rule):
             ranks = _ranks(rows)
             net_intra = int(mixed["net"].sum())
             title = (
-                f"{rows.height} connection(s) between GPUs of the same host ({', '.join(hosts[:4])}) go through "
-                f"{'the network' if net_intra and not mixed['shm'].sum() else 'host shared memory'} while the "
+                f"{rows.height} connection(s) between GPUs of the same host ({', '.join(hosts[:4])}) go "
+                "through "
+                f"{'the network' if net_intra and not mixed['shm'].sum() else 'host shared memory'} while "
+                "the "
                 f"others use P2P ({len(ranks)} rank(s): {ranks_text(ranks)})"
             )
             if reasons:
@@ -843,7 +857,8 @@ class TransportFallback(Rule):
             return
         yield self.finding(
             job,
-            f"The network NCCL was asked to use is not available on {len(ranks) or rows.height} rank(s): '{text}'",
+            f"The network NCCL was asked to use is not available on {len(ranks) or rows.height} rank(s): "
+            f"'{text}'",
             evidence_rows=locations(rows).head(4),
             ranks=ranks,
             severity=Severity.ERROR,
@@ -1023,7 +1038,8 @@ class NetError(Rule):
                 )
             elif status == 5:
                 title += "; the earlier error that put the queue pair in error is not in these logs"
-            # Flushes next to another status are that error's fallout: below error, so never taken for the cause.
+            # Flushes next to another status are that error's fallout: below error, so never taken for the
+            # cause.
             severity = (
                 Severity.CRITICAL
                 if status != 5
@@ -1095,7 +1111,8 @@ class NetError(Rule):
                 ranks=ranks,
                 hosts=sorted(set(group["host"].drop_nulls())),
                 severity=severity,
-                advice="Check the HCA port and cable/switch port (ibstat, dmesg, the subnet manager's log); a "
+                advice="Check the HCA port and cable/switch port (ibstat, dmesg, the subnet manager's log); "
+                "a "
                 "port that goes down under a running job breaks every connection through it.",
             )
 
@@ -1107,12 +1124,14 @@ class NetError(Rule):
         text = _message(job, rows)
         yield self.finding(
             job,
-            f"The two ends of an IB transfer disagree on its size or buffer on {names(job, ranks) if ranks else 'some ranks'}: "
+            "The two ends of an IB transfer disagree on its size or buffer on "
+            f"{names(job, ranks) if ranks else 'some ranks'}: "
             f"'{text}' (mismatched collectives across ranks, or memory corruption)",
             evidence_rows=locations(rows).head(4),
             ranks=ranks,
             severity=Severity.ERROR,
-            advice="Check that every rank issues the same collectives with the same sizes (collective-mismatch "
+            advice="Check that every rank issues the same collectives with the same sizes "
+            "(collective-mismatch "
             "findings, TORCH_DISTRIBUTED_DEBUG=DETAIL); if they do, suspect a NIC or GPU memory problem.",
         )
 
@@ -1184,7 +1203,8 @@ class NetError(Rule):
         text = _message(job, rows)
         title = (
             f"IB devices could not be opened or queried on {', '.join(hosts[:4]) or 'this job'}"
-            f"{f' ({len(devices)} device(s): ' + ', '.join(devices[:4]) + ')' if devices else ''}: '{text}'; NCCL skips them"
+            f"{f' ({len(devices)} device(s): ' + ', '.join(devices[:4]) + ')' if devices else ''}: '{text}'; "
+            "NCCL skips them"
         )
         if not multi:
             title += " (single-node job: no inter-node traffic needs them)"
@@ -1264,7 +1284,8 @@ class NetError(Rule):
                 severity=Severity.WARNING if cause or deaths else Severity.ERROR,
                 advice=(
                     "Find out why the peer ended first: look at the findings for "
-                    f"{'rank(s) ' + ranks_text(sorted(peer_ranks)) if peer_ranks else 'the peer host'} (crash, "
+                    f"{'rank(s) ' + ranks_text(sorted(peer_ranks)) if peer_ranks else 'the peer host'} "
+                    "(crash, "
                     "OOM, CUDA or NCCL error, exit). If nothing failed there, check the TCP path between the "
                     "hosts (NCCL_SOCKET_IFNAME, firewalls, MTU)."
                 ),
