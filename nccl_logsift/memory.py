@@ -9,7 +9,8 @@ job. :func:`reuse_freed` makes glibc keep such blocks for the next allocations; 
 (``malloc_trim``) hands what is free back once the stream has ended, when the diagnosis builds its
 tables with polars and pyarrow, whose allocators of their own cannot reuse it.
 
-Both are no-ops where the C library is not glibc (musl has no ``malloc_trim``, and its ``mallopt`` does nothing).
+Both are no-ops where the C library is not glibc (musl has no ``malloc_trim``, and its ``mallopt`` does
+nothing).
 """
 
 from __future__ import annotations

@@ -599,7 +599,8 @@ RESOLVED_TABLES = {
         INSTANCE_SCHEMA,
     ),
     "processes": (
-        "one row per process that initialised a communicator (per GPU, for a process that holds a rank of the "
+        "one row per process that initialised a communicator (per GPU, for a process that holds a rank "
+        "of the "
         "world on several): host, pid, global rank, world size",
         PROCESS_SCHEMA,
     ),

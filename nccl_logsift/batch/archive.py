@@ -1,4 +1,5 @@
-"""Find the jobs in an archive of logs: which files belong to which job, and a fingerprint of each job's inputs.
+"""Find the jobs in an archive of logs: which files belong to which job, and a fingerprint of each job's
+inputs.
 
 An ARCHIVE argument is read one of three ways:
 
@@ -78,7 +79,8 @@ class JobInput:
 
 
 def find_jobs(archives: Sequence[str], pattern: str | None = None) -> list[JobInput]:
-    """Every job in the archives, in a stable order; raise InputError for a missing archive or a bad pattern."""
+    """Every job in the archives, in a stable order; raise InputError for a missing archive or a bad
+    pattern."""
     if not archives:
         raise InputError("no ARCHIVE given")
     matcher = compile_pattern(pattern) if pattern else None

@@ -200,6 +200,7 @@ def remove_unfinished(out: Path) -> None:
 
 
 def table_glob(out: Path, table: str) -> str:
-    """The glob that reads every partition of ``table`` (for polars ``scan_parquet``, DuckDB ``read_parquet``)."""
+    """The glob that reads every partition of ``table`` (for polars ``scan_parquet``, DuckDB
+    ``read_parquet``)."""
     base = out / table if table in SCHEMAS else out / TABLES_DIR / table
     return str(base / f"{PARTITION}=*" / "*.parquet")

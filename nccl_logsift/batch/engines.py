@@ -79,7 +79,8 @@ class LocalEngine:
     def _pooled(
         self, pending: deque, out: str, with_tables: bool, workers: int, suspects: list[JobInput]
     ) -> Iterator[JobOutcome]:
-        """Run ``pending`` on a pool; when the pool breaks, set the jobs it lost aside and go on with a new one."""
+        """Run ``pending`` on a pool; when the pool breaks, set the jobs it lost aside and go on with a new
+        one."""
         from nccl_logsift.batch.task import failed_outcome, run_job
 
         task = self.task or run_job

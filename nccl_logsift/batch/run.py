@@ -84,7 +84,8 @@ def run_batch(
     work: Plan | None = None,
     on_outcome: Callable[[JobOutcome], None] | None = None,
 ) -> BatchResult:
-    """Analyse the jobs of ``work`` (planned here when not given) on ``engine``, then summarise the dataset."""
+    """Analyse the jobs of ``work`` (planned here when not given) on ``engine``, then summarise the
+    dataset."""
     work = work or plan(options)
     failed = 0
     try:

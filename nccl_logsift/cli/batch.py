@@ -71,7 +71,8 @@ from nccl_logsift.render.controls import visible
     "--address",
     metavar="ADDR",
     default=None,
-    help="Ray cluster to run on ('auto' for the one this node belongs to, or HEAD:6379); default: start Ray here.",
+    help="Ray cluster to run on ('auto' for the one this node belongs to, or HEAD:6379); "
+    "default: start Ray here.",
 )
 @click.option(
     "--retry-failed", is_flag=True, help="Analyse jobs that failed before again, even when unchanged."
@@ -173,8 +174,9 @@ def _print_result(result: BatchResult, output: Path) -> None:
         f"{f', {result.failed} failed' if result.failed else ''}."
     )
     console.print(
-        f"Dataset of {summary.jobs} job(s) in {output}/ ({summary.incomplete} from damaged input, {summary.failed} "
-        f"unreadable, {summary.with_root_cause} with a root cause); summary in {output}/fleet.json, page and job "
+        f"Dataset of {summary.jobs} job(s) in {output}/ ({summary.incomplete} from damaged input, "
+        f"{summary.failed} unreadable, {summary.with_root_cause} with a root cause); "
+        f"summary in {output}/fleet.json, page and job "
         f"list in {output}/fleet.html, each job's report under {output}/reports/"
     )
     if summary.kinds:

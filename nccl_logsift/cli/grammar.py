@@ -44,7 +44,8 @@ def check(directory: Path | None) -> None:
     samples = sum(len(g.samples) for g in grammars.grammars)
     patterns = sum(len(g.patterns) for g in grammars.grammars)
     click.echo(
-        f"{len(grammars.grammars)} grammar files, {patterns} patterns, {samples} samples: all parse as declared."
+        f"{len(grammars.grammars)} grammar files, {patterns} patterns, {samples} samples: "
+        "all parse as declared."
     )
 
 

@@ -1,6 +1,7 @@
 """A click group whose subcommands are imported when they are first asked for.
 
-Each command module imports what its command needs: ``analyze`` the parser, polars and the compiled loops, ``batch``
+Each command module imports what its command needs: ``analyze`` the parser, polars and the compiled loops,
+``batch``
 its engines, ``report`` the HTML templates, ``simulate`` the simulator. Importing every module to build
 the group made ``logsift --version`` take half a second and every ``logsift analyze`` pay for the
 commands it does not run. Here a command's module is imported when click resolves that command by name:

@@ -2,7 +2,8 @@
 
 * Output paths are checked before the work starts (:func:`check_file`, :func:`check_directory`): a report
   that cannot be written is said at once, not after minutes of analysis.
-* A file that fails while written (a full disk) raises :class:`~nccl_logsift.errors.OutputError` (:func:`writing`).
+* A file that fails while written (a full disk) raises :class:`~nccl_logsift.errors.OutputError`
+  (:func:`writing`).
 * Standard output is a stream whose failures the CLI can tell apart (:func:`guard_standard_streams`): a reader
   that went away (``| head``) raises :class:`ReaderGone`, which ends the run quietly; any other failure
   (``>/dev/full``, a closed stdout) raises ``OutputError``. Without this, such an ``OSError`` would be
@@ -28,7 +29,8 @@ class ReaderGone(Exception):
 
 def check_file(path: Path) -> None:
     """Raise OutputError now when ``path`` cannot be written: its directory is missing, it is a directory,
-    or the file cannot be opened for writing. Opened without truncating, and removed again when this made it."""
+    or the file cannot be opened for writing. Opened without truncating, and removed again when this made
+    it."""
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a directory")
     if not path.parent.is_dir():

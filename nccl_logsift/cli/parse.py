@@ -149,7 +149,8 @@ def _print_summary(summary: ParseSummary, output: Path) -> None:
     rate = summary.unparsed_envelope_lines / summary.envelope_lines if summary.envelope_lines else 0.0
     console.print(
         f"Read {len(summary.inputs)} input(s), {summary.lines:,} lines; "
-        f"{summary.envelope_lines:,} NCCL/PyTorch lines, {summary.unparsed_envelope_lines:,} unparsed ({rate:.2%})."
+        f"{summary.envelope_lines:,} NCCL/PyTorch lines, "
+        f"{summary.unparsed_envelope_lines:,} unparsed ({rate:.2%})."
     )
     for damage in summary.damage():
         err.print(f"[yellow]note[/] {_shown(damage)}")

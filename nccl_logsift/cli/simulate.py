@@ -86,7 +86,8 @@ def _scenario_names() -> list[str]:
     "--torch-version",
     default=None,
     metavar="V",
-    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 (default: one that shipped with that NCCL).",
+    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 "
+    "(default: one that shipped with that NCCL).",
 )
 @click.option(
     "--layout",
@@ -127,7 +128,8 @@ def _scenario_names() -> list[str]:
     type=click.FloatRange(0.0, 0.5),
     default=None,
     metavar="P",
-    help="Probability per line that another process's output is glued into it (interleaved layout; default 0.002 with --noise).",
+    help="Probability per line that another process's output is glued into it "
+    "(interleaved layout; default 0.002 with --noise).",
 )
 @click.option(
     "-o",

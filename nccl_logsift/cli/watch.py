@@ -50,7 +50,8 @@ BATCH_WAIT = 0.25  # seconds: the parser hands out what arrived at least this of
     help="How often stalls are judged and the view redrawn, whether or not input arrives.",
 )
 def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float) -> None:
-    """Watch a running job: ranks, collectives per second, where each rank is, stalls and WARNs as they happen.
+    """Watch a running job: ranks, collectives per second, where each rank is, stalls and WARNs as they
+    happen.
 
     PATHS are log files, directories or - for standard input (the default); pipe a running job into it.
     At the end of the input, or on Ctrl-C, it prints the same verdict as `logsift analyze` (with --format

@@ -100,7 +100,8 @@ def _table_kind_conflicts(grammars: list[Grammar]) -> list[str]:
             first = seen.setdefault((g.table, f.name), (f.kind, g.family))
             if first[0] != f.kind:
                 problems.append(
-                    f"table {g.table!r}: column {f.name!r} is {f.kind} in {g.family!r} but {first[0]} in {first[1]!r}"
+                    f"table {g.table!r}: column {f.name!r} is {f.kind} in {g.family!r} "
+                    f"but {first[0]} in {first[1]!r}"
                 )
     return problems
 

@@ -167,7 +167,8 @@ def _series(array: pa.Array, name: str) -> pl.Series:
 
 
 def padded(size: int) -> np.ndarray:
-    """A fresh uint8 array of ``size`` bytes (not initialised) with ``PADDING`` zero bytes of its buffer behind it."""
+    """A fresh uint8 array of ``size`` bytes (not initialised) with ``PADDING`` zero bytes of its buffer
+    behind it."""
     buffer = np.empty(size + PADDING, dtype=np.uint8)
     buffer[size:] = 0
     return buffer[:size]

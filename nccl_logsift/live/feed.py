@@ -67,7 +67,8 @@ class Feed:
         return batches
 
     def stop(self) -> bool:
-        """End standard input now (what was read is still parsed); False when the input cannot be cut short."""
+        """End standard input now (what was read is still parsed); False when the input cannot be cut
+        short."""
         if not self._relay:
             return False
         self._relay.stop()

@@ -59,7 +59,8 @@ PROCESS_SCHEMA = {
     "label": pl.Int64,
 }
 # Which rule of ``analyze`` reports a WARN of this ``error_kind`` (grammars/nccl/errors.toml): transport.py
-# owns network errors, placement.py CUDA errors and GPUs, startup.py bootstrap and interfaces; the rest is LS901.
+# owns network errors, placement.py CUDA errors and GPUs, startup.py bootstrap and interfaces; the rest is
+# LS901.
 WARN_CODES = {
     **dict.fromkeys(
         ("ib_completion", "ib_async", "ib_mismatch", "socket_closed", "socket_io", "socket_truncated"),
@@ -239,7 +240,8 @@ class LiveState:
         """How many calls a member's stdio buffer may still hold, unseen. From 2.13.4 NCCL no longer flushes
         stdout after each line, so a pipe receives each process's lines in 4 KiB blocks (nccl-log-grammar.md
         §1.6, §9.2): a rank may look a block behind its peers while it is not, and catch up at its next
-        flush. Only a lag longer than a block of its own lines is a stall; a shorter one is not knowable live."""
+        flush. Only a lag longer than a block of its own lines is a stall; a shorter one is not knowable
+        live."""
         if not self._block_buffered:
             return pl.lit(0)
         # Rounded up, plus the line that may straddle the block's end.
@@ -274,7 +276,10 @@ class LiveState:
 
     def _recovery(self, row: dict, at: float) -> LiveEvent:
         episode = self._episodes.pop((row["comm_uid"], row["rank"]))
-        note = f"{_who(row)} is advancing again: last call #{row['position'] + 1} ({row['op']}) on communicator {row['comm_uid']}"
+        note = (
+            f"{_who(row)} is advancing again: last call #{row['position'] + 1} ({row['op']}) "
+            f"on communicator {row['comm_uid']}"
+        )
         return LiveEvent(EventKind.RECOVERED, at, episode.finding, note)
 
     def _rate(self, now: float) -> float:
@@ -550,7 +555,8 @@ def _stall_finding(row: dict, front: dict) -> Finding:
         f"went on to #{int(row['front']) + 1}"
     )
     advice = (
-        f"While it hangs, dump its Python stack: `py-spy dump --pid {row['pid']}` on {row['host']}. A rank that "
+        f"While it hangs, dump its Python stack: `py-spy dump --pid {row['pid']}` on {row['host']}. "
+        "A rank that "
         "stops calling collectives while its peers wait is usually in a data loader, checkpoint I/O or a "
         "rank-dependent branch. The verdict at the end of the input confirms or revises this."
     )
@@ -584,7 +590,8 @@ def _warn_finding(row: dict, path: str) -> Finding:
         ranks=(row["global_rank"],) if row["global_rank"] is not None else (),
         hosts=(row["host"],) if row["host"] else (),
         evidence=(Evidence(path, int(row["line_no"]), row["text"] or ""),),
-        advice=f"`logsift explain {rule.code}` says what this kind of error means and what to do; the verdict "
+        advice=f"`logsift explain {rule.code}` says what this kind of error means and what to do; "
+        "the verdict "
         "at the end of the input weighs it against the rest of the job.",
     )
 

@@ -236,7 +236,8 @@ class FramePiece:
     __slots__ = ("columns", "lines", "rows")
 
     def __init__(self, rows: pl.DataFrame, ops: Names | None, columns: dict[str, np.ndarray] | None = None):
-        """``columns``: the loops' columns when already known (a taken piece), else computed (``ops`` numbers the op names)."""
+        """``columns``: the loops' columns when already known (a taken piece), else computed (``ops`` numbers
+        the op names)."""
         self.rows = rows
         self.columns = columns if columns is not None else _frame_kernel(rows, ops)
         self.lines: tuple[ByteView, np.ndarray, np.ndarray] | None = None

@@ -66,7 +66,8 @@ _STRINGS, _USED, _HASH_MASK = 0, 1, 2
 
 
 class ByteTable:
-    """Byte strings ↔ dense ids, bounded: emptied when more than ``max_ids`` strings or ``max_bytes`` are held.
+    """Byte strings ↔ dense ids, bounded: emptied when more than ``max_ids`` strings or ``max_bytes`` are
+    held.
 
     ``slots`` is the first size of the slot table (a power of two); ``hash_mask`` keeps only some bits
     of every hash (tests set it to 0 to make every pair of strings collide).

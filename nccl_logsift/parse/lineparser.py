@@ -46,7 +46,8 @@ _GLUED_HEAD = regex.compile(
     r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?"
     r"(?<![A-Za-z0-9_][.\-]*+)(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*+):\d+:\d+ "
     r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
-    r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
+    r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]"
+    r"|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
 )
 
 
@@ -291,7 +292,8 @@ class LineParser:
                 piece = dict(row)
                 piece["msg"] = None  # matched again below; a copy of the line's message per piece costs n²
                 piece["rest"] = row["rest"][start:end]
-                # The first piece keeps the launcher prefix of the physical line; the others start at their envelope.
+                # The first piece keeps the launcher prefix of the physical line; the others start at their
+                # envelope.
                 piece["text"] = (
                     row["text"][: len(row["text"]) - len(row["rest"]) + end] if part == 0 else piece["rest"]
                 )
@@ -340,7 +342,8 @@ class LineParser:
             host = m.group("host")
             if host not in self.state.known_hosts:
                 self.state.unknown_glued_hosts.add(host)
-                # The torn tail of the previous line is glued to the host name ("...CUMEM/rex3006c0s1b1n0:...").
+                # The torn tail of the previous line is glued to the host name
+                # ("...CUMEM/rex3006c0s1b1n0:...").
                 # Only the last HOST_CHARS characters can be a known host: a run of host characters can
                 # be megabytes long, and each suffix tried is a copy.
                 first = max(1, len(host) - HOST_CHARS)

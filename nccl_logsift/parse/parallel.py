@@ -201,7 +201,10 @@ class _Worker:
         environment = {**os.environ, "POLARS_MAX_THREADS": "1"}
         # The worker imports this very copy of nccl_logsift, not whichever one its working directory or
         # the installed packages would give.
-        start = f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); from nccl_logsift.parse.worker import main; main()"
+        start = (
+            f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
+            "from nccl_logsift.parse.worker import main; main()"
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-c", start], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
         )
@@ -272,7 +275,8 @@ def scratch_directory() -> str | None:
 
 
 def file_segments(source: Source, segment_bytes: int | None = None) -> Iterator[tuple[int, int | None]]:
-    """(offset, length) of line-aligned byte ranges of a plain file; the last one runs to the end of the file."""
+    """(offset, length) of line-aligned byte ranges of a plain file; the last one runs to the end of the
+    file."""
     segment_bytes = segment_bytes or SEGMENT_BYTES
     size = source.size or 0
     start = 0
@@ -298,7 +302,8 @@ def sniff(source: Source) -> str | None:
 
 
 def missed_hosts(result: SegmentTables, segment: Segment, known: set[str]) -> bool:
-    """Whether a glued line of the segment named a host that the caller knew by then and the worker did not."""
+    """Whether a glued line of the segment named a host that the caller knew by then and the worker did
+    not."""
     missed = known - segment.known_hosts
     if not missed or not result.state.unknown_glued_hosts:
         return False

@@ -104,13 +104,20 @@ COLUMN_DOCS = {
     "part": "0, or the piece number when a glued line was cut at a second envelope",
     "byte_offset": "where the line (or piece) starts in the decompressed input",
     "producer": "whose envelope the line carries: nccl, torch_cpp, torch_py, or null for plain text",
-    "family": "the grammar family that parsed the line; blank / text for lines with no envelope; null = unparsed",
+    "family": (
+        "the grammar family that parsed the line; blank / text for lines with no envelope; null = unparsed"
+    ),
     "pattern": "the pattern of the family that matched",
     "torn": "the line was cut apart because another process's output was glued into it",
     "text": "the line as read (launcher prefixes included)",
-    "rank": "lines: the resolved global rank (process's world rank, else torch or MPI label); collectives: rank in the communicator",
+    "rank": (
+        "lines: the resolved global rank (process's world rank, else torch or MPI label); "
+        "collectives: rank in the communicator"
+    ),
     "global_rank": "rank of the process in the world communicator",
-    "generation": "instance number of the communicator pointer in its process (pointers are reused after destroy)",
+    "generation": (
+        "instance number of the communicator pointer in its process (pointers are reused after destroy)"
+    ),
     "comm_uid": "communicator identity across processes: commId, split parentage, or n<nranks>#<k>",
     "ordinal": "0-based position of this call among the process's calls on this communicator instance",
 }
@@ -130,7 +137,8 @@ def table_docs(
     out = [
         "# Tables written by `logsift parse`",
         "",
-        f"Schema version `{SCHEMA_VERSION}`. Generated from the grammar files by `logsift tables`; do not edit.",
+        f"Schema version `{SCHEMA_VERSION}`. Generated from the grammar files by `logsift tables`; "
+        "do not edit.",
         "Every message table starts with the location and process columns of the line it came from.",
         "",
     ]

@@ -1,4 +1,5 @@
-"""A parsing worker process (``main``), started and driven by :class:`~nccl_logsift.parse.parallel.SegmentPool`.
+"""A parsing worker process (``main``), started and driven by
+:class:`~nccl_logsift.parse.parallel.SegmentPool`.
 
 Reads frames from stdin (the setup, then one segment per frame) and writes one frame of tables per
 segment to stdout, until stdin closes.

@@ -97,7 +97,8 @@ def render_html(report: Report) -> str:
 
 
 def render_fleet(summary: FleetSummary) -> str:
-    """The fleet page of ``logsift batch``: root causes by kind, culprit hosts/GPUs/NICs, kinds by NCCL version."""
+    """The fleet page of ``logsift batch``: root causes by kind, culprit hosts/GPUs/NICs, kinds by NCCL
+    version."""
     template = environment().get_template("fleet.html.j2")
     return template.render(**page_context(f"logsift fleet: {summary.jobs} jobs"), summary=summary)
 

@@ -30,7 +30,8 @@ CHROME_LINES = 8  # header, table title, head, borders and caption
 
 
 def live_view(snapshot: LiveSnapshot, height: int) -> RenderableType:
-    """Header, the last collective of every rank (problems first, cut to fit ``height`` lines), live findings."""
+    """Header, the last collective of every rank (problems first, cut to fit ``height`` lines), live
+    findings."""
     events = snapshot.events[-EVENT_LINES:]
     room = max(3, height - CHROME_LINES - len(events) - 2 * snapshot.block_buffered)  # the note: two lines
     return Group(
@@ -57,7 +58,8 @@ def _buffering_note(s: LiveSnapshot) -> list[Text]:
         return []
     return [
         Text(
-            "NCCL ≥ 2.13.4 writes to a pipe in 4 KiB blocks, so a lag shorter than a block is not reported live "
+            "NCCL ≥ 2.13.4 writes to a pipe in 4 KiB blocks, so a lag shorter than a block "
+            "is not reported live "
             "(the final verdict sees it); run the job under `stdbuf -oL` to see every line as it is written.",
             style="dim",
         )

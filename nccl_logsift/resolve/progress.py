@@ -148,7 +148,8 @@ class _Starts:
         self.map.count = len(first)
         self.seq = table["start_seq"].to_numpy().astype(np.int64)
         self.instance = table["instance"].to_numpy()
-        # What a call gets from its instance (sentinels for null); one more entry, read for a call of no start.
+        # What a call gets from its instance (sentinels for null); one more entry, read for a call of no
+        # start.
         self.generation = np.r_[
             table["generation"].cast(pl.Int32).fill_null(NO_GENERATION).to_numpy(), NO_GENERATION
         ].astype(np.int32)

@@ -209,7 +209,8 @@ def resolve(options: Options) -> tuple[Scenario, NcclProfile, TorchProfile, int,
         raise OptionError(f"--layout must be one of {', '.join(LAYOUTS)}")
     if scenario.min_nccl and version_key(nccl.version) < version_key(scenario.min_nccl):
         raise OptionError(
-            f"scenario {scenario.name} needs NCCL {scenario.min_nccl} or later ({scenario.min_nccl_why}); got {nccl.version}"
+            f"scenario {scenario.name} needs NCCL {scenario.min_nccl} or later ({scenario.min_nccl_why}); "
+            f"got {nccl.version}"
         )
     if options.nodes is not None:
         nodes = options.nodes
@@ -228,7 +229,8 @@ def resolve(options: Options) -> tuple[Scenario, NcclProfile, TorchProfile, int,
         nodes = max(ranks // gpus, scenario.min_nodes)
         if ranks % nodes:
             raise OptionError(
-                f"scenario {scenario.name} needs {scenario.min_nodes} nodes; use --ranks divisible by {scenario.min_nodes}"
+                f"scenario {scenario.name} needs {scenario.min_nodes} nodes; "
+                f"use --ranks divisible by {scenario.min_nodes}"
             )
     if ranks // nodes < scenario.min_gpus:
         raise OptionError(

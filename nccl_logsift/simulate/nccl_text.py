@@ -393,8 +393,9 @@ class NcclText:
         else:
             send = recv = buf
         return (
-            f"{op.name}: opCount {opcount:x} sendbuff {send} recvbuff {recv} count {op.count} datatype {op.dtype} "
-            f"op {op.redop} root {op.root} comm 0x{comm.ptr[rank]:x} [nranks={comm.nranks}] stream 0x{comm.stream[rank]:x}"
+            f"{op.name}: opCount {opcount:x} sendbuff {send} recvbuff {recv} count {op.count} "
+            f"datatype {op.dtype} op {op.redop} root {op.root} comm 0x{comm.ptr[rank]:x} "
+            f"[nranks={comm.nranks}] stream 0x{comm.stream[rank]:x}"
         )
 
     def teardown(self, comm: Communicator, rank: int, what: str, role: str) -> list[Msg]:

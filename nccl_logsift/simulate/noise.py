@@ -13,17 +13,20 @@ _BAR = " ▏▎▍▌▋▊▉█"
 
 
 def python_warnings(site: str, rng: random.Random) -> list[str]:
-    """Two Python warnings as ``warnings.warn`` prints them (file:line: Category: message, then the source line)."""
+    """Two Python warnings as ``warnings.warn`` prints them (file:line: Category: message, then the source
+    line)."""
     picks = [
         (
             f"{site}/torch/cuda/amp/grad_scaler.py",
             "FutureWarning",
-            "`torch.cuda.amp.GradScaler(args...)` is deprecated. Please use `torch.amp.GradScaler('cuda', args...)` instead.",
+            "`torch.cuda.amp.GradScaler(args...)` is deprecated. "
+            "Please use `torch.amp.GradScaler('cuda', args...)` instead.",
         ),
         (
             "/workspace/model/attention.py",
             "UserWarning",
-            f"fused attention kernel unavailable for head_dim={rng.choice((80, 96, 112))}; falling back to the reference implementation",
+            f"fused attention kernel unavailable for head_dim={rng.choice((80, 96, 112))}; "
+            "falling back to the reference implementation",
         ),
         (
             "/workspace/data/loader.py",
@@ -41,7 +44,8 @@ def python_warnings(site: str, rng: random.Random) -> list[str]:
 def config_lines(world: int, tp: int, pp: int, dp: int, steps: int, rng: random.Random) -> list[str]:
     params = rng.choice(("1.3B", "2.7B", "6.7B", "13B"))
     return [
-        f"> initialized distributed: world_size={world} tensor_parallel={tp} pipeline_parallel={pp} data_parallel={dp}",
+        f"> initialized distributed: world_size={world} tensor_parallel={tp} "
+        f"pipeline_parallel={pp} data_parallel={dp}",
         f"> building model ({params} parameters), micro_batch_size=2, global_batch_size={2 * dp * 8}",
         f"> training for {steps} steps",
     ]
@@ -64,7 +68,10 @@ def tqdm_bar(n: int, total: int, elapsed: float, desc: str = "train") -> str:
     bar = bar.ljust(10)
     rate = n / elapsed if elapsed > 0 else 0.0
     remaining = (total - n) / rate if rate else 0.0
-    return f"{desc}: {int(frac * 100):3d}%|{bar}| {n}/{total} [{_clock(elapsed)}<{_clock(remaining)}, {rate:5.2f}it/s]"
+    return (
+        f"{desc}: {int(frac * 100):3d}%|{bar}| {n}/{total} "
+        f"[{_clock(elapsed)}<{_clock(remaining)}, {rate:5.2f}it/s]"
+    )
 
 
 def _clock(seconds: float) -> str:

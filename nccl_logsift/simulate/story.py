@@ -444,13 +444,15 @@ class Narrator:
                         "a non-zero exit code. Per user-direction, the job has been aborted.",
                         rule,
                         rule,
-                        f"mpirun noticed that process rank {r.rank} with PID {p.pid} on node {p.host.name} exited on signal {-r.exit_code} ({name}).",
+                        f"mpirun noticed that process rank {r.rank} with PID {p.pid} on node {p.host.name} "
+                        f"exited on signal {-r.exit_code} ({name}).",
                         rule,
                     ]
                 else:
                     text = [
                         rule,
-                        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+                        "mpirun detected that one or more processes exited with non-zero status, "
+                        "thus causing",
                         "the job to be terminated. The first process to do so was:",
                         "",
                         f"  Process name: [[{self.rng.randrange(10000, 60000)},1],{r.rank}]",

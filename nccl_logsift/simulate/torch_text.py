@@ -18,22 +18,32 @@ CPP = "ProcessGroupNCCL.cpp"
 # The watchdog's messages (pytorch-and-peers.md §1.4; the number there in brackets). A profile lists the
 # ones its release prints (versions.TorchProfile.timeout_report and friends).
 MESSAGES = {
-    "caught": "{rank_tag} Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds before timing out.",  # [1]
-    "status": "{pgp} Timeout at NCCL work: {seq}, last enqueued NCCL work: {enq}, last completed NCCL work: {done}.",  # [3]
+    "caught": (
+        "{rank_tag} Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds "
+        "before timing out."
+    ),  # [1]
+    "status": (
+        "{pgp} Timeout at NCCL work: {seq}, last enqueued NCCL work: {enq}, last completed NCCL work: {done}."
+    ),  # [3]
     "exception_at": (
         "{pgp} Exception (either an error or timeout) detected by watchdog at work: {seq}, "
         "last enqueued NCCL work: {enq}, last completed NCCL work: {done}."
     ),  # [4]
-    "failure": "{pgp}  failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {enq}, last completed work: {done}",  # [5]
+    "failure": (
+        "{pgp}  failure detected by watchdog at work sequence id: {seq} PG status: "
+        "last enqueued work: {enq}, last completed work: {done}"
+    ),  # [5]
     "stack": (
         "Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. "
         "You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value."
     ),  # [12]
     "dump": (
-        "{pgp} Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. "
-        "Last enqueued NCCL work: {enq}, last completed NCCL work: {done}.This is most likely caused by incorrect usages of collectives, "
-        "e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some "
-        "reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the "
+        "{pgp} Received a dump signal due to a collective timeout from this local rank and we will try our "
+        "best to dump the debug info. Last enqueued NCCL work: {enq}, last completed NCCL work: {done}.This "
+        "is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the "
+        "order of collectives is not same for all ranks or the scheduled collective, for some reason, didn't "
+        "run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or "
+        "bugs in the "
         "communications library (e.g. NCCL), etc. "
     ),  # [11]
     "first_pg": "{pgp} First PG on this rank to signal dumping.",  # [11]
@@ -47,7 +57,8 @@ DEVICE_TYPES = (
 
 
 def glog_c10(when: datetime, severity: str, line: int, timed: bool) -> str:
-    """c10's MessageLogger prefix: ``[E602 14:03:11.123456789 ProcessGroupNCCL.cpp:607] `` or ``[E ...:607] ``."""
+    """c10's MessageLogger prefix: ``[E602 14:03:11.123456789 ProcessGroupNCCL.cpp:607] `` or
+    ``[E ...:607] ``."""
     if timed:
         ns = when.microsecond * 1000 + (when.microsecond * 7 + line) % 1000
         return f"[{severity}{when.month}{when.day:02d} {when:%H:%M:%S}.{ns:09d} {CPP}:{line}] "
@@ -88,13 +99,15 @@ class TorchText:
         names = {
             "timeout": [
                 "c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
-                "c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2",
+                "c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout("
+                "std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2",
                 "c10d::ProcessGroupNCCL::watchdogHandler() + 0x233",
                 "c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d",
             ],
             "error": [
                 "c10::Error::Error(c10::SourceLocation, std::string) + 0x98",
-                "c10d::ProcessGroupNCCL::checkForNCCLErrorsInternal(std::shared_ptr<c10d::NCCLComm>&) + 0x2e1",
+                "c10d::ProcessGroupNCCL::checkForNCCLErrorsInternal("
+                "std::shared_ptr<c10d::NCCLComm>&) + 0x2e1",
                 "c10d::ProcessGroupNCCL::WorkNCCL::checkAndSetException() + 0x7c",
                 "c10d::ProcessGroupNCCL::watchdogHandler() + 0x21a",
             ],
@@ -110,18 +123,24 @@ class TorchText:
         ]
         n = len(out)
         out.append(
-            f"frame #{n}: <unknown function> + 0xdc253 ({hex(base + 0x5A6000)} in /lib/x86_64-linux-gnu/libstdc++.so.6)"
+            f"frame #{n}: <unknown function> + 0xdc253 ({hex(base + 0x5A6000)} "
+            "in /lib/x86_64-linux-gnu/libstdc++.so.6)"
         )
         out.append(
-            f"frame #{n + 1}: <unknown function> + 0x94ac3 ({hex(base + 0x7E1000)} in /lib/x86_64-linux-gnu/libc.so.6)"
+            f"frame #{n + 1}: <unknown function> + 0x94ac3 ({hex(base + 0x7E1000)} "
+            "in /lib/x86_64-linux-gnu/libc.so.6)"
         )
         out.append(
-            f"frame #{n + 2}: <unknown function> + 0x126850 ({hex(base + 0x873000)} in /lib/x86_64-linux-gnu/libc.so.6)"
+            f"frame #{n + 2}: <unknown function> + 0x126850 ({hex(base + 0x873000)} "
+            "in /lib/x86_64-linux-gnu/libc.so.6)"
         )
         return out
 
     def _raised(self, where: str, line: int) -> str:
-        return f"Exception raised from {where} at /opt/pytorch/pytorch/torch/csrc/distributed/c10d/{CPP}:{line} (most recent call first):"
+        return (
+            f"Exception raised from {where} at /opt/pytorch/pytorch/torch/csrc/distributed/c10d/{CPP}:{line} "
+            "(most recent call first):"
+        )
 
     # ------------------------------------------------------------------------------- watchdog
     def _report(self, keys: tuple[str, ...], fields: dict) -> list[tuple[str, str]]:
@@ -167,7 +186,10 @@ class TorchText:
     def _take_down(self, rank_tag: str) -> list[tuple[str, str]]:
         p = self.p
         tag = f"{rank_tag} " if p.rank_tag_take_down else ""
-        some = "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data."
+        some = (
+            "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
+            "subsequent GPU operations might run on corrupted/incomplete data."
+        )
         if not p.split_warning:
             return [
                 (
@@ -257,7 +279,8 @@ class TorchText:
         reason = "\n".join(
             (
                 f"CUDA error: {error}",
-                "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                "CUDA kernel errors might be asynchronously reported at some other API call, "
+                "so the stacktrace "
                 "below might be incorrect.",
                 "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
                 "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
@@ -348,20 +371,25 @@ class TorchText:
             lines += [
                 f'  File "/workspace/train.py", line {rng.randrange(60, 120)}, in main',
                 '    dist.init_process_group(backend="nccl", device_id=torch.device("cuda", local_rank))',
-                f'  File "{site}/torch/distributed/c10d_logger.py", line {rng.randrange(70, 100)}, in wrapper',
+                f'  File "{site}/torch/distributed/c10d_logger.py", '
+                f"line {rng.randrange(70, 100)}, in wrapper",
                 "    func_return = func(*args, **kwargs)",
-                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(1500, 1800)}, in init_process_group',
+                f'  File "{site}/torch/distributed/distributed_c10d.py", '
+                f"line {rng.randrange(1500, 1800)}, in init_process_group",
                 "    default_pg, _ = _new_process_group_helper(",
-                f'  File "{site}/torch/distributed/distributed_c10d.py", line {rng.randrange(1900, 2100)}, in _new_process_group_helper',
+                f'  File "{site}/torch/distributed/distributed_c10d.py", '
+                f"line {rng.randrange(1900, 2100)}, in _new_process_group_helper",
                 "    backend_class._eager_connect_single_device(device_id)",
             ]
         else:
             lines += [
                 f'  File "/workspace/train.py", line {rng.randrange(120, 170)}, in main',
                 "    model = DDP(model, device_ids=[local_rank])",
-                f'  File "{site}/torch/nn/parallel/distributed.py", line {rng.randrange(780, 840)}, in __init__',
+                f'  File "{site}/torch/nn/parallel/distributed.py", '
+                f"line {rng.randrange(780, 840)}, in __init__",
                 "    _verify_param_shape_across_processes(self.process_group, parameters)",
-                f'  File "{site}/torch/distributed/utils.py", line {rng.randrange(260, 300)}, in _verify_param_shape_across_processes',
+                f'  File "{site}/torch/distributed/utils.py", '
+                f"line {rng.randrange(260, 300)}, in _verify_param_shape_across_processes",
                 "    return dist._verify_params_across_processes(process_group, tensors, logger)",
             ]
         line = rng.randrange(1200, 2300)
@@ -396,7 +424,8 @@ class TorchText:
     def store_barrier_wait(self, rank: int, world: int, joined: int) -> str:
         timeout = "0:30:00" if self.p.timeout_ms >= 1800000 else "0:10:00"
         return (
-            f"INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for rank: {rank}, "
+            "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier "
+            f"to initialize process group for rank: {rank}, "
             f"key: store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout={timeout})"
         )
 
@@ -414,7 +443,8 @@ class TorchText:
             f'  File "{site}/torch/distributed/distributed_c10d.py", line 379, in _store_based_barrier',
             "    raise RuntimeError(",
             f"RuntimeError: Timed out initializing process group in store based barrier on rank: {rank}, "
-            f"for key: store_based_barrier_key:1 (world_size={world}, worker_count={joined}, timeout={timeout})",
+            "for key: store_based_barrier_key:1 "
+            f"(world_size={world}, worker_count={joined}, timeout={timeout})",
         ]
 
 
@@ -434,18 +464,25 @@ class ElasticText:
         style = self.p.elastic_log
         lines = text.split("\n")
         if style == "glog":
-            head = f"{level[0]}{when:%m%d %H:%M:%S}.{when.microsecond:06d} {agent_pid} torch/distributed/{module.replace('.', '/')}.py:{line}] "
+            head = (
+                f"{level[0]}{when:%m%d %H:%M:%S}.{when.microsecond:06d} {agent_pid} "
+                f"torch/distributed/{module.replace('.', '/')}.py:{line}] "
+            )
             return [head + part for part in lines]
         if style == "bracketed":
-            head = f"[{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d}] torch.distributed.{module}: [{level}] "
+            head = (
+                f"[{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d}] "
+                f"torch.distributed.{module}: [{level}] "
+            )
             return [head + part for part in lines]
         return [f"{level}:torch.distributed.{module}:{lines[0]}", *lines[1:]]
 
     def omp_warning(self, when: datetime, agent_pid: int) -> list[str]:
         text = (
             "\n*****************************************\n"
-            "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being "
-            "overloaded, please further tune the variable for optimal performance in your application as needed. \n"
+            "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your "
+            "system being overloaded, please further tune the variable for optimal performance in your "
+            "application as needed. \n"
             "*****************************************"
         )
         return self._log(when, "WARNING", "run", 793, text, agent_pid)
@@ -478,7 +515,8 @@ class ElasticText:
             "Traceback (most recent call last):",
             '  File "/usr/local/bin/torchrun", line 8, in <module>',
             "    sys.exit(main())",
-            f'  File "{site}/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper',
+            f'  File "{site}/torch/distributed/elastic/multiprocessing/errors/__init__.py", '
+            "line 355, in wrapper",
             "    return f(*args, **kwargs)",
             f'  File "{site}/torch/distributed/run.py", line 919, in main',
             "    run(args)",

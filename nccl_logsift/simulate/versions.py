@@ -97,7 +97,10 @@ def version_key(text: str) -> tuple[int, ...]:
 
 # --------------------------------------------------------------------------------------------- NCCL
 _COMPLETE_OLD = "comm {comm} rank {rank} nranks {nranks} cudaDev {cuda_dev} busId {bus} - Init COMPLETE"
-_INIT_218 = "comm {comm} rank {rank} nranks {nranks} cudaDev {cuda_dev} nvmlDev {nvml} busId {bus} commId {comm_id} - Init {phase}"
+_INIT_218 = (
+    "comm {comm} rank {rank} nranks {nranks} cudaDev {cuda_dev} nvmlDev {nvml} busId {bus} "
+    "commId {comm_id} - Init {phase}"
+)
 _INIT_221 = "{func} " + _INIT_218
 _SPLIT_221 = (
     "ncclCommSplit comm {comm} rank {rank} nranks {nranks} cudaDev {cuda_dev} nvmlDev {nvml} busId {bus} "
@@ -118,20 +121,36 @@ _IB_USING_OLD = "NET/IB : Using{devices} ; OOB {ifname}:{ip}<0>"
 _IB_USING = "NET/IB : Using{devices} {ro}; OOB {ifname}:{ip}<0>"
 _CH_OLD = "{coll} coll channels, {p2p} p2p channels, {per_peer} p2p channels per peer"
 _CH_218 = "{coll} coll channels, {nvls} nvls channels, {p2p} p2p channels, {per_peer} p2p channels per peer"
-_CH_220 = "{coll} coll channels, {coll} collnet channels, {nvls} nvls channels, {p2p} p2p channels, {per_peer} p2p channels per peer"
+_CH_220 = (
+    "{coll} coll channels, {coll} collnet channels, {nvls} nvls channels, {p2p} p2p channels, "
+    "{per_peer} p2p channels per peer"
+)
 _THR_OLD = "threadThresholds 8/8/64 | {ring_ll}/8/64 | 8/8/512"
 _THR = "threadThresholds 8/8/64 | {ring_ll}/8/64 | 512 | 512"
 _TIMINGS = (
-    "Init timings - {func}: rank {rank} nranks {nranks} total {total:.2f} (kernels {kernels:.2f}, alloc {alloc:.2f}, "
+    "Init timings - {func}: rank {rank} nranks {nranks} total {total:.2f} "
+    "(kernels {kernels:.2f}, alloc {alloc:.2f}, "
     "bootstrap {bootstrap:.2f}, allgathers {allgathers:.2f}, topo {topo:.2f}, graphs {graphs:.2f}, "
     "connections {connections:.2f}, rest {rest:.2f})"
 )
-_BOOT_TIMINGS = "Bootstrap timings total {total:f} (create {create:f}, send {send:f}, recv {recv:f}, ring {ring:f}, delay {delay:f})"
+_BOOT_TIMINGS = (
+    "Bootstrap timings total {total:f} "
+    "(create {create:f}, send {send:f}, recv {recv:f}, ring {ring:f}, delay {delay:f})"
+)
 
-_IB_ERR_OLD = "NET/IB : Got completion from peer {peer} with error {status}, opcode {opcode}, len {len}, vendor err {vendor}"
+_IB_ERR_OLD = (
+    "NET/IB : Got completion from peer {peer} with error {status}, "
+    "opcode {opcode}, len {len}, vendor err {vendor}"
+)
 _IB_ERR_218 = _IB_ERR_OLD + " ({req})"
-_IB_ERR_220 = "NET/IB : Got completion from peer {peer} with status={status} opcode={opcode} len={len} vendor err {vendor} ({req})"
-_IB_ERR_224 = "NET/IB: Got completion from peer {peer} with status={status} opcode={opcode} len={len} vendor err {vendor} ({req}) hca {hca}"
+_IB_ERR_220 = (
+    "NET/IB : Got completion from peer {peer} with status={status} "
+    "opcode={opcode} len={len} vendor err {vendor} ({req})"
+)
+_IB_ERR_224 = (
+    "NET/IB: Got completion from peer {peer} with status={status} "
+    "opcode={opcode} len={len} vendor err {vendor} ({req}) hca {hca}"
+)
 
 _BASE_SITES = {
     "alloc": "include/alloc.h:{n}",
@@ -267,7 +286,8 @@ _V2_18 = replace(
     cuda="12.2",
     driver=12020,
     plugin=(
-        "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No such file or directory",
+        "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : "
+        "libnccl-net.so: cannot open shared object file: No such file or directory",
         "NET/Plugin : No plugin found, using internal implementation",
     ),
     ib_relaxed="[RO]",
@@ -275,7 +295,9 @@ _V2_18 = replace(
     init_complete=_INIT_218.replace("{phase}", "COMPLETE"),
     split_start=_INIT_218.replace("{phase}", "START"),
     split_complete=_INIT_218.replace("{phase}", "COMPLETE"),
-    bootstrap_split="bootstrapSplit: rank {rank} nranks {nranks} color {color} key {key} prev {prev} next {next} - DONE",
+    bootstrap_split=(
+        "bootstrapSplit: rank {rank} nranks {nranks} color {color} key {key} prev {prev} next {next} - DONE"
+    ),
     nvls_line="NVLS multicast support is not available on dev {cuda_dev}",
     chunksize=True,
     bracket="nvml",
@@ -316,7 +338,10 @@ _V2_21 = replace(
         "prev {prev} next {next} - DONE"
     ),
     init_func="ncclCommInitRank",
-    summary="comm {comm} rank {rank} nRanks {nranks} nNodes {nnodes} localRanks {local_ranks} localRank {local_rank} MNNVL 0",
+    summary=(
+        "comm {comm} rank {rank} nRanks {nranks} nNodes {nnodes} "
+        "localRanks {local_ranks} localRank {local_rank} MNNVL 0"
+    ),
     p2p_path="P2P/CUMEM/read",
     channels=_CH_220,
     ib_completion=_IB_ERR_220,
@@ -365,7 +390,10 @@ _V2_26 = replace(
     lazy_connect=True,
     ib_completion=_IB_ERR_224,
     ib_site="transport/net_ib.cc:2244",
-    connect_retry="socketStartConnect: connect returned {err}, retrying ({attempt}/{retries}) after sleep for {msec} msec",
+    connect_retry=(
+        "socketStartConnect: connect returned {err}, "
+        "retrying ({attempt}/{retries}) after sleep for {msec} msec"
+    ),
     connect_refused="socketStartConnect: connect returned {err}, exceeded error retry count ({retries})",
     connect_timeout="socketPollConnect: Connect to {addr} failed : {err}",
     sites=_sites(
@@ -398,8 +426,14 @@ _V2_27 = replace(
     nvls_line="NVLS multicast support is not available on dev {cuda_dev} (NVLS_NCHANNELS 16)",
     opcount="network",
     ib_site="transport/net_ib.cc:2283",
-    connect_retry="socketPollConnect: connect to {addr} returned {err}, retrying ({attempt}/{retries}) after sleep for {msec} msec",
-    connect_refused="socketPollConnect: connect to {addr} returned {err}, exceeded error retry count after {attempts} attempts",
+    connect_retry=(
+        "socketPollConnect: connect to {addr} returned {err}, "
+        "retrying ({attempt}/{retries}) after sleep for {msec} msec"
+    ),
+    connect_refused=(
+        "socketPollConnect: connect to {addr} returned {err}, "
+        "exceeded error retry count after {attempts} attempts"
+    ),
     connect_timeout="socketPollConnect: connect to {addr} failed : {err}",
     sites=_sites(
         alloc=244,
@@ -479,7 +513,8 @@ def nccl_profile(text: str) -> NcclProfile:
     if len(parts) == 3:
         if int(parts[2]) < _MIN_PATCH.get(series, 0):
             raise ValueError(
-                f"NCCL {text} predates the {series} log format simulated here (use {series}.{_MIN_PATCH[series]} or later)"
+                f"NCCL {text} predates the {series} log format simulated here "
+                f"(use {series}.{_MIN_PATCH[series]} or later)"
             )
         profile = replace(profile, version=f"{series}.{int(parts[2])}")
     return profile
@@ -492,7 +527,8 @@ class TorchProfile:
 
     series: str
     version: str
-    generation: str  # watchdog generation: "1.13", "2.2", "2.3", "2.4", "2.5", "2.6" (for people; code reads the fields below)
+    # watchdog generation: "1.13", "2.2", "2.3", "2.4", "2.5", "2.6" (for people; code reads the fields below)
+    generation: str
     rank_prefix: bool  # c10 lines start with "[rankN]:" (2.3+)
     glog_time: bool  # "[E602 14:03:11.123456789 file:line]" (2.4+) instead of "[E file:line]"
     pg_prefix: str  # "rank" | "pg" | "pg_desc" | "pg_guid"  (pytorch-and-peers.md §1.4 PG prefix)
@@ -512,7 +548,8 @@ class TorchProfile:
         str, ...
     ] = ()  # extra lines of the first PG of a rank to time out (dump signal, 2.5+)
     rank_tag_take_down: bool = False  # "[Rank R] " before "Some NCCL operations..." (2.3+)
-    watchdog_exit: str = "what"  # "what": terminate + what(); "nccl_watchdog" (2.2) / "pg_watchdog" (2.3+) exception line first
+    # "what": terminate + what(); "nccl_watchdog" (2.2) / "pg_watchdog" (2.3+) exception line first
+    watchdog_exit: str = "what"
     lines: dict[str, int] = field(default_factory=dict)  # ProcessGroupNCCL.cpp line numbers by message
 
 

@@ -392,7 +392,8 @@ def _summary(m: _Members) -> str:
         )
     elif floor < front:
         parts.append(
-            f"{len(behind)} rank(s) stopped at #{floor:,} ({_span(sorted(behind.tolist()))}); the front is #{front:,}"
+            f"{len(behind)} rank(s) stopped at #{floor:,} ({_span(sorted(behind.tolist()))}); "
+            f"the front is #{front:,}"
         )
     else:
         parts.append(f"every rank reached #{front:,}")

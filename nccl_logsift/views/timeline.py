@@ -29,7 +29,8 @@ def timeline(job: Job, findings: list[Finding], culprits: frozenset[int]) -> tup
     if calls.is_empty():
         return (
             None,
-            "No timeline: the collective lines carry no timestamps (NCCL 2.26+ prints them; a collector such as kubectl --timestamps can add them).",
+            "No timeline: the collective lines carry no timestamps (NCCL 2.26+ prints them; "
+            "a collector such as kubectl --timestamps can add them).",
         )
     clock = calls["clock"].first()
     calls = calls.filter(pl.col("job_rank").is_not_null()).select("job_rank", "host", "t_ms")

@@ -85,7 +85,8 @@ def consequences(job: Job, timeline: Timeline, culprits: list[int]) -> None:
             comm=comm,
             seq=first.issue.pos,
             op=first.issue.op.name if first.issue.op else None,
-            detail=f"{len(timed_out)} rank(s) hit the {job.torch.timeout_ms // 1000} s ProcessGroupNCCL timeout and aborted",
+            detail=f"{len(timed_out)} rank(s) hit the {job.torch.timeout_ms // 1000} s "
+            "ProcessGroupNCCL timeout and aborted",
         )
 
 

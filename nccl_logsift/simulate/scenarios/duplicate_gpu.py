@@ -1,4 +1,5 @@
-"""duplicate-gpu: two ranks of one node select the same GPU (a LOCAL_RANK mix-up); NCCL refuses the communicator.
+"""duplicate-gpu: two ranks of one node select the same GPU (a LOCAL_RANK mix-up); NCCL refuses the
+communicator.
 
 Both print ``Duplicate GPU detected : rank a and rank b both on CUDA device <busId>`` and the
 ``-> 5`` (invalid usage) chain, then raise DistBackendError; the other ranks stay in init.

@@ -3,7 +3,8 @@
 ``extra``: rank 0 calls ``dist.barrier()`` inside an ``if rank == 0`` block (e.g. before saving a
 checkpoint): its AllReduce of 1 element meets the others' gradient AllReduce at the same position.
 ``missing``: one rank skips the all-reduce of one gradient bucket (its parameter group is frozen
-there), so its next call meets the others' call for the bucket it skipped. Either way the counts disagree and every member of the communicator hangs there.
+there), so its next call meets the others' call for the bucket it skipped. Either way the counts disagree and
+every member of the communicator hangs there.
 """
 
 from nccl_logsift.simulate.program import FLOAT32, Item, Op
@@ -42,7 +43,8 @@ def inject(job) -> None:
         job.notes["skipped"] = job.programs[rank].pop(buckets[1])
         index = buckets[2] - 1
         detail = (
-            f"rank {rank} skipped the all-reduce of a gradient bucket in step {step} (a parameter group frozen on that rank); "
+            f"rank {rank} skipped the all-reduce of a gradient bucket in step {step} "
+            "(a parameter group frozen on that rank); "
             "its next all-reduce meets the others' skipped one"
         )
     job.notes.update(culprit=rank, index=index, variant=variant, detail=detail, comm=comm.index)

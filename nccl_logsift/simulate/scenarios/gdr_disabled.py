@@ -1,4 +1,5 @@
-"""gdr-disabled: one node uses IB without GPUDirect RDMA (nvidia-peermem not loaded): data staged through host memory.
+"""gdr-disabled: one node uses IB without GPUDirect RDMA (nvidia-peermem not loaded): data staged through host
+memory.
 
 Its ranks' NET transport lines lack the ``/GDRDMA`` suffix while the other nodes' have it
 (nccl-log-grammar.md §4.3-4.4).

@@ -1,4 +1,5 @@
-"""ib-error: an InfiniBand completion error on one link (retry exceeded: status 12, vendor err 129), then timeouts.
+"""ib-error: an InfiniBand completion error on one link (retry exceeded: status 12, vendor err 129), then
+timeouts.
 
 The proxy thread of the sending rank logs ``NET/IB : Got completion from peer … error 12 … vendor
 err 129`` and the ``-> N`` chain; PyTorch's watchdog finds the asynchronous NCCL error and aborts that
@@ -40,7 +41,8 @@ def truth(job, timeline) -> None:
         comm=comm,
         seq=job.position_of(timeline, rank, job.notes["index"]),
         op=job.programs[rank][job.notes["index"]].op.name,
-        detail=f"IB completion error (status 12 retry exceeded, vendor err 129) on {p.host.nics[p.nic]} of {p.host.name} "
+        detail="IB completion error (status 12 retry exceeded, vendor err 129) "
+        f"on {p.host.nics[p.nic]} of {p.host.name} "
         f"sending to rank {peer} on {job.host_of(peer)}",
     )
     consequences(job, timeline, [rank])

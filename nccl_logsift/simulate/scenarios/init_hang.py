@@ -1,4 +1,5 @@
-"""init-hang: some ranks never join; the others wait in init forever (or in the store barrier, PyTorch <= 2.0).
+"""init-hang: some ranks never join; the others wait in init forever (or in the store barrier,
+PyTorch <= 2.0).
 
 With lazy communicator creation (PyTorch 2.1/2.2 without ``device_id``) the missing rank may be rank 0, held
 up after ``init_process_group``: the others then give up waiting for its ncclUniqueId in the c10d store.
@@ -81,7 +82,8 @@ def truth(job, timeline) -> None:
             False,
             joined,
             comm=world,
-            detail="the ranks that joined wait in NCCL bootstrap for the missing ones (Init START without COMPLETE)",
+            detail="the ranks that joined wait in NCCL bootstrap for the missing ones "
+            "(Init START without COMPLETE)",
         )
 
 

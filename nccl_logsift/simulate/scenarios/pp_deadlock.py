@@ -33,7 +33,8 @@ def truth(job, timeline) -> None:
         comm=comm,
         seq=job.position_of(timeline, rank, job.notes["index"]),
         op="Send",
-        detail=f"pipeline rank {rank} calls Send where it should Recv from rank {job.notes['peer']}, which is sending too: both block",
+        detail=f"pipeline rank {rank} calls Send where it should Recv from rank {job.notes['peer']}, "
+        "which is sending too: both block",
     )
     consequences(job, timeline, [rank])
 

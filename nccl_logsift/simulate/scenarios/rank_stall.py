@@ -1,4 +1,5 @@
-"""rank-stall: one rank stops before a collective (stuck data loader, slow checkpoint I/O); the others time out.
+"""rank-stall: one rank stops before a collective (stuck data loader, slow checkpoint I/O); the others time
+out.
 
 The stalled rank issues nothing more: its COLL lines end one operation short on the communicator
 where its peers wait, and it prints no watchdog timeout of its own (its operations all completed).
@@ -34,7 +35,8 @@ def truth(job, timeline) -> None:
         comm=comm,
         seq=seq,
         op=op.name,
-        detail=f"rank {rank} never called {op.name} #{seq} on the {comm.kind} communicator: {job.notes['reason']}",
+        detail=f"rank {rank} never called {op.name} #{seq} on the {comm.kind} communicator: "
+        f"{job.notes['reason']}",
     )
     consequences(job, timeline, [rank])
 

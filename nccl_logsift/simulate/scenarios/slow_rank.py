@@ -39,7 +39,8 @@ def truth(job, timeline) -> None:
         [rank],
         comm=job.data_comm(rank),
         severity="warning",
-        detail=f"rank {rank} issues each step's collectives ~{job.notes['lag'] * 1000:.0f} ms after the others",
+        detail=f"rank {rank} issues each step's collectives ~{job.notes['lag'] * 1000:.0f} ms "
+        "after the others",
     )
 
 

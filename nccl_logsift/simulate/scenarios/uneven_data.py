@@ -43,7 +43,8 @@ def truth(job, timeline) -> None:
         comm=comm,
         seq=seq,
         op="AllReduce" if comm.kind != "p2p" else None,
-        detail=f"rank(s) {', '.join(map(str, early))} ran out of data after step {job.notes['step']} and exited; "
+        detail=f"rank(s) {', '.join(map(str, early))} ran out of data "
+        f"after step {job.notes['step']} and exited; "
         "their peers wait for them in the next collective",
     )
     consequences(job, timeline, early)

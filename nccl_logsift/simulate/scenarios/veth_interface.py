@@ -35,7 +35,8 @@ def truth(job, timeline) -> None:
         True,
         culprits,
         comm=world,
-        detail=f"NCCL picked {job.notes['veth']} (172.18.0.1) on {bad.name} for bootstrap; other nodes cannot reach it",
+        detail=f"NCCL picked {job.notes['veth']} (172.18.0.1) on {bad.name} for bootstrap; "
+        "other nodes cannot reach it",
     )
     job.fault(
         "bootstrap_failure",
