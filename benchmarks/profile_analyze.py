@@ -85,7 +85,8 @@ def aggregate(lines: list[str]) -> tuple[Counter, Counter]:
     for line in lines:
         stack, _, count = line.rpartition(" ")
         if stack.startswith(HELPER_THREAD):
-            continue  # a reader thread waiting on a pipe (parsing workers' answers, live stdin): not the run's work
+            # a reader thread waiting on a pipe (parsing workers' answers, live stdin): not the run's work
+            continue
         ours = [frame for frame in stack.split(";") if "(nccl_logsift/" in frame] or [STARTUP]
         own_time[ours[-1]] += int(count)
         total_time.update(dict.fromkeys(set(ours), int(count)))

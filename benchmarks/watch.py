@@ -33,7 +33,10 @@ def main() -> int:
     log = Path(args.log)
     if not log.exists():
         print(
-            f"{log}: not found; run `python benchmarks/run.py --sizes 1GB --cases coll32 --tools analyze` first",
+            (
+                f"{log}: not found; run `python benchmarks/run.py --sizes 1GB --cases coll32 --tools "
+                "analyze` first"
+            ),
             file=sys.stderr,
         )
         return 2

@@ -1,8 +1,10 @@
-"""Regenerate docs/report-screenshot.png: the HTML report of fixtures/rank_stall_8ranks.log in headless Chromium.
+"""Regenerate docs/report-screenshot.png: the HTML report of fixtures/rank_stall_8ranks.log in headless
+Chromium.
 
     python docs/make_report_screenshot.py
 
-Needs Chromium (Debian's chromium package) and Pillow (to crop and reduce the palette, so the PNG stays small).
+Needs Chromium (Debian's chromium package) and Pillow (to crop and reduce the palette, so the PNG stays
+small).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Small builders the finding tests share: a job from composed lines, from a simulated scenario, from a fixture."""
+"""Small builders the finding tests share: a job from composed lines, from a simulated scenario, from a
+fixture."""
 
 from __future__ import annotations
 
@@ -68,14 +69,14 @@ def two_gpu_processes(stalled_rank: int | None = None, calls: int = 6) -> list[s
             comms[rank] = (host, pid, comm)
             for phase in ("START", "COMPLETE"):
                 lines.append(
-                    f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRankConfig comm {comm} rank {rank} nranks 4 "
-                    f"cudaDev {dev} nvmlDev {dev} busId {dev + 1}7000 commId 0xfeed - Init {phase}"
+                    f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRankConfig comm {comm} rank {rank} "
+                    f"nranks 4 cudaDev {dev} nvmlDev {dev} busId {dev + 1}7000 commId 0xfeed - Init {phase}"
                 )
     for n in range(calls):
         for rank, (host, pid, comm) in comms.items():
             if rank != stalled_rank or n < calls // 2:
                 lines.append(
-                    f"{host}:{pid}:{pid} [1] NCCL INFO AllReduce: opCount {n:x} sendbuff 0x7f00 recvbuff 0x7f00 "
-                    f"count 1024 datatype 7 op 0 root 0 comm {comm} [nranks=4] stream 0x5500"
+                    f"{host}:{pid}:{pid} [1] NCCL INFO AllReduce: opCount {n:x} sendbuff 0x7f00 recvbuff "
+                    f"0x7f00 count 1024 datatype 7 op 0 root 0 comm {comm} [nranks=4] stream 0x5500"
                 )
     return lines

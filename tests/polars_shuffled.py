@@ -1,8 +1,8 @@
 """Run ``logsift analyze`` with every row order polars leaves unspecified made arbitrary (seeded shuffles).
 
 ``python tests/polars_shuffled.py SEED PATH...`` prints one JSON line per PATH: the findings contract and the
-HTML report's views. A SEED of 0 runs plain polars. Used by tests/test_determinism.py in a subprocess, since it
-patches polars for the whole process.
+HTML report's views. A SEED of 0 runs plain polars. Used by tests/test_determinism.py in a subprocess, since
+it patches polars for the whole process.
 
 What is shuffled, for calls made from the diagnosis (findings, views, the communicator resolver): the rows of
 a join, group_by, or unique without ``maintain_order``, the groups a group_by iterates, the rows a

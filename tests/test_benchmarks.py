@@ -89,7 +89,10 @@ def test_profile_charges_each_sample_to_the_innermost_logsift_function():
     profile = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(profile)
     stacks = [
-        "main (nccl_logsift/cli/__init__.py);parse (nccl_logsift/parse/lineparser.py);collect (polars/engine.py) 3",
+        (
+            "main (nccl_logsift/cli/__init__.py);parse (nccl_logsift/parse/lineparser.py);collect "
+            "(polars/engine.py) 3"
+        ),
         "main (nccl_logsift/cli/__init__.py);report (nccl_logsift/pipeline.py) 1",
         " 2",  # before the first Python frame
     ]

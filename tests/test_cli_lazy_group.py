@@ -32,10 +32,12 @@ NOT_FOR_ANALYZE = [
 
 def imported_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after running ``code`` (SystemExit is caught; a name hidden
-    as not installed is not held), as an exit handler sees them (the entry point leaves with os._exit once its exit handlers have run)."""
+    as not installed is not held), as an exit handler sees them (the entry point leaves with os._exit once its
+    exit handlers have run)."""
     script = (
         "import atexit, json, sys\n"
-        "atexit.register(lambda: print(json.dumps(sorted(k for k, v in sys.modules.items() if v is not None)), file=sys.stderr))\n"
+        "atexit.register(lambda: print(json.dumps(sorted(k for k, v in sys.modules.items() "
+        "if v is not None)), file=sys.stderr))\n"
         f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
     )
     proc = subprocess.run(
@@ -156,7 +158,8 @@ def test_the_command_runs_with_the_collector_on_and_the_imports_frozen(tmp_path)
         "    return real(*args, **kwargs)\n"
         "pipeline.analyze = spy\n"
         "atexit.register(lambda: print(json.dumps(seen), file=sys.stderr))\n"
-        f"sys.argv = ['logsift', 'analyze', {str(log)!r}, '--format', 'json', '-o', {str(tmp_path / 'out.json')!r}]\n"
+        f"sys.argv = ['logsift', 'analyze', {str(log)!r}, '--format', 'json', '-o', "
+        f"{str(tmp_path / 'out.json')!r}]\n"
         "from nccl_logsift.cli import main\n"
         "main()\n"
     )

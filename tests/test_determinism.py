@@ -3,8 +3,8 @@
 Polars returns the rows of a join, a group_by or a unique, and the order of equal keys of a sort, in an
 order that depends on its threads unless asked to keep it. Two checks, each in subprocesses: the same input
 under POLARS_MAX_THREADS=1 and 4, and under tests/polars_shuffled.py, which makes every such order an
-arbitrary (seeded) shuffle for calls from the diagnosis, so an order that reaches the output shows on every run
-instead of now and then.
+arbitrary (seeded) shuffle for calls from the diagnosis, so an order that reaches the output shows on every
+run instead of now and then.
 """
 
 from __future__ import annotations

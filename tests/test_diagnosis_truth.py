@@ -38,10 +38,12 @@ def test_primary_faults_are_named_with_their_culprit_ranks(case):
     for fault in (f for f in truth["faults"] if f["primary"]):
         match = [f for f in primaries if f["kind"] == fault["kind"]]
         assert match, (
-            f"{truth['scenario']}: no primary {fault['kind']}; primaries: {[(f['kind'], f['ranks']) for f in primaries]}"
+            f"{truth['scenario']}: no primary {fault['kind']}; primaries: "
+            f"{[(f['kind'], f['ranks']) for f in primaries]}"
         )
         assert any(f["ranks"] == sorted(fault["ranks"]) for f in match), (
-            f"{truth['scenario']}: {fault['kind']} culprits {fault['ranks']}, found {[f['ranks'] for f in match]}"
+            f"{truth['scenario']}: {fault['kind']} culprits {fault['ranks']}, found "
+            f"{[f['ranks'] for f in match]}"
         )
 
 

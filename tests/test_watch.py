@@ -40,7 +40,8 @@ class SteppedJob:
 
 
 def rank_stall_job(seed: int = 1) -> SteppedJob:
-    # Fed line by line, as NCCL <= 2.12 wrote them (later releases block-buffer: tests/live/test_live_buffered.py).
+    # Fed line by line, as NCCL <= 2.12 wrote them (later releases block-buffer:
+    # tests/live/test_live_buffered.py).
     sim = simulate(Options(scenario="rank-stall", ranks=8, seed=seed, noise=False, nccl_version="2.10"))
     records = sorted(sim.records, key=lambda r: (r.t, r.order))
     lines = [(r.t, r.proc, line) for r in records for line in r.text.split("\n")]
@@ -80,7 +81,8 @@ class Watch:
         self.proc.stdin.flush()
 
     def expect(self, wanted, deadline: float) -> tuple[float, dict]:
-        """The first event (already seen or arriving before ``deadline``, monotonic) for which ``wanted`` holds."""
+        """The first event (already seen or arriving before ``deadline``, monotonic) for which ``wanted``
+        holds."""
         for arrival in self.events:
             if wanted(arrival[1]):
                 return arrival

@@ -1,4 +1,5 @@
-"""A per-job task whose worker dies on jobs named ``*killed*``, as one killed for memory would (imported by pool workers)."""
+"""A per-job task whose worker dies on jobs named ``*killed*``, as one killed for memory would (imported by
+pool workers)."""
 
 import os
 

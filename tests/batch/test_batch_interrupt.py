@@ -1,4 +1,5 @@
-"""Ctrl-C stops `logsift batch` (local engine) within seconds, ends its workers, and a rerun finishes the job."""
+"""Ctrl-C stops `logsift batch` (local engine) within seconds, ends its workers, and a rerun finishes the
+job."""
 
 from __future__ import annotations
 

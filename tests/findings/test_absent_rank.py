@@ -1,4 +1,5 @@
-"""LS201 init-incomplete naming a rank by its absence; the waiting peers' errors (LS202) become consequences."""
+"""LS201 init-incomplete naming a rank by its absence; the waiting peers' errors (LS202) become
+consequences."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from nccl_logsift.render.json import to_dict
 from nccl_logsift.simulate import Options, write
 
 UNIQUE_ID = (
-    "torch.distributed.DistBackendError: [{r}] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
-    "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"
+    "torch.distributed.DistBackendError: [{r}] is setting up NCCL communicator and retrieving ncclUniqueId "
+    "from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"
 )
 
 
@@ -43,8 +44,14 @@ def test_store_clients_that_never_joined_are_named_by_absence(tmp_path):
     log.write_text(
         "\n".join(
             [
-                "0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 2/4 clients joined.",
-                "1: [W socket.cpp:663] [c10d] The client socket has failed to connect to [gpu-a]:29500 (errno: 111 - Connection refused).",
+                (
+                    "0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. "
+                    "2/4 clients joined."
+                ),
+                (
+                    "1: [W socket.cpp:663] [c10d] The client socket has failed to connect to [gpu-a]:29500 "
+                    "(errno: 111 - Connection refused)."
+                ),
                 "0: Traceback (most recent call last):",
             ]
         )
@@ -58,7 +65,8 @@ def test_store_clients_that_never_joined_are_named_by_absence(tmp_path):
 def test_the_clients_left_out_are_not_guessed_when_the_count_disagrees(tmp_path):
     log = tmp_path / "store.log"
     log.write_text(
-        "0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 3/4 clients joined.\n"
+        "0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 3/4 clients "
+        "joined.\n"
     )
     (found,) = run(InitIncomplete, load_job([str(log)]))
     assert found.ranks == () and "1 never connected" in found.title
@@ -71,8 +79,8 @@ def test_a_store_error_while_rank_0_was_there_stays_a_bootstrap_failure(tmp_path
     log.write_text(
         "\n".join(
             [
-                "0: gpu-a:4242:4242 [0] NCCL INFO ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 nranks 4 cudaDev 0 nvmlDev 0 "
-                "busId 18000 commId 0x7bbff3add302d34a - Init START",
+                "0: gpu-a:4242:4242 [0] NCCL INFO ncclCommInitRankConfig comm 0x5509e7ccfed0 rank 0 nranks "
+                "4 cudaDev 0 nvmlDev 0 busId 18000 commId 0x7bbff3add302d34a - Init START",
                 *(f"{r}: " + UNIQUE_ID.format(r=r) for r in (1, 2, 3)),
             ]
         )

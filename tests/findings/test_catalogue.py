@@ -1,4 +1,5 @@
-"""The rule catalogue: unique codes in their family's range, complete docstrings, explain covers every code."""
+"""The rule catalogue: unique codes in their family's range, complete docstrings, explain covers every
+code."""
 
 import re
 

@@ -12,17 +12,23 @@ from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 
 DEVICE = (
-    "TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (default), "
-    "pinned_memory=false (default), memory_format=(nullopt))"
+    "TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false "
+    "(default), pinned_memory=false (default), memory_format=(nullopt))"
 )
 
 
 def fp(seq, op, shape, dtype="Float"):
-    return f"CollectiveFingerPrint(SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], TensorDtypes={dtype}, TensorDeviceTypes={DEVICE})"
+    return (
+        f"CollectiveFingerPrint(SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], "
+        f"TensorDtypes={dtype}, TensorDeviceTypes={DEVICE})"
+    )
 
 
 def report(rank, mine, peer, theirs, label=""):
-    return f"{label}RuntimeError: Detected mismatch between collectives on ranks. Rank {rank} is running collective: {mine}, but Rank {peer} is running collective: {theirs}."
+    return (
+        f"{label}RuntimeError: Detected mismatch between collectives on ranks. Rank {rank} is running "
+        f"collective: {mine}, but Rank {peer} is running collective: {theirs}."
+    )
 
 
 # Each PyTorch release prints the fingerprints its own way (1.13: no SequenceNumber; 2.0: the peer's without
@@ -69,13 +75,14 @@ def test_the_odd_rank_is_found_when_only_its_peers_reported(tmp_path):
     (found,) = run(CollectiveMismatch, load_job([str(log)]))
     assert found.ranks == (2,) and found.op == "_ALLGATHER_BASE" and found.seq == 7
     assert (
-        "rank(s) 2 ran _ALLGATHER_BASE(shape [1024], Float) while 3 rank(s) ran ALLREDUCE(shape [4096], Float)"
-        in found.title
+        "rank(s) 2 ran _ALLGATHER_BASE(shape [1024], Float) while 3 rank(s) ran ALLREDUCE(shape [4096], "
+        "Float)" in found.title
     )
 
 
 def test_group_ranks_are_mapped_to_global_ranks_by_the_launcher_labels(tmp_path):
-    # A 4-rank data-parallel group of global ranks 4, 6, 8, 10: PyTorch prints group ranks, the labels say whose.
+    # A 4-rank data-parallel group of global ranks 4, 6, 8, 10: PyTorch prints group ranks, the labels say
+    # whose.
     usual, odd = fp(3, "ALLREDUCE", "512"), fp(4, "ALLREDUCE", "512")
     lines = [
         report(0, usual, 2, odd, "[rank4]: "),
@@ -93,6 +100,7 @@ def test_group_ranks_are_mapped_to_global_ranks_by_the_launcher_labels(tmp_path)
 def test_a_report_without_fingerprints_is_not_a_finding(tmp_path):
     log = tmp_path / "other.log"
     log.write_text(
-        "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running all_reduce but Rank 1 is not\n"
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running all_reduce but "
+        "Rank 1 is not\n"
     )
     assert run(CollectiveMismatch, load_job([str(log)])) == []

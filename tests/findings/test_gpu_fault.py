@@ -13,8 +13,8 @@ from nccl_logsift.render.json import to_dict
 from nccl_logsift.simulate import Options, write
 
 
-# Watchdog generations: "what():" only (<= 2.1), "[Rank N] NCCL watchdog thread terminated" (2.2), "[PG … Rank N]
-# Process group watchdog thread terminated" (2.3+); layouts with and without launcher labels.
+# Watchdog generations: "what():" only (<= 2.1), "[Rank N] NCCL watchdog thread terminated" (2.2), "[PG … Rank
+# N] Process group watchdog thread terminated" (2.3+); layouts with and without launcher labels.
 @pytest.mark.parametrize(
     "layout,nccl,torch,ranks",
     [

@@ -144,7 +144,8 @@ def test_ls901_unknown_warn_of_a_job_that_did_not_fail_is_a_warning(tmp_path):
 def test_ls901_pytorch_nccl_error_is_reported_per_error_with_its_code(tmp_path):
     lines = BASE + [
         "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
-        "ProcessGroupNCCL.cpp:1970, invalid argument (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5",
+        "ProcessGroupNCCL.cpp:1970, invalid argument (run with NCCL_DEBUG=WARN for details), NCCL version "
+        "2.21.5",
         "[rank1]: ncclInvalidArgument: Invalid value for an argument.",
     ]
     finding = only(check(job_of(tmp_path, lines)))

@@ -1,4 +1,5 @@
-"""LS902 nccl-tests-failure: the benchmark's own failure line names the rank and the error; exits are fallout."""
+"""LS902 nccl-tests-failure: the benchmark's own failure line names the rank and the error; exits are
+fallout."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ HEAD = [
     "#  Rank  3 Group  0 Pid  77121 on    gpu-e08 device  1 [0x2a] NVIDIA H100 80GB HBM3",
 ]
 FAILURE = (
-    "gpu-e08: Test NCCL failure common.cu:1012 'unhandled system error (run with NCCL_DEBUG=INFO for details) / "
-    "socketPollConnect: Connect to 10.4.0.7<50313> returned 113(No route to host)'"
+    "gpu-e08: Test NCCL failure common.cu:1012 'unhandled system error (run with NCCL_DEBUG=INFO for "
+    "details) / socketPollConnect: Connect to 10.4.0.7<50313> returned 113(No route to host)'"
 )
 TRACE = [
     " .. gpu-e08 pid 77120: Test failure common.cu:1159",

@@ -1,4 +1,5 @@
-"""Logs with no NCCL line at all (NCCL_DEBUG unset): PyTorch's, Python's and the launcher's lines alone diagnose."""
+"""Logs with no NCCL line at all (NCCL_DEBUG unset): PyTorch's, Python's and the launcher's lines alone
+diagnose."""
 
 from __future__ import annotations
 
@@ -11,21 +12,24 @@ from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.simulate import Options, write
 
 WATCHDOG = (
-    "[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
-    "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=1800000) ran for "
-    "18000{r}2 milliseconds before timing out."
+    "[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+    "Timeout(ms)=1800000) ran for 18000{r}2 milliseconds before timing out."
 )
 SIGKILL = (
-    "[2025-06-02 14:{m}:01,002] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
-    "'--local_rank={l}', '--deepspeed', 'ds.json'] exits with return code = {c}"
+    "[2025-06-02 14:{m}:01,002] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', "
+    "'train.py', '--local_rank={l}', '--deepspeed', 'ds.json'] exits with return code = {c}"
 )
 
 
 def deepspeed_log(tmp_path):
-    """DeepSpeed over pdsh, 2 nodes x 2 GPUs: rank 2 (gpu-b, local rank 0) raises a CUDA error, ranks 0 and 1 time
-    out waiting for it, each node's launcher reports its first failed worker."""
+    """DeepSpeed over pdsh, 2 nodes x 2 GPUs: rank 2 (gpu-b, local rank 0) raises a CUDA error, ranks 0 and 1
+    time out waiting for it, each node's launcher reports its first failed worker."""
     lines = [
-        "gpu-a: [2025-06-02 14:00:01,123] [INFO] [launch.py:146:main] WORLD INFO DICT: {'gpu-a': [0, 1], 'gpu-b': [0, 1]}",
+        (
+            "gpu-a: [2025-06-02 14:00:01,123] [INFO] [launch.py:146:main] WORLD INFO DICT: {'gpu-a': [0, 1], "
+            "'gpu-b': [0, 1]}"
+        ),
         "gpu-b: [rank2]: Traceback (most recent call last):",
         'gpu-b: [rank2]:   File "/workspace/train.py", line 88, in <module>',
         "gpu-b: [rank2]:     loss.backward()",

@@ -1,4 +1,5 @@
-"""LS601 latency-outlier: late ranks from timestamps, slow nccl-tests runs; fixtures, composed logs, corpus."""
+"""LS601 latency-outlier: late ranks from timestamps, slow nccl-tests runs; fixtures, composed logs,
+corpus."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def timed_job(
     for host, rank in ranks:
         pid, dev = 5000 + rank, rank % 2
         init = (
-            f"{host}:{pid}:{pid + 9} [{dev}] NCCL INFO ncclCommInitRankConfig comm 0x55{rank:02d}00aa rank {rank} "
-            f"nranks {n} cudaDev {dev} nvmlDev {dev} busId {dev + 1}b000 commId {COMM_ID}"
+            f"{host}:{pid}:{pid + 9} [{dev}] NCCL INFO ncclCommInitRankConfig comm 0x55{rank:02d}00aa rank "
+            f"{rank} nranks {n} cudaDev {dev} nvmlDev {dev} busId {dev + 1}b000 commId {COMM_ID}"
         )
         lines += [stamp(0, f"{init} - Init START"), stamp(10, f"{init} - Init COMPLETE")]
     for i in range(calls):
@@ -206,14 +207,23 @@ def nccl_tests_run(busbw: float, host: str, pid: int) -> list[str]:
         )
     return [
         "# Collective test starting: all_reduce_perf",
-        "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 8388608 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+        (
+            "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 8388608 step: 2(factor) warmup iters: 5 iters: 20 "
+            "agg iters: 1 validation: 1 graph: 0"
+        ),
         "#",
         "# Using devices",
         f"#  Rank  0 Group  0 Pid {pid} on {host}a device  0 [0x4e] NVIDIA H100 80GB HBM3",
         f"#  Rank  1 Group  0 Pid {pid + 1} on {host}b device  0 [0x4e] NVIDIA H100 80GB HBM3",
         "#",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
+            "algbw   busbw #wrong"
+        ),
+        (
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
+            "(GB/s)  (GB/s)"
+        ),
         *rows,
         "# Out of bounds values : 0 OK",
         f"# Avg bus bandwidth    : {busbw}",

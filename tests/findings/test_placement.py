@@ -48,7 +48,10 @@ def rank_lines(host, pid, rank, nranks, dev, ip, *, bus=None, complete=True, ifn
             host,
             pid,
             dev,
-            f"comm {comm} rank {rank} nRanks {nranks} nNodes {nodes} localRanks {local} localRank {dev} MNNVL 0",
+            (
+                f"comm {comm} rank {rank} nRanks {nranks} nNodes {nodes} localRanks {local} localRank {dev} "
+                "MNNVL 0"
+            ),
         ),
     ]
     if complete:
@@ -65,17 +68,17 @@ def all_findings(job):
 
 
 TIMEOUT = (
-    "[rank1]:[E602 17:40:22.325420556 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
-    "timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, NumelIn=6553600, NumelOut=6553600, Timeout(ms)=600000) ran "
-    "for 600064 milliseconds before timing out."
+    "[rank1]:[E602 17:40:22.325420556 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, NumelIn=6553600, NumelOut=6553600, "
+    "Timeout(ms)=600000) ran for 600064 milliseconds before timing out."
 )
 
 
 def oom(rank, size="3.50 GiB"):
     return (
-        f"[rank{rank}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {size}. GPU {rank} has a total "
-        "capacity of 79.10 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process has 77.97 GiB "
-        "memory in use."
+        f"[rank{rank}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {size}. GPU {rank} has "
+        "a total capacity of 79.10 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this "
+        "process has 77.97 GiB memory in use."
     )
 
 
@@ -325,7 +328,8 @@ def test_ls4xx_real_healthy_runs_have_no_findings(prefix):
 def test_ls401_real_gf_bench_oom_run_carries_no_cuda_text_so_no_cuda_finding_is_invented():
     # The GF-Bench 'oom_trial' pair holds only the NCCL debug files: the OutOfMemoryError went to the Python
     # stderr, which is not in the corpus. Rank 0's log just aborts its communicator after opCount 3. LS401
-    # reports CUDA errors the logs state, so it stays silent here (rank 0's abort is another family's finding).
+    # reports CUDA errors the logs state, so it stays silent here (rank 0's abort is another family's
+    # finding).
     jobs = real_jobs("cuiboyuan__nccl_log_rca_bench")
     assert len(jobs) == 2
     for job in jobs:

@@ -20,8 +20,8 @@ def check(job):
 
 def watchdog(rank: int, seq: int = 8) -> str:
     return (
-        f"{rank}: [rank{rank}]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
-        f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=6553600, "
+        f"{rank}: [rank{rank}]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog "
+        f"caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=6553600, "
         f"NumelOut=6553600, Timeout(ms)=600000) ran for 600064 milliseconds before timing out."
     )
 
@@ -130,7 +130,10 @@ def test_ls501_segfault_first_then_aborts_keeps_the_crash_critical(tmp_path):
 
 def test_ls501_oom_killer_is_critical_with_the_slurm_evidence(tmp_path):
     lines = [
-        "0: slurmstepd: error: Detected 1 oom_kill event in StepId=4.46. Some of the step tasks have been OOM Killed.",
+        (
+            "0: slurmstepd: error: Detected 1 oom_kill event in StepId=4.46. Some of the step tasks have "
+            "been OOM Killed."
+        ),
         "srun: error: node-a: task 5: Out Of Memory",
         "srun: error: node-a: task 3: Terminated",
     ]
@@ -199,7 +202,10 @@ def test_ls501_slurm_node_failure_and_time_limit(tmp_path):
 # ---------------------------------------------------------------------------------------------- real corpus
 
 
-LAMBDA = "LambdaLabsML__training_results_v4.0__Lambda__benchmarks__llama2_70b_lora__implementations__nemo__results_old__"
+LAMBDA = (
+    "LambdaLabsML__training_results_v4.0__Lambda__benchmarks__llama2_70b_lora__"
+    "implementations__nemo__results_old__"
+)
 
 
 @pytest.mark.parametrize(

@@ -147,8 +147,8 @@ def test_ls201_store_based_barrier_names_the_rank_that_never_reported(tmp_path):
 
 def test_ls201_store_barrier_composed_missing_rank_and_timeout(tmp_path):
     wait = (
-        "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for "
-        "rank: {r}, key: store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)"
+        "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group "
+        "for rank: {r}, key: store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)"
     )
     timeout = (
         "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: "
@@ -162,9 +162,12 @@ def test_ls201_store_barrier_composed_missing_rank_and_timeout(tmp_path):
 
 def test_ls201_store_barrier_that_completed_is_not_reported(tmp_path):
     lines = [
-        "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for "
-        "rank: 0, key: store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)",
-        "INFO:torch.distributed.distributed_c10d:Rank 0: Completed store-based barrier for key:store_based_barrier_key:1 with 2 nodes.",
+        "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group "
+        "for rank: 0, key: store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)",
+        (
+            "INFO:torch.distributed.distributed_c10d:Rank 0: Completed store-based barrier for "
+            "key:store_based_barrier_key:1 with 2 nodes."
+        ),
     ]
     assert run(InitIncomplete, job_of(tmp_path, lines)) == []
 
@@ -465,8 +468,8 @@ def test_ls203_real_single_node_run_over_loopback_and_docker0_is_a_warning():
 
 @real
 def test_ls2xx_real_failures_of_other_families_are_not_claimed_as_startup_faults():
-    # Podman OFI memory-registration failure, Cori IB completion error, GF-Bench OOM, ALCF first-collective hang:
-    # init completed (or failed on a NET error); none of them is a bootstrap, init or interface problem.
+    # Podman OFI memory-registration failure, Cori IB completion error, GF-Bench OOM, ALCF first-collective
+    # hang: init completed (or failed on a NET error); none of them is a bootstrap, init or interface problem.
     for prefix in (
         "sparticlesteve__podman-nccl-testing__logs__podman",
         "sparticlesteve__pytorch-nccl-test__slurm-nccl-416593",

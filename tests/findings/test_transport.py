@@ -104,8 +104,8 @@ def two_node_ib(gdr_on_b: bool = True) -> list[str]:
 
 
 def two_node_sockets(nodes: tuple[str, ...] = ("node-a", "node-b")) -> list[str]:
-    """Ranks 0-1 on node-a, 2-3 on node-b, NCCL saying nNodes 2, every ring crossing the nodes over NET/Socket;
-    ``nodes`` picks whose lines the log holds (one node's output file of a two-node job)."""
+    """Ranks 0-1 on node-a, 2-3 on node-b, NCCL saying nNodes 2, every ring crossing the nodes over
+    NET/Socket; ``nodes`` picks whose lines the log holds (one node's output file of a two-node job)."""
 
     def rank(host, pid, r, dev, ip, comm, channel):
         return proc(
@@ -169,7 +169,7 @@ def two_node_sockets(nodes: tuple[str, ...] = ("node-a", "node-b")) -> list[str]
     return [line for node in nodes for line in per_node[node]]
 
 
-# ---------------------------------------------------------------------------------------------- transport_rows
+# --------------------------------------------------------------------------------------------- transport_rows
 def test_transport_rows_map_each_connection_to_the_peer_of_its_communicator(tmp_path):
     rows = transport_rows(job_of(tmp_path, two_node_ib()))
     got = rows.select("job_rank", "peer_global", "peer_host", "same_host").rows()
@@ -364,9 +364,15 @@ def test_ls301_sockets_in_one_node_s_log_of_a_two_node_job_say_the_logs_show_one
 def test_ls301_collnet_sharp_setup_failure_is_a_warning(tmp_path):
     lines = two_node_ib() + [
         "",
-        "node-a:1001:1091 [0] sharp_plugin.c:288 NCCL WARN NET/IB :SHARP coll init error: Cannot create SHArP job(-11)",
+        (
+            "node-a:1001:1091 [0] sharp_plugin.c:288 NCCL WARN NET/IB :SHARP coll init error: Cannot create "
+            "SHArP job(-11)"
+        ),
         "",
-        "node-a:1001:1091 [0] transport.cc:253 NCCL WARN Cannot initialize CollNet, using point-to-point network instead",
+        (
+            "node-a:1001:1091 [0] transport.cc:253 NCCL WARN Cannot initialize CollNet, using point-to-point "
+            "network instead"
+        ),
     ]
     finding = only(list(TransportFallback().check(job_of(tmp_path, lines))))
     assert finding.ranks == (0,) and finding.severity == Severity.WARNING
@@ -382,8 +388,8 @@ def test_ls301_healthy_fixture_has_no_fallback():
 def ib_completion(host, pid, dev, peer, status, vendor, req="Send"):
     return [
         "",
-        f"{host}:{pid}:{pid + 95} [{dev}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
-        f"{peer} with status={status} opcode=0 len=0 vendor err {vendor} ({req})",
+        f"{host}:{pid}:{pid + 95} [{dev}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from "
+        f"peer {peer} with status={status} opcode=0 len=0 vendor err {vendor} ({req})",
     ]
 
 
@@ -442,8 +448,9 @@ def test_ls302_status_5_alone_says_the_cause_is_missing(tmp_path):
 def test_ls302_status_4_is_decoded_as_gpudirect_blocked(tmp_path):
     lines = two_node_ib() + [
         "",
-        "node-a:1001:1096 [0] transport/net_ib/p2p.cc:550 NCCL WARN NET/IB: Got completion from peer 10.0.0.2<40100> "
-        "with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=81  hca mlx5_0",
+        "node-a:1001:1096 [0] transport/net_ib/p2p.cc:550 NCCL WARN NET/IB: Got completion from peer "
+        "10.0.0.2<40100> with status=IBV_WC_LOC_PROT_ERR(4) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=81  hca "
+        "mlx5_0",
     ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
     assert finding.ranks == (0,) and "status 4" in finding.title and "ACS" in finding.title
@@ -452,7 +459,10 @@ def test_ls302_status_4_is_decoded_as_gpudirect_blocked(tmp_path):
 def test_ls302_ib_port_error_event_is_critical(tmp_path):
     lines = two_node_ib() + [
         "",
-        "node-b:2002:2150 [1] transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error",
+        (
+            "node-b:2002:2150 [1] transport/net_ib.cc:120 NCCL WARN NET/IB : mlx5_1:1 Got async event : port "
+            "error"
+        ),
     ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
     assert finding.ranks == (3,) and finding.severity == Severity.CRITICAL and "port error" in finding.title
@@ -461,8 +471,8 @@ def test_ls302_ib_port_error_event_is_critical(tmp_path):
 def test_ls302_ofi_error_followed_by_an_error_chain_is_critical(tmp_path):
     lines = two_node_ib() + [
         "",
-        "node-a:1001:1094 [0] register_mr_buffers:647 NCCL WARN NET/OFI Unable to register memory (type = 2) for "
-        "device 1. RC: -22, Error: Invalid argument",
+        "node-a:1001:1094 [0] register_mr_buffers:647 NCCL WARN NET/OFI Unable to register memory (type = "
+        "2) for device 1. RC: -22, Error: Invalid argument",
         "node-a:1001:1094 [0] NCCL INFO transport/net.cc:783 -> 2",
     ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
@@ -472,7 +482,10 @@ def test_ls302_ofi_error_followed_by_an_error_chain_is_critical(tmp_path):
 def test_ls302_ofi_warning_that_nccl_survives_is_a_warning(tmp_path):
     lines = two_node_ib() + [
         "",
-        "node-a:1001:1094 [0] nccl_net_ofi_rdma_init:7737 NCCL WARN NET/OFI OFI fi_getinfo() call failed: Function not implemented",
+        (
+            "node-a:1001:1094 [0] nccl_net_ofi_rdma_init:7737 NCCL WARN NET/OFI OFI fi_getinfo() call "
+            "failed: Function not implemented"
+        ),
     ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
     assert finding.severity == Severity.WARNING
@@ -492,7 +505,10 @@ def test_ls302_closed_socket_after_cuda_oom_points_at_the_failed_peer_as_a_conse
 def test_ls302_closed_socket_with_no_other_failure_is_an_error_naming_the_peer_host(tmp_path):
     lines = two_node_ib() + [
         "",
-        "node-a:1001:1099 [0] misc/socket.cc:60 NCCL WARN socketProgress: Connection closed by remote peer 10.0.0.2<37291>",
+        (
+            "node-a:1001:1099 [0] misc/socket.cc:60 NCCL WARN socketProgress: Connection closed by remote "
+            "peer 10.0.0.2<37291>"
+        ),
         "node-a:1001:1099 [0] NCCL INFO misc/socket.cc:79 -> 6",
     ]
     finding = only(list(NetError().check(job_of(tmp_path, lines))))
@@ -593,7 +609,10 @@ def test_corpus_perlmutter_podman_ofi_error_is_critical_on_all_ranks(corpus_jobs
     assert "Unable to register memory" in finding.title
 
 
-MANGOBOOST_MI300X = "mlcommons__training_results_v5.1__MangoBoost__results__MI300X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_5.txt"
+MANGOBOOST_MI300X = (
+    "mlcommons__training_results_v5.1__MangoBoost__results__"
+    "MI300X-LLMBoost-GPUBoost-2node__llama2_70b_lora__result_5.txt"
+)
 
 
 def test_corpus_mangoboost_one_node_file_of_a_two_node_job_has_a_verdict_that_agrees_with_itself():

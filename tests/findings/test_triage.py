@@ -15,7 +15,9 @@ def socket_warning() -> Finding:
         name="transport-fallback",
         kind=Kind.TRANSPORT_FALLBACK,
         severity=Severity.WARNING,
-        title="All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets",
+        title=(
+            "All inter-node traffic of this 2-node job (these logs show 1 of its nodes) runs over TCP sockets"
+        ),
         ranks=tuple(range(8)),
         hosts=("mi300x-01",),
         first_seen=0,
@@ -133,13 +135,13 @@ def test_first_time_reads_nccl_and_pytorch_timestamps(tmp_path):
         tmp_path,
         [
             (
-                "[2025-06-02 16:02:42] node-a:100:195 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
-                "from peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err 129 (Send)"
+                "[2025-06-02 16:02:42] node-a:100:195 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
+                "completion from peer 10.0.0.2<5000> with status=12 opcode=0 len=0 vendor err 129 (Send)"
             ),
             (
-                "[rank1]:[E602 16:02:40.500000000 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught collective "
-                "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
-                "ran for 600010 milliseconds before timing out."
+                "[rank1]:[E602 16:02:40.500000000 ProcessGroupNCCL.cpp:689] [Rank 1] Watchdog caught "
+                "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                "Timeout(ms)=600000) ran for 600010 milliseconds before timing out."
             ),
         ],
     )

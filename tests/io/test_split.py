@@ -1,4 +1,5 @@
-"""The compiled line splitter gives the line bounds of a plain Python split, and says when a chunk is ASCII."""
+"""The compiled line splitter gives the line bounds of a plain Python split, and says when a chunk is
+ASCII."""
 
 from __future__ import annotations
 

@@ -34,22 +34,26 @@ def nccl(rank: int, text: str) -> str:
 
 def init(rank: int) -> list[str]:
     comm = f"0x55a1c3e0{rank:04x}"
-    head = f"INFO ncclCommInitRank comm {comm} rank {rank} nranks {RANKS} cudaDev {rank % 2} nvmlDev {rank % 2} busId 1b000 commId 0x7c3e91a5d2b4f608"
+    head = (
+        f"INFO ncclCommInitRank comm {comm} rank {rank} nranks {RANKS} cudaDev {rank % 2} nvmlDev {rank % 2} "
+        "busId 1b000 commId 0x7c3e91a5d2b4f608"
+    )
     return [nccl(rank, f"{head} - Init START"), nccl(rank, f"{head} - Init COMPLETE")]
 
 
 def call(rank: int, opcount: int) -> str:
     return nccl(
         rank,
-        f"INFO AllReduce: opCount {opcount:x} sendbuff 0x7f2a40000000 recvbuff 0x7f2a40000000 count 1024 datatype 7 "
-        f"op 0 root 0 comm 0x55a1c3e0{rank:04x} [nranks={RANKS}] stream 0x55a1c3f01a30",
+        f"INFO AllReduce: opCount {opcount:x} sendbuff 0x7f2a40000000 recvbuff 0x7f2a40000000 count 1024 "
+        f"datatype 7 op 0 root 0 comm 0x55a1c3e0{rank:04x} [nranks={RANKS}] stream 0x55a1c3f01a30",
     )
 
 
 def ib_warn(rank: int, peer_port: int) -> str:
     return (
-        f"{host(rank)}:{40000 + rank}:{40100 + rank} [{rank % 2}] transport/net_ib.cc:1276 NCCL WARN NET/IB : Got "
-        f"completion from peer 10.0.1.11<{peer_port}> with error 12, opcode 0, len 0, vendor err 129 (Send)"
+        f"{host(rank)}:{40000 + rank}:{40100 + rank} [{rank % 2}] transport/net_ib.cc:1276 NCCL WARN NET/IB "
+        f": Got completion from peer 10.0.1.11<{peer_port}> with error 12, opcode 0, len 0, vendor err 129 "
+        "(Send)"
     )
 
 
@@ -192,8 +196,8 @@ def test_warn_is_a_finding_at_once_and_the_same_warn_from_another_rank_is_not_re
     assert (finding.code, finding.kind, finding.severity) == ("LS302", Kind.NET_ERROR, Severity.ERROR)
     assert finding.ranks == (1,) and finding.hosts == ("trn-node-a",)
     assert finding.title == (
-        "rank 1 (trn-node-a, pid 40001, GPU 1): NCCL WARN NET/IB : Got completion from peer 10.0.1.11<59644> with "
-        "error 12, opcode 0, len 0, vendor err 129 (Send)"
+        "rank 1 (trn-node-a, pid 40001, GPU 1): NCCL WARN NET/IB : Got completion from peer "
+        "10.0.1.11<59644> with error 12, opcode 0, len 0, vendor err 129 (Send)"
     )
     assert finding.evidence[0].line == len(startup()) + 1
 

@@ -1,5 +1,5 @@
-"""The table of distinct byte strings the compiled COLL loop looks prefixes and op names up in (the loop itself is
-tested through the fast path, tests/parse/test_fastcoll.py)."""
+"""The table of distinct byte strings the compiled COLL loop looks prefixes and op names up in (the loop
+itself is tested through the fast path, tests/parse/test_fastcoll.py)."""
 
 from __future__ import annotations
 

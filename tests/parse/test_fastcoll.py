@@ -74,7 +74,10 @@ def test_fast_path_gives_the_general_parsers_tables_under_every_launcher(tmp_pat
     assert_same_tables(path)
 
 
-LINE = "gpu7:31842:31842 [3] NCCL INFO AllReduce: opCount 1a4 sendbuff 0x7f3a1c000000 recvbuff (nil) count 4194304 datatype 7 op 0 root -1 comm 0x55d2e4b1a6c0 [nranks=16] stream 0x55d2e3f0c900"
+LINE = (
+    "gpu7:31842:31842 [3] NCCL INFO AllReduce: opCount 1a4 sendbuff 0x7f3a1c000000 recvbuff (nil) count "
+    "4194304 datatype 7 op 0 root -1 comm 0x55d2e4b1a6c0 [nranks=16] stream 0x55d2e3f0c900"
+)
 
 
 def fast_rows(tmp_path, lines: list[str]) -> pl.DataFrame:

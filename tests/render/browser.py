@@ -1,8 +1,9 @@
-"""Headless Chromium for the report tests: the DOM after the page's own script ran, console messages, screenshots.
+"""Headless Chromium for the report tests: the DOM after the page's own script ran, console messages,
+screenshots.
 
-Chromium is Debian's ``chromium`` package; ``.ci/run`` installs it and sets LOGSIFT_REQUIRE_BROWSER=1, so on CI
-a missing browser fails the tests instead of skipping them. The flags keep it off the network (this machine's
-network is closed, and a report must not need one).
+Chromium is Debian's ``chromium`` package; ``.ci/run`` installs it and sets LOGSIFT_REQUIRE_BROWSER=1, so on
+CI a missing browser fails the tests instead of skipping them. The flags keep it off the network (this
+machine's network is closed, and a report must not need one).
 """
 
 from __future__ import annotations

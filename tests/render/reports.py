@@ -16,7 +16,8 @@ from tests.conftest import CORPUS, FIXTURES
 PAYLOADS = {
     "message": "<script>document.body.setAttribute('data-pwned','message')</script>",
     "attribute": "\"onerror=\"document.body.setAttribute('data-pwned','attribute')\" x=\"",
-    "nic": "<img/src='x'/onerror=document.body.setAttribute('data-pwned','nic')>",  # no space: NIC names have none
+    # no space: NIC names have none
+    "nic": "<img/src='x'/onerror=document.body.setAttribute('data-pwned','nic')>",
     "pg": "<svg/onload=document.body.setAttribute('data-pwned','pg')>",
 }
 PATH_PAYLOAD = "<img src=x onerror=document.body.setAttribute('data-pwned','path')>"

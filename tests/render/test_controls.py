@@ -19,8 +19,8 @@ from nccl_logsift.render.live import live_view
 # Clear the screen and home the cursor, set the window title, an OSC 8 hyperlink, concealed text, a bidi
 # override, a C1 CSI and DEL.
 PAYLOAD = (
-    "\x1b[2J\x1b[H\x1b]0;pwned\x07 \x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\ \x1b[8mhidden\x1b[0m "
-    "\u202eevil\u202c \x9b31m \x7f"
+    "\x1b[2J\x1b[H\x1b]0;pwned\x07 \x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\ "
+    "\x1b[8mhidden\x1b[0m \u202eevil\u202c \x9b31m \x7f"
 )
 RAW = ["\x1b", "\x07", "\x9b", "\x7f", "\u202e", "\u202c"]
 

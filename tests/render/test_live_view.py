@@ -16,7 +16,9 @@ STALL = Finding(
     name="rank-behind",
     kind=Kind.RANK_BEHIND,
     severity=Severity.ERROR,
-    title="rank 3 (trn-node-b, pid 40003, GPU 1) has not called #6 on communicator 0x7c3e91a5d2b4f608 (4 ranks)",
+    title=(
+        "rank 3 (trn-node-b, pid 40003, GPU 1) has not called #6 on communicator 0x7c3e91a5d2b4f608 (4 ranks)"
+    ),
     ranks=(3,),
     hosts=("trn-node-b",),
     comm="0x7c3e91a5d2b4f608",

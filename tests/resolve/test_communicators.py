@@ -102,14 +102,20 @@ def test_ranks_split_children_inherit_parent_uid(tmp_path):
             env(
                 "h",
                 50 + r,
-                f"ncclCommSplit comm 0x200 rank {r // 2} nranks 2 cudaDev {r} nvmlDev {r} busId 1b000{split}- Init START",
+                (
+                    f"ncclCommSplit comm 0x200 rank {r // 2} nranks 2 cudaDev {r} nvmlDev {r} busId "
+                    f"1b000{split}- Init START"
+                ),
             )
         )
         lines.append(
             env(
                 "h",
                 50 + r,
-                f"ncclCommSplit comm 0x200 rank {r // 2} nranks 2 cudaDev {r} nvmlDev {r} busId 1b000{split} - Init COMPLETE",
+                (
+                    f"ncclCommSplit comm 0x200 rank {r // 2} nranks 2 cudaDev {r} nvmlDev {r} busId "
+                    f"1b000{split} - Init COMPLETE"
+                ),
             )
         )
     t = parse_lines(tmp_path, lines)

@@ -1,4 +1,5 @@
-"""The simulated fixtures in fixtures/ are current and parse; regenerate with python -m nccl_logsift.simulate.fixtures."""
+"""The simulated fixtures in fixtures/ are current and parse; regenerate with python -m
+nccl_logsift.simulate.fixtures."""
 
 from __future__ import annotations
 

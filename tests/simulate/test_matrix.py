@@ -1,4 +1,5 @@
-"""Every scenario in every layout, across NCCL releases: the log parses and the truth's communicators are in it.
+"""Every scenario in every layout, across NCCL releases: the log parses and the truth's communicators are in
+it.
 
 Each (scenario, layout) pair gets one NCCL release from a rotation, so every scenario meets several
 releases and every layout meets all of them without running the full product (runtime budget).

@@ -29,17 +29,26 @@ ALLOWED = [
     (
         "2.10",
         r"via NET/<net>/<n>/GDRDMA$",
-        "the only 2.10 log (BigScience, Omni-Path hfi1) runs without GPUDirect RDMA; /GDRDMA is the §4.1 suffix of 2.8.3-2.11.4",
+        (
+            "the only 2.10 log (BigScience, Omni-Path hfi1) runs without GPUDirect RDMA; /GDRDMA is the §4.1 "
+            "suffix of 2.8.3-2.11.4"
+        ),
     ),
     (
         "2.26",
         r"via NET/<net>/<n>/GDRDMA$",
-        "the only 2.26 log is a GH200 (C2C) node, whose NET lines end in /GDRDMA(PCI); plain /GDRDMA is the non-C2C form (§4.1, §4.4)",
+        (
+            "the only 2.26 log is a GH200 (C2C) node, whose NET lines end in /GDRDMA(PCI); plain /GDRDMA is "
+            "the non-C2C form (§4.1, §4.4)"
+        ),
     ),
     (
         "2.18",
         r"^NET/Plugin : ",
-        "2.18 logs load an external net plugin (aws-ofi-nccl, HPC-X); the internal-plugin fallback lines are §4.2's 2.17.1-2.18.6 rows",
+        (
+            "2.18 logs load an external net plugin (aws-ofi-nccl, HPC-X); the internal-plugin fallback lines "
+            "are §4.2's 2.17.1-2.18.6 rows"
+        ),
     ),
     (
         "2.21",
@@ -54,12 +63,16 @@ ALLOWED = [
     (
         "*",
         r" parent <p> ",
-        "no real log has ncclCommSplit children (PyTorch eager init + new_group); §2.1 split START/COMPLETE rows",
+        (
+            "no real log has ncclCommSplit children (PyTorch eager init + new_group); §2.1 split "
+            "START/COMPLETE rows"
+        ),
     ),
 ]
 
 ENVELOPE = re.compile(
-    r"(?:^|[\s\]:>])[A-Za-z0-9_][\w.\-]*:\d+:\d+ (?:\[-?\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (INFO|WARN) (.*)$"
+    r"(?:^|[\s\]:>])[A-Za-z0-9_][\w.\-]*:\d+:\d+ (?:\[-?\d+\] )?"
+    r"(?:\S+ (?:\([^)]*\) )?)?NCCL (INFO|WARN) (.*)$"
 )
 BANNER = re.compile(r"NCCL version (\d+\.\d+)\.\d+")
 
@@ -168,8 +181,8 @@ def test_every_allowance_is_still_needed():
     assert used == set(range(len(ALLOWED))), [ALLOWED[i][:2] for i in set(range(len(ALLOWED))) - used]
 
 
-# NCCL 2.28: the real logs of that release are the two H200 jobs (2.28.9) of ../shared/corpus/gpu-h200, 4 nodes
-# of one GPU over sockets that hung; what they cannot show, and why.
+# NCCL 2.28: the real logs of that release are the two H200 jobs (2.28.9) of ../shared/corpus/gpu-h200, 4
+# nodes of one GPU over sockets that hung; what they cannot show, and why.
 H200 = CORPUS.parent / "gpu-h200"
 ALLOWED_228 = [
     (r" parent <p> ", "no split communicators in these jobs"),
