@@ -39,7 +39,8 @@ def partition(sources: list[Source]) -> tuple[list[Source], list[str]]:
     logs: list[Source] = []
     dumps: list[str] = []
     for source in sources:
-        if not source.is_stdin and fr_dump.sniff_path(source.path) is not None:
+        # A stream (stdin, a FIFO, <(zcat …)) is read once: a sniff here would eat the log's first bytes.
+        if not source.is_stream and fr_dump.sniff_path(source.path) is not None:
             dumps.append(source.path)
         else:
             logs.append(replace(source, source_id=len(logs)))
