@@ -32,6 +32,11 @@ TORCH = {
 ALLOWED_UNPARSED: dict[str, str] = {}
 
 
+def _texts(out):
+    files = sorted(out.rglob("*")) if out.is_dir() else [out]
+    return [line for f in files if f.is_file() for line in f.read_text(errors="replace").splitlines()]
+
+
 def _cases():
     cases = []
     for i, name in enumerate(SCENARIOS):
@@ -70,8 +75,11 @@ def test_simulated_log_parses_and_shows_the_truths_communicators(tmp_path, scena
         allowed = "|".join(f"(?:{r})" for r in ALLOWED_UNPARSED)
         bad = bad.filter(~pl.col("text").str.contains(allowed))
     assert bad.is_empty(), "unparsed NCCL lines:\n" + "\n".join(bad["text"].head(10).to_list())
-    assert parser.state.envelope_lines > 0
-    expected = expected_comm_rows(truth)
+    # Some jobs print no NCCL line (nccl-tests without NCCL_DEBUG, a rank 0 that never started NCCL): when
+    # NCCL did print, its lines are read as NCCL's.
+    printed = any(" NCCL INFO " in line or " NCCL WARN " in line for line in _texts(out))
+    assert parser.state.envelope_lines > 0 or not printed
+    expected = expected_comm_rows(truth) if printed else {}
     actual = actual_comm_rows(tables["comms"])
     assert actual == expected
 
