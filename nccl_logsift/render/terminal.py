@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from nccl_logsift.model import Report, Severity
+from nccl_logsift.model import Evidence, Report, Severity
 from nccl_logsift.render.controls import visible
 
 STYLE = {
@@ -18,6 +18,7 @@ STYLE = {
     Severity.INFO: "cyan",
 }
 MAX_RANK_ROWS = 64
+SHORT_HASH = 6  # hex digits a communicator hash is cut to in the rank table, more where two would look alike
 
 
 def render_terminal(report: Report, console: Console) -> None:
@@ -48,13 +49,14 @@ def render_terminal(report: Report, console: Console) -> None:
         head.append(f"  {visible(finding.title)}")
         console.print(head)
         for e in finding.evidence:
-            console.print(Text(f"  --> {visible(e.path)}:{e.line}", style="dim"))
-            console.print(Text(f"   | {visible(e.text)}"), overflow="ellipsis", no_wrap=True)
+            _location(console, "  --> ", e)
+            _hanging(console, "   | ", Text(visible(e.text)))
         if finding.advice:
-            console.print(Text(f"   = help: {visible(finding.advice)}", style="green"))
+            _hanging(console, "   = help: ", Text(visible(finding.advice)), style="green")
         console.print()
     if report.ranks:
-        console.print(_rank_table(report))
+        # Printed uncropped: a column the table cannot narrow (a host name) overflows rather than being cut.
+        console.print(_rank_table(report), crop=False)
     _flight(report, console)
     for note in report.notes:
         console.print(f"[yellow]note[/] {escape(visible(note))}")
@@ -74,50 +76,97 @@ def _flight(report: Report, console: Console) -> None:
         for f in report.dumps.files:
             state = f"{f.entries} entries, format {f.version}" if f.problem is None else f.problem
             rank = f.rank if f.rank is not None else "?"
-            console.print(Text(f"  rank {rank}: {f.path} ({state})", style="dim"))
+            console.print(Text(f"  rank {rank}: {visible(f.path)} ({visible(state)})", style="dim"))
         for n in report.dumps.named:
-            console.print(
-                Text(
-                    f"  rank {n.rank}: log says {n.path}"
-                    + ("" if n.read else " (not read)")
-                    + f"  --> {n.line.path}:{n.line.line}",
-                    style="dim",
-                )
-            )
+            said = f"  rank {n.rank}: log says {visible(n.path)}" + ("" if n.read else " (not read)")
+            console.print(Text(said, style="dim"))
+            _location(console, "    --> ", n.line)
     if report.next_run:
-        table = Table(
-            "missing", "setting", "why", title="Next run: capture what this one lacked", title_justify="left"
-        )
+        table = Table(title="Next run: capture what this one lacked", title_justify="left")
+        table.add_column("missing")
+        table.add_column("setting", overflow="fold")  # to be copied: folded, never cut
+        table.add_column("why")
         for a in report.next_run:
-            table.add_row(a.missing, a.setting, a.why)
+            table.add_row(visible(a.missing), visible(a.setting), visible(a.why))
         console.print(table)
 
 
-def _rank_table(report: Report) -> Table:
-    table = Table(
-        "comm",
-        "rank",
-        "host",
-        "pid",
-        "last op",
-        "last #",
-        "last completed",
-        title="Where each rank stopped",
-        title_justify="left",
+def _location(console: Console, arrow: str, e: Evidence) -> None:
+    """``path:line`` as one piece: never folded, and past the width it overflows rather than being cut."""
+    console.print(
+        Text(f"{arrow}{visible(e.path)}:{e.line}", style="dim"), no_wrap=True, overflow="ignore", crop=False
     )
-    for state in report.ranks[:MAX_RANK_ROWS]:
-        table.add_row(
-            visible(str(state.comm or "")),
+
+
+def _hanging(console: Console, gutter: str, text: Text, style: str = "") -> None:
+    """``text`` after ``gutter``, wrapped to the console's width with its later lines under its first: a log
+    line is shown whole, however long (a word longer than the room left is folded)."""
+    room = max(console.width - len(gutter), 10)
+    for i, line in enumerate(text.wrap(console, room, overflow="fold")):
+        line.rstrip()
+        console.print(
+            Text(gutter if i == 0 else " " * len(gutter), style=style) + line,
+            style=style,
+            no_wrap=True,
+            overflow="ignore",
+            crop=False,
+        )
+
+
+def _rank_table(report: Report) -> Table:
+    """One row per rank; the communicator is said once in the title when all rows share it, and otherwise
+    its hash is cut to a prefix no other hash of the table shares. Host names are never cut."""
+    states = report.ranks[:MAX_RANK_ROWS]
+    comms = {visible(s.comm) for s in states if s.comm}
+    title = "Where each rank stopped"
+    if len(comms) == 1:
+        title += f" (comm {next(iter(comms))})"
+    table = Table(title=title, title_justify="left")
+    shown = _short_comms(comms) if len(comms) > 1 else None
+    if shown is not None:
+        table.add_column("comm", overflow="fold")
+    table.add_column("rank")
+    hosts = [visible(s.host or "") for s in states]
+    table.add_column("host", no_wrap=True, min_width=max(map(len, hosts), default=0))
+    for name in ("pid", "last op", "last #", "last completed"):
+        table.add_column(name)
+    for state, host in zip(states, hosts):
+        row = [
             str(state.rank if state.rank is not None else "?"),
-            visible(state.host or ""),
+            host,
             str(state.pid or ""),
             visible(state.last_op or ""),
             str(state.last_seq if state.last_seq is not None else ""),
             str(state.last_completed_seq if state.last_completed_seq is not None else ""),
-        )
+        ]
+        table.add_row(*([shown.get(visible(state.comm or ""), "")] if shown is not None else []), *row)
     if len(report.ranks) > MAX_RANK_ROWS:
         table.caption = f"{len(report.ranks) - MAX_RANK_ROWS} more rows in --format json"
     return table
+
+
+def _short_comms(comms: set[str]) -> dict[str, str]:
+    """Each communicator as the table shows it: a leading ``0x`` hash cut to the fewest hex digits (at least
+    :data:`SHORT_HASH`) that keep different hashes apart; what follows the hash (``/color…#2`` of a split) and
+    names that are not hashes stay whole."""
+    hashes = {c: _hash_of(c) for c in comms}
+    distinct = {h for h in hashes.values() if h}
+    digits = SHORT_HASH
+    while digits < max(map(len, distinct), default=0) and len({h[: 2 + digits] for h in distinct}) < len(
+        distinct
+    ):
+        digits += 1
+    return {c: (h[: 2 + digits] + c[len(h) :] if h else c) for c, h in hashes.items()}
+
+
+def _hash_of(comm: str) -> str:
+    """The ``0x…`` hash a communicator's name starts with ("" when it starts with none)."""
+    if not comm.startswith("0x"):
+        return ""
+    end = 2
+    while end < len(comm) and comm[end] in "0123456789abcdefABCDEF":
+        end += 1
+    return comm[:end] if end > 2 else ""
 
 
 def _worst_style(report: Report) -> str:
