@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+from rich.segment import Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -55,8 +56,7 @@ def render_terminal(report: Report, console: Console) -> None:
             _hanging(console, "   = help: ", Text(visible(finding.advice)), style="green")
         console.print()
     if report.ranks:
-        # Printed uncropped: a column the table cannot narrow (a host name) overflows rather than being cut.
-        console.print(_rank_table(report), crop=False)
+        _print_whole(console, _rank_table(report))
     _flight(report, console)
     for note in report.notes:
         console.print(f"[yellow]note[/] {escape(visible(note))}")
@@ -113,33 +113,49 @@ def _hanging(console: Console, gutter: str, text: Text, style: str = "") -> None
         )
 
 
+def _print_whole(console: Console, table: Table) -> None:
+    """``table`` laid out in the console's width, or in the least width that cuts no cell when that is
+    more: then it overflows the console instead (the ``min_width`` of each column says what it needs)."""
+    needed = sum((c.min_width or 1) + 2 for c in table.columns) + len(table.columns) + 1
+    if needed <= console.width:
+        console.print(table, crop=False)
+    else:  # console.print's width can only narrow: the table is laid out here, in the width it needs
+        console.print(Segments(console.render(table, console.options.update_width(needed))), crop=False)
+
+
 def _rank_table(report: Report) -> Table:
     """One row per rank; the communicator is said once in the title when all rows share it, and otherwise
-    its hash is cut to a prefix no other hash of the table shares. Host names are never cut."""
+    its hash is cut to a prefix no other hash of the table shares. No value is cut: a column is at least
+    as wide as its longest value and the longest word of its header (headers wrap, a long communicator
+    name folds)."""
     states = report.ranks[:MAX_RANK_ROWS]
     comms = {visible(s.comm) for s in states if s.comm}
     title = "Where each rank stopped"
     if len(comms) == 1:
         title += f" (comm {next(iter(comms))})"
-    table = Table(title=title, title_justify="left")
-    shown = _short_comms(comms) if len(comms) > 1 else None
-    if shown is not None:
-        table.add_column("comm", overflow="fold")
-    table.add_column("rank")
-    hosts = [visible(s.host or "") for s in states]
-    table.add_column("host", no_wrap=True, min_width=max(map(len, hosts), default=0))
-    for name in ("pid", "last op", "last #", "last completed"):
-        table.add_column(name)
-    for state, host in zip(states, hosts):
-        row = [
+    rows = [
+        [
             str(state.rank if state.rank is not None else "?"),
-            host,
+            visible(state.host or ""),
             str(state.pid or ""),
             visible(state.last_op or ""),
             str(state.last_seq if state.last_seq is not None else ""),
             str(state.last_completed_seq if state.last_completed_seq is not None else ""),
         ]
-        table.add_row(*([shown.get(visible(state.comm or ""), "")] if shown is not None else []), *row)
+        for state in states
+    ]
+    headers = ["rank", "host", "pid", "last op", "last #", "last completed"]
+    table = Table(title=title, title_justify="left")
+    shown = _short_comms(comms) if len(comms) > 1 else None
+    if shown is not None:
+        table.add_column("comm", overflow="fold", min_width=2 + SHORT_HASH)  # a split's /color…#n folds
+        for row, state in zip(rows, states):
+            row.insert(0, shown.get(visible(state.comm or ""), ""))
+    for index, name in enumerate(headers, start=len(table.columns)):
+        widest = max((len(row[index]) for row in rows), default=0)
+        table.add_column(name, min_width=max(widest, *map(len, name.split())))
+    for row in rows:
+        table.add_row(*row)
     if len(report.ranks) > MAX_RANK_ROWS:
         table.caption = f"{len(report.ranks) - MAX_RANK_ROWS} more rows in --format json"
     return table
