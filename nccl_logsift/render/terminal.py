@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
@@ -19,6 +21,7 @@ STYLE = {
     Severity.INFO: "cyan",
 }
 MAX_RANK_ROWS = 64
+HASH = re.compile(r"0x[0-9a-fA-F]+")
 SHORT_HASH = 6  # hex digits a communicator hash is cut to in the rank table, more where two would look alike
 
 
@@ -51,9 +54,9 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print(head)
         for e in finding.evidence:
             _location(console, "  --> ", e)
-            _hanging(console, "   | ", Text(visible(e.text)))
+            _hanging(console, "   | ", visible(e.text))
         if finding.advice:
-            _hanging(console, "   = help: ", Text(visible(finding.advice)), style="green")
+            _hanging(console, "   = help: ", visible(finding.advice), style="green")
         console.print()
     if report.ranks:
         _print_whole(console, _rank_table(report))
@@ -72,7 +75,7 @@ def render_terminal(report: Report, console: Console) -> None:
 def _flight(report: Report, console: Console) -> None:
     """The dump audit, then what to capture next time (settings for what this input lacked)."""
     if report.dumps is not None:
-        console.print(Text("Flight Recorder: ", style="bold") + Text(report.dumps.summary))
+        console.print(Text("Flight Recorder: ", style="bold") + Text(visible(report.dumps.summary)))
         for f in report.dumps.files:
             state = f"{f.entries} entries, format {f.version}" if f.problem is None else f.problem
             rank = f.rank if f.rank is not None else "?"
@@ -98,19 +101,14 @@ def _location(console: Console, arrow: str, e: Evidence) -> None:
     )
 
 
-def _hanging(console: Console, gutter: str, text: Text, style: str = "") -> None:
+def _hanging(console: Console, gutter: str, text: str, style: str = "") -> None:
     """``text`` after ``gutter``, wrapped to the console's width with its later lines under its first: a log
     line is shown whole, however long (a word longer than the room left is folded)."""
     room = max(console.width - len(gutter), 10)
-    for i, line in enumerate(text.wrap(console, room, overflow="fold")):
-        line.rstrip()
-        console.print(
-            Text(gutter if i == 0 else " " * len(gutter), style=style) + line,
-            style=style,
-            no_wrap=True,
-            overflow="ignore",
-            crop=False,
-        )
+    for i, line in enumerate(Text(text, style=style).wrap(console, room, overflow="fold")):
+        line.rstrip()  # the space a line was broken at
+        lead = Text(gutter if i == 0 else " " * len(gutter), style=style)
+        console.print(lead + line, no_wrap=True, overflow="ignore", crop=False)
 
 
 def _print_whole(console: Console, table: Table) -> None:
@@ -165,24 +163,12 @@ def _short_comms(comms: set[str]) -> dict[str, str]:
     """Each communicator as the table shows it: a leading ``0x`` hash cut to the fewest hex digits (at least
     :data:`SHORT_HASH`) that keep different hashes apart; what follows the hash (``/color…#2`` of a split) and
     names that are not hashes stay whole."""
-    hashes = {c: _hash_of(c) for c in comms}
+    hashes = {c: m.group() if (m := HASH.match(c)) else "" for c in comms}
     distinct = {h for h in hashes.values() if h}
     digits = SHORT_HASH
-    while digits < max(map(len, distinct), default=0) and len({h[: 2 + digits] for h in distinct}) < len(
-        distinct
-    ):
+    while len({h[: 2 + digits] for h in distinct}) < len(distinct):
         digits += 1
-    return {c: (h[: 2 + digits] + c[len(h) :] if h else c) for c, h in hashes.items()}
-
-
-def _hash_of(comm: str) -> str:
-    """The ``0x…`` hash a communicator's name starts with ("" when it starts with none)."""
-    if not comm.startswith("0x"):
-        return ""
-    end = 2
-    while end < len(comm) and comm[end] in "0123456789abcdefABCDEF":
-        end += 1
-    return comm[:end] if end > 2 else ""
+    return {c: h[: 2 + digits] + c[len(h) :] for c, h in hashes.items()}
 
 
 def _worst_style(report: Report) -> str:
