@@ -129,3 +129,13 @@ def test_rank_table_at_the_narrowest_width_overflows_instead_of_cutting(path):
     assert sorted({row[host] for row in rows}) == sorted(report["job"]["hosts"])
     assert [row[host + 1] for row in rows] == [str(r["pid"]) for r in report["ranks"]]
     assert all(row[host + 2] == r["last_op"] for row, r in zip(rows, report["ranks"]))
+
+
+def test_a_path_longer_than_the_width_overflows_on_one_line(tmp_path):
+    deep = tmp_path / ("a-directory-name-longer-than-the-report-is-wide-" * 2)
+    deep.mkdir()
+    log = deep / STALL.name
+    log.write_bytes(STALL.read_bytes())
+    lines = text_report(log, 40, "option").splitlines()
+    arrows = [line for line in lines if line.startswith("  --> ")]
+    assert arrows and all(re.fullmatch(rf"  --> {re.escape(str(log))}:\d+", line) for line in arrows)
