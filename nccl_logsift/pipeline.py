@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -419,6 +420,7 @@ class Analysis:
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
         self._folder: ThreadPoolExecutor | None = None
         self._folding: Future | None = None
+        self._started = time.perf_counter()  # for -v: how long each stage took
 
     def add(self, batch: Batch) -> None:
         self._folded()
@@ -453,6 +455,7 @@ class Analysis:
         summary.table_rows["collectives"] = self.digest.calls
         tables = {**self.sink.tables, "coll_stats": self.digest.stats()}
         release_freed()  # what building them freed, before the rules
+        _log_summary(summary, time.perf_counter() - self._started)
         return summary, Job(tables, tuple(i.path for i in summary.inputs))
 
     def report(self, views: bool = True):
@@ -465,9 +468,60 @@ class Analysis:
         from nccl_logsift.report import build_report
 
         summary, job = self.job()
+        started = time.perf_counter()
         findings = triage(fuse(run_rules(job)))
         release_freed()
-        return build_report(summary, job, findings, views)
+        ruled = time.perf_counter()
+        log.info("diagnosis: %d finding(s) in %.2f s", len(findings), ruled - started)
+        report = build_report(summary, job, findings, views)
+        log.info("report built in %.2f s%s", time.perf_counter() - ruled, " (with the page's views)" * views)
+        return report
+
+
+def _log_summary(summary: ParseSummary, seconds: float) -> None:
+    """What was read and parsed, for -v (INFO) and -vv (DEBUG): the CLI sends the log to stderr."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    size = sum(i.bytes for i in summary.inputs)
+    rate = size / seconds / 1e6 if seconds > 0 else 0.0
+    log.info(
+        "read %d input(s), %s lines, %.1f MB in %.2f s (%.1f MB/s, parsing and ranks included)",
+        len(summary.inputs),
+        f"{summary.lines:,}",
+        size / 1e6,
+        seconds,
+        rate,
+    )
+    share = summary.unparsed_envelope_lines / summary.envelope_lines if summary.envelope_lines else 0.0
+    log.info(
+        "parsed %s NCCL/PyTorch lines, %s not understood (%.2f%%), %s torn fragment(s)",
+        f"{summary.envelope_lines:,}",
+        f"{summary.unparsed_envelope_lines:,}",
+        100 * share,
+        f"{summary.torn_fragments:,}",
+    )
+    rows = ", ".join(f"{name} {count:,}" for name, count in sorted(summary.table_rows.items()) if count)
+    log.info("table rows: %s", rows or "none")
+    for damage in summary.damage():
+        log.info("kept but not whole: %s", damage)
+    for skipped in summary.skipped:
+        log.info("skipped %s: %s", skipped.path, skipped.reason)
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    for item in summary.inputs:
+        log.debug(
+            "input %s: %s bytes, %s lines, %s not understood%s%s",
+            item.path,
+            f"{item.bytes:,}",
+            f"{item.lines:,}",
+            f"{item.unparsed_lines:,}",
+            f", {item.compression}" if item.compression else "",
+            f"; {item.problem}" if item.problem else "",
+        )
+    for family, count in sorted(summary.family_counts.items(), key=lambda kv: -kv[1]):
+        log.debug("family %s: %s line(s)", family, f"{count:,}")
+    for shape, count in summary.unparsed_shapes[:10]:
+        log.debug("not understood, %s line(s): %s", f"{count:,}", shape)
 
 
 def analyze(

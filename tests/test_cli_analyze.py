@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -169,3 +170,50 @@ def test_fail_on_error_passes_a_job_that_only_ran_degraded(run_cli):
     assert run_cli("analyze", str(log), "--fail-on", "error").exit_code == 0
     assert run_cli("analyze", str(STALL), "--fail-on", "error").exit_code == 1
     assert run_cli("analyze", str(log), "--fail-on", "warning").exit_code == 1
+
+
+def test_text_to_a_pipe_is_120_columns_unless_columns_or_width_say(run_cli):
+    from click.testing import CliRunner
+
+    from nccl_logsift.cli import cli
+
+    def panel_width(*args: str, columns: str | None) -> int:
+        result = CliRunner().invoke(cli, ["analyze", str(STALL), *args], env={"COLUMNS": columns})
+        assert result.exit_code == 0
+        return len(result.stdout.splitlines()[0])
+
+    assert panel_width(columns=None) == 120
+    assert panel_width(columns="not a number") == 120
+    assert panel_width(columns="90") == 90
+    assert panel_width("--width", "150", columns="90") == 150
+    assert run_cli("analyze", str(STALL), "--width", "10").exit_code == 2  # below the narrowest it lays out
+
+
+def test_quiet_prints_only_the_verdict(run_cli):
+    result = run_cli("analyze", str(STALL), "-q")
+    verdict = json.loads(run_cli("analyze", str(STALL), "--format", "json").stdout)["verdict"]
+    assert result.exit_code == 0 and result.stdout == verdict + "\n"
+    assert run_cli("analyze", str(STALL), "-q", "--fail-on", "error").exit_code == 1
+
+
+def test_capital_v_is_the_version(run_cli):
+    from nccl_logsift import __version__
+
+    assert run_cli("-V").stdout == run_cli("--version").stdout == f"logsift, version {__version__}\n"
+
+
+def test_verbose_says_what_was_read_and_how_long_each_stage_took():
+    # In a process of its own: the logging the CLI sets up is the root logger's, which pytest holds here.
+    def stderr(*flags: str) -> str:
+        command = [sys.executable, "-m", "nccl_logsift", *flags, "analyze", str(STALL), "-q"]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        assert proc.returncode == 0
+        return proc.stderr
+
+    assert stderr() == ""
+    verbose = stderr("-v")
+    assert "read 1 input(s), 627 lines" in verbose and "not understood (0.00%)" in verbose
+    assert re.search(r"diagnosis: 3 finding\(s\) in \d+\.\d\d s", verbose) and "table rows:" in verbose
+    assert "DEBUG" not in verbose
+    debug = stderr("-vv")
+    assert "family coll: 84 line(s)" in debug and f"input {STALL}: " in debug

@@ -55,6 +55,7 @@ _debug = False  # set by --debug: the handler of an internal error runs after cl
     epilog=EXIT_STATUS,
 )
 @click.option(
+    "-V",
     "--version",
     is_flag=True,
     expose_value=False,
@@ -63,7 +64,11 @@ _debug = False  # set by --debug: the handler of an internal error runs after cl
     help="Show the version and exit.",
 )
 @click.option(
-    "-v", "--verbose", count=True, help="Log what the tool is doing to stderr (-vv for debug detail)."
+    "-v",
+    "--verbose",
+    count=True,
+    help="Say on stderr what was read and parsed, and how long each stage took (-vv: per input, per "
+    "line family, and the most frequent lines not understood).",
 )
 @click.option(
     "--debug",

@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from nccl_logsift.cli.options import input_paths, reading_stdin
-from nccl_logsift.cli.output import check_file, writing
+from nccl_logsift.cli.options import input_paths, reading_stdin, width_option
+from nccl_logsift.cli.output import check_file, text_width, writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
 from nccl_logsift.render.controls import visible
 from nccl_logsift.render.json import render_json, render_jsonl
 
+log = logging.getLogger(__name__)
 SEVERITIES = [s.label for s in Severity]
 DEFAULT_REPORT = "logsift-report.html"
 
@@ -45,10 +48,20 @@ fail_on_option = click.option(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report to this file instead of stdout.",
 )
+@width_option
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print only the verdict (text format); notes still go to stderr."
+)
 @fail_on_option
 @click.pass_context
 def analyze(
-    ctx: click.Context, paths: tuple[str, ...], fmt: str, output: Path | None, fail_on: str | None
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    fmt: str,
+    output: Path | None,
+    width: int | None,
+    quiet: bool,
+    fail_on: str | None,
 ) -> None:
     """Diagnose a hung or failed job: the root cause first, then the evidence and what to do.
 
@@ -66,8 +79,9 @@ def analyze(
         check_file(output)
     with reading_stdin(paths), read_progress(paths) as progress:
         report = run_analysis(paths, progress=progress, views=fmt == "html")  # only the page draws them
-    if fmt != "text" or output is not None:  # the text report on stdout lists them itself
+    if fmt != "text" or output is not None or quiet:  # the text report on stdout lists them itself
         _print_notes(report)
+    started = time.perf_counter()
     # The HTML page (jinja2) and the terminal report (rich) are imported only when chosen: together they
     # are ~40 ms of every run, and scripts and hooks ask for JSON.
     if fmt == "json":
@@ -78,8 +92,13 @@ def analyze(
         from nccl_logsift.render.html import render_html
 
         _write(render_html(report), output)
+    elif quiet:
+        _write(visible(report.verdict) + "\n", output)
     else:
-        _print_text(report, output)
+        _print_text(report, output, width)
+    log.info(
+        "%s written in %.2f s", "verdict" if quiet and fmt == "text" else fmt, time.perf_counter() - started
+    )
     _exit_status(ctx, report, fail_on)
 
 
@@ -126,16 +145,16 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
     _exit_status(ctx, result, fail_on)
 
 
-def _print_text(report: Report, output: Path | None) -> None:
+def _print_text(report: Report, output: Path | None, width: int | None) -> None:
     from rich.console import Console
 
     from nccl_logsift.render.terminal import render_terminal
 
     if output:
         with writing(output), output.open("w") as handle:
-            render_terminal(report, Console(file=handle, width=120, highlight=False))
+            render_terminal(report, Console(file=handle, width=text_width(width, False), highlight=False))
     else:
-        render_terminal(report, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
+        render_terminal(report, Console(highlight=False, width=text_width(width, sys.stdout.isatty())))
 
 
 def _print_notes(report: Report) -> None:

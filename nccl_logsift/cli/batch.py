@@ -26,7 +26,7 @@ from rich.text import Text
 from nccl_logsift.batch.engines import engine_for
 from nccl_logsift.batch.run import BatchOptions, BatchResult, plan, run_batch
 from nccl_logsift.batch.task import JobOutcome
-from nccl_logsift.cli.output import check_directory
+from nccl_logsift.cli.output import check_directory, text_width
 from nccl_logsift.render.controls import visible
 
 
@@ -167,7 +167,7 @@ class RateColumn(ProgressColumn):
 
 
 def _print_result(result: BatchResult, output: Path) -> None:
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    console = Console(highlight=False, width=text_width(None, sys.stdout.isatty()))
     summary = result.summary
     console.print(
         f"Found {result.found} job(s): analysed {result.analysed}, skipped {result.skipped} already analysed"

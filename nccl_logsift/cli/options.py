@@ -11,10 +11,20 @@ from contextlib import contextmanager
 
 import click
 
+from nccl_logsift.cli.output import MIN_WIDTH
 from nccl_logsift.errors import InputError
 from nccl_logsift.io.sources import STDIN
 
 input_paths = click.argument("paths", nargs=-1, type=click.Path(allow_dash=True, path_type=str))
+
+width_option = click.option(
+    "--width",
+    type=click.IntRange(min=MIN_WIDTH),
+    default=None,
+    metavar="N",
+    help="Lay the text report out in N columns (default: the terminal's width; to a pipe or a file, "
+    "COLUMNS when set, else 120). Log lines wrap, never cut.",
+)
 
 STDIN_HINT = "reading the log from standard input; pipe a log in or give a path (Ctrl-C to stop)"
 COPY_BYTES = 1 << 16

@@ -21,6 +21,21 @@ from pathlib import Path
 
 from nccl_logsift.errors import OutputError
 
+DEFAULT_WIDTH = 120  # columns of a text report written to a pipe or a file when nothing says otherwise
+MIN_WIDTH = 40  # narrower, the rank table cannot hold a row: COLUMNS below it is raised to it
+
+
+def text_width(width: int | None, terminal: bool) -> int | None:
+    """Columns for a text report: ``--width`` when given; on a terminal None (rich asks the terminal,
+    which ``COLUMNS`` overrides); to a pipe or a file ``COLUMNS`` when it is a number, else
+    :data:`DEFAULT_WIDTH`."""
+    if width is not None:
+        return width
+    if terminal:
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return max(int(columns), MIN_WIDTH) if columns.isdigit() else DEFAULT_WIDTH
+
 
 class ReaderGone(Exception):
     """The reader of standard output closed its end. Not an OSError, so that no library on the way (rich

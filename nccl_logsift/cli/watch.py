@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 
 from nccl_logsift.cli.options import check_stdin, input_paths
+from nccl_logsift.cli.output import text_width
 from nccl_logsift.live import Feed, LiveEvent, LiveState
 from nccl_logsift.model import Report
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
@@ -72,7 +73,7 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
         output: JsonLines | LiveScreen = JsonLines(sys.stdout, [s.path for s in stream.sources], stall_after)
     else:
         output = LiveScreen(
-            Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+            Console(highlight=False, width=text_width(None, sys.stdout.isatty()))
         )  # as analyze
     with Feed(stream) as feed, output:
         _follow(feed, state, analysis, output, interval)
