@@ -66,3 +66,36 @@ def corpus_job():
         return cache[name]
 
     return get
+
+
+# Runs the CLI and, as it exits, writes its peak resident memory (VmHWM, kB) to the file named first. The
+# peak is the process's own: ru_maxrss of a child of this test process starts at the size of the test process
+# it was forked from (Linux keeps the pre-exec high-water mark), which late in a suite is over a gigabyte.
+_PEAK_WRAPPER = """
+import atexit, sys
+def _peak(path=sys.argv[1]):
+    with open("/proc/self/status") as status:
+        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(path, "w") as out:
+        out.write(kb)
+atexit.register(_peak)
+sys.argv = ["logsift", *sys.argv[2:]]
+from nccl_logsift.cli import main
+main()
+"""
+
+
+def cli_peak_mb(args: list[str], stdin, stdout, tmp_dir: Path) -> tuple[int, float]:
+    """Run ``logsift ARGS`` in a fresh process; its exit status and its own peak resident memory in MB."""
+    import subprocess
+    import sys
+
+    peak = tmp_dir / f"peak-{id(args)}.kb"
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_WRAPPER, str(peak), *args],
+        stdin=stdin,
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    return proc.returncode, int(peak.read_text()) / 1024

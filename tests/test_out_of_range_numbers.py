@@ -62,7 +62,7 @@ def log(tmp_path, request):
 def test_analyze_json_reads_a_number_beyond_its_column_as_null(run_cli, log):
     result = run_cli("analyze", str(log), "--format", "json")
     assert result.exit_code == 0
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["inputs"][0]["lines"] == len(LOGS[log.stem][0])
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import polars as pl
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, cli_peak_mb
 
 from nccl_logsift.pipeline import ParseOptions, analyze
 from nccl_logsift.tables import PlainLines
@@ -98,26 +98,19 @@ for start in range(0, n, 10000):
 """
 
 
-def _peak_mb(lines: int) -> float:
+def _peak_mb(lines: int, tmp_dir: Path) -> float:
     """Peak RSS of ``analyze -`` reading a healthy job's log, then ``lines`` lines of training output."""
     healthy = str(FIXTURES / "healthy_8ranks.log")
     feed = subprocess.Popen([sys.executable, "-c", _TRAINING, str(lines), healthy], stdout=subprocess.PIPE)
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
-            stdin=feed.stdout,
-            stdout=out,
-            stderr=subprocess.DEVNULL,
-            cwd=ROOT,
-        )
+        status, peak = cli_peak_mb(["analyze", "-", "--format", "json"], feed.stdout, out, tmp_dir)
         feed.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)
         feed.wait()
-    assert os.waitstatus_to_exitcode(status) == 0
-    return usage.ru_maxrss / 1024
+    assert status == 0
+    return peak
 
 
-def test_memory_of_analyze_does_not_grow_with_lines_of_training_output():
+def test_memory_of_analyze_does_not_grow_with_lines_of_training_output(tmp_path):
     # Before, each such line held ~290 bytes: 875k more lines took ~250 MB more.
-    small, large = _peak_mb(125_000), _peak_mb(1_000_000)
+    small, large = _peak_mb(125_000, tmp_path), _peak_mb(1_000_000, tmp_path)
     assert large - small < 80, f"{small:.0f} MB for 125k lines, {large:.0f} MB for 1M"

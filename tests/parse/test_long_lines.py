@@ -4,13 +4,13 @@ their numbers and byte offsets."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import polars as pl
-from conftest import ROOT
+from conftest import cli_peak_mb
 
 from nccl_logsift.io.lines import MAX_LINE_BYTES
 
@@ -61,20 +61,12 @@ def test_a_line_of_hundreds_of_megabytes_is_read_in_bounded_memory():
         "    sys.stdout.buffer.write(block)\n"
     )
     feed = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE)
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nccl_logsift", "analyze", "-", "--format", "json"],
-            stdin=feed.stdout,
-            stdout=out,
-            stderr=subprocess.DEVNULL,
-            cwd=ROOT,
-        )
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryDirectory() as tmp:
+        status, peak = cli_peak_mb(["analyze", "-", "--format", "json"], feed.stdout, out, Path(tmp))
         feed.stdout.close()
-        _, status, usage = os.wait4(proc.pid, 0)  # this process's own peak, not the largest child's
-        proc.returncode = os.waitstatus_to_exitcode(status)
         feed.wait()
         out.seek(0)
         report = json.loads(out.read())
-    assert proc.returncode == 0
+    assert status == 0
     assert report["inputs"][0]["lines"] == 2 and report["inputs"][0]["bytes"] == len(ENVELOPE) + 1 + 128 * MIB
-    assert usage.ru_maxrss / 1024 < 600, f"peak {usage.ru_maxrss / 1024:.0f} MB"
+    assert peak < 600, f"peak {peak:.0f} MB"
