@@ -29,9 +29,9 @@ from nccl_logsift.io.lines import (
     split_lines,
 )
 from nccl_logsift.io.sources import Source, SourceProblem, require_sources
-from nccl_logsift.model import InputProblem, ProblemKind
+from nccl_logsift.model import InputProblem, ProblemKind, Report
 from nccl_logsift.parse import parallel
-from nccl_logsift.parse.calls import ADDED, Calls, Names
+from nccl_logsift.parse.calls import ADDED, Calls, FramePiece, Names
 from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.parse.lineparser import MAX_PARTS, LineParser
 from nccl_logsift.parse.parallel import (
@@ -140,7 +140,7 @@ class Batch:
     tables: dict[str, pl.DataFrame]
     source: Source
     bytes_read: int  # decompressed bytes read so far, over all sources
-    calls: Calls | None = None
+    calls: Calls
 
     @property
     def collectives(self) -> pl.DataFrame:
@@ -152,6 +152,8 @@ class Batch:
 def _quotable(segment: Segment) -> RawChunk | None:
     """The lines of a segment this process read, or None when it is not valid UTF-8 (a worker repaired it,
     and its byte offsets no longer match the repaired text)."""
+    if segment.data is None:
+        return None
     stats = ReadStats()
     chunk = split_lines(segment.data, segment.source_id, 1, segment.offset, stats)
     return None if stats.invalid_utf8_lines or not len(chunk) else chunk
@@ -242,7 +244,9 @@ class TableStream:
             chunks.add(scanned.chunk, scanned)
             self.bytes_read = read_before + stats.bytes
             if options.max_wait is not None or chunks.ready:
-                yield self._batch(*chunks.flush_calls(), source)
+                ready = chunks.flush_calls()
+                if ready is not None:
+                    yield self._batch(*ready, source)
         flushed = chunks.flush_calls()
         if flushed is not None:
             yield self._batch(*flushed, source)
@@ -272,6 +276,7 @@ class TableStream:
                 for offset, data in reader.texts()
             )
         head = list(islice(segments, 2))
+        results: Iterator[tuple[Segment, parallel.SegmentTables]]
         if len(head) < 2:
             results = (
                 (segment, parse_segment(chunks, segment, self.options.chunk_bytes)) for segment in head
@@ -298,7 +303,8 @@ class TableStream:
                 )
                 if quoted is not None:
                     for piece in calls.pieces:
-                        piece.quote(quoted)
+                        if isinstance(piece, FramePiece):  # what from_frame makes
+                            piece.quote(quoted)
                 yield self._batch(tables, calls, source)
             lines_before += result.lines
             stats.lines += result.lines
@@ -529,7 +535,7 @@ def analyze(
     options: ParseOptions = ParseOptions(),
     progress: Callable[[int], None] | None = None,
     views: bool = True,
-):
+) -> Report:
     """Read the logs, resolve ranks, run every rule, triage, and return the Report (with the HTML page's
     views unless ``views`` is False: the grid, timeline and topology of a 4096-rank job take seconds)."""
     analysis = Analysis(TableStream(paths, replace(options, every_line=False)))

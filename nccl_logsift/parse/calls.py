@@ -38,7 +38,12 @@ NO_GENERATION = np.iinfo(np.int32).min
 NO_RANK = np.iinfo(np.int64).min
 NO_ID = -1
 _NO_VALUE = np.iinfo(np.int64).min  # a null signature field, in the signature hash
-ADDED = {"generation": pl.Int32, "rank": pl.Int64, "comm_uid": pl.String, "ordinal": pl.Int64}
+ADDED: dict[str, pl.DataType] = {
+    "generation": pl.Int32(),
+    "rank": pl.Int64(),
+    "comm_uid": pl.String(),
+    "ordinal": pl.Int64(),
+}
 LOCATION = ["source_id", "line_no", "part"]
 FAMILY = PATTERN = "coll"  # what the general parser's coll pattern would say of the fast path's rows
 # The launcher's "stream" (stdout/stderr) among a fast row's prefix fields, renamed while it sits in one
