@@ -27,6 +27,8 @@ MIN_LATE_SHARE = 0.5  # ... and the share of them it must be late for
 FLOOR_MS = 5.0  # never call a lag below this late (scheduling noise)
 HUGE_LAG_MS = 1000.0  # a rank a second or more behind at every call: error
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> standard deviation
+STEP_TOLERANCE = 0.03  # a lag under 3 % of the step time is skew a healthy job has (1 % is common)
+STEP_QUANTILE = 0.9  # the step time: this quantile of the gaps between consecutive calls (the loop's big one)
 BANDWIDTH_BYTES = 1 << 20  # nccl-tests sizes from here on measure bandwidth, below mostly latency
 SLOW_RATIO = 0.5  # a run below half its peers' bus bandwidth is slow
 VERY_SLOW_RATIO = 0.2  # below a fifth: error
@@ -86,7 +88,9 @@ def arrival_times(job: Job) -> pl.DataFrame:
     elif extra:
         coll = coll.with_columns(pl.lit(None, lines.schema[c]).alias(c) for c in extra)
     ts = pl.col("ts").cast(pl.String) if "ts" in coll.columns else pl.lit(None, pl.String)
-    digits = lambda col: col.str.extract(r"[.,](\d+)(?:\D*)$", 1).str.len_chars().cast(pl.Int64)
+    # Digits of the seconds' fraction: the first run after ``HH:MM:SS``, so a UTC offset (``+02:00``) that
+    # follows it is not taken for it; none means whole seconds.
+    digits = lambda col: col.str.extract(r"\d:\d\d[.,](\d+)", 1).str.len_chars().cast(pl.Int64)
     coll = coll.with_columns(
         t_nccl=line_ms(coll),
         t_collector=collector_ms(coll),
@@ -97,11 +101,18 @@ def arrival_times(job: Job) -> pl.DataFrame:
             else pl.lit(None, pl.Float64)
         ),
     )
-    if coll["t_nccl"].drop_nulls().len() >= coll.height // 2 and coll["t_nccl"].drop_nulls().len():
+    n_nccl = coll["t_nccl"].drop_nulls().len()
+    n_collector = coll["t_collector"].drop_nulls().len()
+    # Both clocks on most calls: the finer one (NCCL's default format, ``[%F %T] ``, has whole seconds only,
+    # too coarse for a lag of a quarter second that the collector's nanoseconds show).
+    finer_collector = n_collector >= coll.height // 2 and (
+        coll.filter(pl.col("t_collector").is_not_null())["res_collector"].median() or 0.0
+    ) < (coll.filter(pl.col("t_nccl").is_not_null())["res_nccl"].median() or 0.0)
+    if n_nccl and n_nccl >= coll.height // 2 and not finer_collector:
         return coll.with_columns(
             t_ms=pl.col("t_nccl"), res_ms=pl.col("res_nccl"), clock=pl.lit("timestamp")
         ).drop_nulls("t_ms")
-    if coll["t_collector"].drop_nulls().len():
+    if n_collector:
         return coll.with_columns(
             t_ms=pl.col("t_collector"), res_ms=pl.col("res_collector"), clock=pl.lit("collector")
         ).drop_nulls("t_ms")
@@ -144,14 +155,15 @@ class LatencyOutlier(Rule):
 
     How it is detected:
         COLL lines are aligned across ranks by communicator uid and position (ordinal). Arrival times come
-        from NCCL 2.26+ line timestamps, the collector's prefix (docker, kubectl) or, for TRACE logs, the
-        per-process ``tms`` aligned on the first shared call (differences only). For every call the lag of
-        a rank is its time minus the median of the members; a rank is late when its median lag exceeds
-        both 5 ms (and twice the clock resolution) and three robust standard deviations (1.4826 × MAD) of
-        all lags, is late in at least half of at least five shared calls, and is a minority. For nccl-tests,
-        result rows of runs with the same test and device count are compared size by size above 1 MiB; a
-        run below half the median of the others is slow. Warning; error when the lag is a second or more,
-        or the bandwidth below a fifth.
+        from NCCL 2.26+ line timestamps, the collector's prefix (docker, kubectl; the finer of the two
+        when lines have both) or, for TRACE logs, the per-process ``tms`` aligned on the first shared call
+        (differences only). For every call the lag of a rank is its time minus the median of the members;
+        a rank is late when its median lag exceeds 5 ms (and twice the clock resolution), 3 % of the step
+        time (the 90th percentile of the gaps between consecutive calls: a 1 % skew is healthy) and three
+        robust standard deviations (1.4826 × MAD) of all lags, is late in at least half of at least five
+        shared calls, and is a minority. For nccl-tests, result rows of runs with the same test and device
+        count are compared size by size above 1 MiB; a run below half the median of the others is slow.
+        Warning; error when the lag is a second or more, or the bandwidth below a fifth.
 
     Example:
         ``[2025-06-02 14:12:55.218200] host:1062793:1062793 [3] NCCL INFO AllReduce: opCount 3 …`` while
@@ -213,7 +225,17 @@ class LatencyOutlier(Rule):
     def _comm(self, job: Job, uid: str, calls: pl.DataFrame) -> Finding | None:
         resolution = float(calls["res_ms"].max() or 0.0)
         mad = float((calls["lag"] - calls["lag"].median()).abs().median() or 0.0)
-        threshold = max(FLOOR_MS, 2 * resolution, 3 * MAD_SCALE * mad)
+        # The step: within a step the calls follow each other closely, between steps comes the compute; the
+        # upper quantile of the gaps between the calls' centres picks the latter (or less, never more).
+        gaps = (
+            calls.group_by("ordinal")
+            .agg(centre=pl.col("t_ms").median())
+            .sort("ordinal")
+            .select(pl.col("centre").diff().clip(lower_bound=0.0).quantile(STEP_QUANTILE))
+            .item()
+        )
+        step = float(gaps or 0.0)
+        threshold = max(FLOOR_MS, 2 * resolution, 3 * MAD_SCALE * mad, STEP_TOLERANCE * step)
         members = calls["job_rank"].n_unique()
         stats = calls.group_by("job_rank").agg(
             calls=pl.len(),
