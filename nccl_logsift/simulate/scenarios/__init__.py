@@ -72,6 +72,18 @@ def _load() -> dict[str, Scenario]:
 
 
 # ------------------------------------------------------------------------------ shared truth helpers
+def culprit_fault(job: Job, timeline: Timeline, kind: str, detail: Callable[[str, str, int], str]) -> None:
+    """The primary fault of the culprit the scenario noted (``notes``: culprit, index of its failing op), at
+    the position it never reached on that op's communicator, then the peers' consequences. ``detail`` gets
+    the op's name, the communicator's kind and that position."""
+    rank = job.notes["culprit"]
+    op = job.programs[rank][job.notes["index"]].op
+    comm = job.cluster.comms[op.comm]
+    seq = job.next_pos(timeline, rank, comm)
+    job.fault(kind, True, [rank], comm=comm, seq=seq, op=op.name, detail=detail(op.name, comm.kind, seq))
+    consequences(job, timeline, [rank])
+
+
 def consequences(job: Job, timeline: Timeline, culprits: list[int]) -> None:
     """Peers whose watchdog fired, and processes that died of it, as non-primary faults."""
     timed_out = [run.rank for run in timeline.runs if run.watchdogs and run.end_kind == "watchdog"]

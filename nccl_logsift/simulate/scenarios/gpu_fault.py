@@ -8,7 +8,7 @@ launcher stops them). Sometimes a node health check copies the kernel's NVRM Xid
 """
 
 from nccl_logsift.simulate.program import Item
-from nccl_logsift.simulate.scenarios import Scenario, consequences, fault_step, first_op
+from nccl_logsift.simulate.scenarios import Scenario, culprit_fault, fault_step, first_op
 
 FAULTS = (
     ("unknown error", 79, "GPU has fallen off the bus."),
@@ -56,20 +56,15 @@ def inject(job) -> None:
 
 
 def truth(job, timeline) -> None:
-    rank = job.notes["culprit"]
-    op = job.programs[rank][job.notes["index"]].op
-    comm = job.cluster.comms[op.comm]
-    job.fault(
+    rank, xid, error = job.notes["culprit"], job.notes["xid"], job.notes["error"]
+    culprit_fault(
+        job,
+        timeline,
         "cuda_error",
-        True,
-        [rank],
-        comm=comm,
-        seq=job.next_pos(timeline, rank, comm),
-        op=op.name,
-        detail=f"rank {rank}'s GPU failed (Xid {job.notes['xid']}): its watchdog died of CUDA error: "
-        f"{job.notes['error']}",
+        lambda op, comm, seq: (
+            f"rank {rank}'s GPU failed (Xid {xid}): its watchdog died of CUDA error: {error}"
+        ),
     )
-    consequences(job, timeline, [rank])
 
 
 SCENARIO = Scenario(

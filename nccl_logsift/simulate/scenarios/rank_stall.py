@@ -7,7 +7,7 @@ Every peer that waits on it — directly or through another group — times out 
 """
 
 from nccl_logsift.simulate.program import Item
-from nccl_logsift.simulate.scenarios import Scenario, consequences, fault_step, first_op
+from nccl_logsift.simulate.scenarios import Scenario, culprit_fault, fault_step, first_op
 
 REASONS = (
     "its data loader worker hung reading a shard",
@@ -24,21 +24,13 @@ def inject(job) -> None:
 
 
 def truth(job, timeline) -> None:
-    rank = job.notes["culprit"]
-    op = job.programs[rank][job.notes["index"]].op
-    comm = job.cluster.comms[op.comm]
-    seq = job.next_pos(timeline, rank, comm)
-    job.fault(
+    rank, reason = job.notes["culprit"], job.notes["reason"]
+    culprit_fault(
+        job,
+        timeline,
         "rank_behind",
-        True,
-        [rank],
-        comm=comm,
-        seq=seq,
-        op=op.name,
-        detail=f"rank {rank} never called {op.name} #{seq} on the {comm.kind} communicator: "
-        f"{job.notes['reason']}",
+        lambda op, comm, seq: f"rank {rank} never called {op} #{seq} on the {comm} communicator: {reason}",
     )
-    consequences(job, timeline, [rank])
 
 
 SCENARIO = Scenario(

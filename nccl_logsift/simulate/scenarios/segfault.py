@@ -5,7 +5,7 @@ torchrun and mpirun stop everyone else right away.
 """
 
 from nccl_logsift.simulate.program import Item
-from nccl_logsift.simulate.scenarios import Scenario, consequences, fault_step, first_op
+from nccl_logsift.simulate.scenarios import Scenario, culprit_fault, fault_step, first_op
 
 
 def inject(job) -> None:
@@ -18,18 +18,12 @@ def inject(job) -> None:
 
 def truth(job, timeline) -> None:
     rank = job.notes["culprit"]
-    op = job.programs[rank][job.notes["index"]].op
-    comm = job.cluster.comms[op.comm]
-    job.fault(
+    culprit_fault(
+        job,
+        timeline,
         "process_exit",
-        True,
-        [rank],
-        comm=comm,
-        seq=job.next_pos(timeline, rank, comm),
-        op=op.name,
-        detail=f"rank {rank} was killed by SIGSEGV (exit code -11) before {op.name}",
+        lambda op, comm, seq: f"rank {rank} was killed by SIGSEGV (exit code -11) before {op}",
     )
-    consequences(job, timeline, [rank])
 
 
 SCENARIO = Scenario(
