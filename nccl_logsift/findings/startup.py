@@ -1217,6 +1217,26 @@ class Iface:
     part: int
 
 
+def _iface_lines(used: list[Iface]) -> pl.DataFrame:
+    """The process and line of each interface line, as a frame ranks can be attached to."""
+    return pl.DataFrame(
+        {
+            "host": [u.host for u in used],
+            "pid": [u.pid for u in used],
+            "source_id": [u.source_id for u in used],
+            "line_no": [u.line_no for u in used],
+            "part": [u.part for u in used],
+        },
+        schema={
+            "host": pl.String,
+            "pid": pl.Int64,
+            "source_id": pl.UInt16,
+            "line_no": pl.UInt32,
+            "part": pl.UInt8,
+        },
+    )
+
+
 # "[0]eth0:10.0.0.1<0>": a try starts at a "[" and never reads past the next one, so a long run of text costs
 # its length once (an address group that could cross "[" retried the rest of the run from every "[").
 _IFACE_PAIR = re.compile(r"\[\d+\]([^\s:\[<]+):([^\s<\[]+)<\d+>")
@@ -1363,22 +1383,7 @@ class InterfaceMisconfig(Rule):
         ranks_of = known_ranks(job)
         for users, keys in by_users.items():
             used = [u for k in keys for u in bad[k]]
-            frame = pl.DataFrame(
-                {
-                    "host": [u.host for u in used],
-                    "pid": [u.pid for u in used],
-                    "source_id": [u.source_id for u in used],
-                    "line_no": [u.line_no for u in used],
-                    "part": [u.part for u in used],
-                },
-                schema={
-                    "host": pl.String,
-                    "pid": pl.Int64,
-                    "source_id": pl.UInt16,
-                    "line_no": pl.UInt32,
-                    "part": pl.UInt8,
-                },
-            )
+            frame = _iface_lines(used)
             frame = with_ranks(job, frame, ranks_of)
             ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
             hosts = sorted({u.host for u in used})
@@ -1511,22 +1516,7 @@ class InterfaceMisconfig(Rule):
             if not failed_peers.is_empty()
             else pl.DataFrame()
         )
-        frame = pl.DataFrame(
-            {
-                "host": [u.host for u in used],
-                "pid": [u.pid for u in used],
-                "source_id": [u.source_id for u in used],
-                "line_no": [u.line_no for u in used],
-                "part": [u.part for u in used],
-            },
-            schema={
-                "host": pl.String,
-                "pid": pl.Int64,
-                "source_id": pl.UInt16,
-                "line_no": pl.UInt32,
-                "part": pl.UInt8,
-            },
-        )
+        frame = _iface_lines(used)
         frame = with_ranks(job, frame)
         ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
         nets = ", ".join(sorted(str(n) for n in counts))
