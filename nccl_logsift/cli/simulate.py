@@ -132,6 +132,42 @@ def _scenario_names() -> list[str]:
     "(interleaved layout; default 0.002 with --noise).",
 )
 @click.option(
+    "--comms",
+    type=click.Choice(["groups", "world"]),
+    default="groups",
+    show_default=True,
+    help="Which communicators the training step uses: Megatron-style tensor, pipeline and data-parallel "
+    "groups (from 16 ranks), or the world communicator alone, with FSDP's AllGather, ReduceScatter and "
+    "AllReduce calls.",
+)
+@click.option(
+    "--interleave",
+    type=click.Choice(["buffered", "op"]),
+    default="buffered",
+    show_default=True,
+    help="How the ranks' COLL lines of the --size steady state meet in one stream: as NCCL's stdio "
+    "buffers flush them, or op by op (every rank's n-th call before any rank's next, as line-buffered "
+    "output arrives).",
+)
+@click.option(
+    "--print-every",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="In the --size steady state, a training print after every N-th COLL line of a step (0: none "
+    "besides --noise's one a step).",
+)
+@click.option(
+    "--other-lines",
+    type=click.FloatRange(0.0, 0.9),
+    default=0.0,
+    show_default=True,
+    metavar="P",
+    help="The fraction of the --size steady state's lines that are not COLL lines: NCCL INFO lines of "
+    "the NET, INIT and tuning families, PyTorch's Python warnings and training prints.",
+)
+@click.option(
     "-o",
     "--output",
     metavar="PATH",
@@ -186,6 +222,10 @@ def simulate(
     noise,
     nccl_debug,
     torn_rate,
+    comms,
+    interleave,
+    print_every,
+    other_lines,
     output,
     truth_path,
     flight_dir,
@@ -205,6 +245,7 @@ def simulate(
       logsift simulate -s ib-error --nccl-version 2.27 --layout srun -o ib.log
       logsift simulate -s healthy --layout per-rank -o logs/
       logsift simulate -s healthy --size 1GB --no-noise -o big.log
+      logsift simulate --ranks 32 --comms world --interleave op --print-every 50 --size 1GB -o world.log
       logsift simulate -s rank-stall -o job/stall.log --flight-recorder job/fr --truth job/truth.json
     """
     from nccl_logsift.simulate import OptionError, Options, write
@@ -262,6 +303,10 @@ def simulate(
         noise=noise,
         torn_rate=torn_rate,
         nccl_debug=nccl_debug,
+        comms=comms,
+        interleave=interleave,
+        print_every=print_every,
+        other_lines=other_lines,
     )
     try:
         sim = write(options, output, truth_path, flight_dir, flight_format, flight_buffer)

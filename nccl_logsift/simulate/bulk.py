@@ -78,9 +78,12 @@ class Block:
                 head = envelope(proc, proc.pid, info("main", ""), None).replace("%", "%%")
                 out.append(label(rank, "nccl").replace("%", "%%") + stamp + head + msg + "\n")
             self.lines[rank] = out
+        self.prints = 0  # training prints of a step (--print-every, --other-lines): %(printK)s
+        options = job.options
+        shaped = options.interleave == "op" or options.print_every > 0 or options.other_lines > 0
         self.progress = (
             label(0, "out").replace("%", "%%") + "%(progress)s\n"
-            if job.options.noise and layout != "per-rank"
+            if job.options.noise and layout != "per-rank" and not shaped
             else ""
         )
         self.templates = self._variants(layout)
@@ -90,6 +93,9 @@ class Block:
         """(probability weight, template) pairs for one step of the single-stream layouts."""
         job = self.job
         ranks = list(self.lines)
+        options = job.options
+        if options.interleave == "op" or options.print_every or options.other_lines:
+            return self._shaped_variants(ranks)
         variants = []
         for _ in range(_VARIANTS):
             if job.nccl.flush_per_line:
@@ -119,6 +125,88 @@ class Block:
             variants = [(w / len(variants), t) for w, t in variants]
         return variants
 
+    def _shaped_variants(self, ranks: list[int]) -> list[tuple[float, str]]:
+        """One step as --interleave, --print-every and --other-lines shape it: the COLL lines in the order
+        they reach the stream, a training print after every ``print_every``-th of them, and lines of other
+        kinds at random places until they are ``other_lines`` of the step's lines. No line is torn."""
+        options = self.job.options
+        coll_lines = sum(len(lines) for lines in self.lines.values())
+        every = options.print_every
+        others = round(coll_lines * options.other_lines / (1.0 - options.other_lines))
+        pool = self._other_lines() if others else []
+        regular = coll_lines // every if every else 0
+        variants = []
+        for _ in range(_VARIANTS):
+            lines = self._coll_order(ranks)
+            for k in reversed(range(regular)):
+                lines.insert((k + 1) * every, self.print_template(k))
+            prints = regular
+            added = 0
+            while added < others:
+                text = pool[self.rng.randrange(len(pool))]
+                if text is None:  # a training print of its own, numbered after print_every's
+                    text = self.print_template(prints)
+                    prints += 1
+                lines.insert(self.rng.randrange(len(lines) + 1), text)
+                added += text.count("\n")  # a warning is two lines
+            self.prints = max(self.prints, prints)  # values() fills the placeholders of every template
+            variants.append((1.0 / _VARIANTS, "".join(lines)))
+        return variants
+
+    def _coll_order(self, ranks: list[int]) -> list[str]:
+        """The step's COLL lines in stream order: op by op (each rank's n-th call, the ranks in a random
+        order, then the n+1-th), or each rank's step in one write, the ranks in a random order."""
+        if self.job.options.interleave == "op":
+            longest = max(len(lines) for lines in self.lines.values())
+            out = []
+            for n in range(longest):
+                order = [r for r in ranks if n < len(self.lines[r])]
+                self.rng.shuffle(order)
+                out += [self.lines[r][n] for r in order]
+            return out
+        order = ranks[:]
+        self.rng.shuffle(order)
+        return [line for r in order for line in self.lines[r]]
+
+    def print_template(self, k: int) -> str:
+        label = _label(self.job)(0, "out").replace("%", "%%")
+        return f"{label}%(print{k})s\n"
+
+    def _other_lines(self) -> list[str | None]:
+        """What shares a stream with COLL lines (templates): each rank's NCCL INFO lines of other
+        families (NET, INIT, the channel, transport and tuning lines of its world communicator's
+        init), PyTorch's Python warnings, and training prints (None: numbered when placed). NCCL lines
+        are three in five of the pool's draws, warnings and prints one each."""
+        job = self.job
+        label = _label(job)
+        text = NcclText(job.nccl, job.cluster, self.rng)
+        world = job.cluster.world
+        nccl: list[str] = []
+        for rank in self.lines:
+            proc = job.cluster.procs[rank]
+            msgs = text.net_devices(proc, "main")
+            msgs += text.init_before_bootstrap(world, rank, "main")
+            msgs += text.init_after_bootstrap(world, rank, "main", connect=True)
+            prefix = label(rank, "nccl")
+            nccl += [
+                prefix + envelope(proc, proc.pid, msg, None) + "\n" for msg in msgs if msg.level == "INFO"
+            ]
+        site = "/usr/local/lib/python3.11/site-packages"
+        warnings = []
+        for rank in self.lines:
+            pair = noise.python_warnings(site, self.rng)
+            prefix = label(rank, "err")
+            warnings.append("".join(f"{prefix}{line}\n" for line in pair[:2]))
+        nccl = [line.replace("%", "%%") for line in nccl]
+        warnings = [line.replace("%", "%%") for line in warnings]
+        draws = max(len(nccl), 1)
+        pool: list[str | None] = []
+        for i in range(3 * draws):
+            pool.append(nccl[i % len(nccl)] if nccl else None)
+        pool += [warnings[i % len(warnings)] for i in range(draws)]
+        pool += [None] * draws
+        return pool
+
     def _torn(self, ranks: list[int]) -> str:
         """A step where one line is cut inside its static tail and another rank's write is glued in."""
         order = ranks[:]
@@ -139,6 +227,11 @@ class Block:
         if self.progress:
             vals["progress"] = noise.progress_line(
                 b + 1, job.steps + self.steps, 1000 * self.period * self.rng.uniform(0.97, 1.03), self.rng
+            )
+        prints = self.prints
+        for k in range(prints):  # iterations of the step (micro-batches), each printed
+            vals[f"print{k}"] = noise.progress_line(
+                b * prints + k, (job.steps + self.steps) * prints, 1000 * self.period / prints, self.rng
             )
         if self.offsets:
             when = job.time(self.start + b * self.period)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from nccl_logsift.simulate.cluster import (
     Cluster,
     Communicator,
+    Parallel,
     build_groups,
     build_hosts,
     build_processes,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from nccl_logsift.simulate.scenarios import Scenario
 
 LAYOUTS = ("interleaved", "per-rank", "srun", "torchrun", "mpirun")
+COMMS = ("groups", "world")
+INTERLEAVES = ("buffered", "op")
 MAX_RANKS = 4096
 
 
@@ -59,6 +62,15 @@ class Options:
     noise: bool = True
     torn_rate: float | None = None  # probability per line of a torn+glued line in interleaved output
     nccl_debug: bool = True  # NCCL_DEBUG=INFO; off, only PyTorch, Python and launcher lines are left
+    # The shape of the --size steady state (benchmarks/README.md "What is measured"):
+    comms: str = (
+        "groups"  # groups: Megatron TP/PP/DP groups from 16 ranks; world: the world communicator alone
+    )
+    interleave: str = (
+        "buffered"  # buffered: as NCCL's stdio flushes; op: every rank's n-th call, then the n+1-th
+    )
+    print_every: int = 0  # a training print after every N-th COLL line of a step (0: the noise's one a step)
+    other_lines: float = 0.0  # the fraction of the steady state's lines that are not COLL lines
 
 
 @dataclass(slots=True)
@@ -244,7 +256,37 @@ def resolve(options: Options) -> tuple[Scenario, NcclProfile, TorchProfile, int,
         )
     if options.ops < 1:
         raise OptionError("--ops must be at least 1")
+    _check_steady_state(options, scenario)
     return scenario, nccl, torch, nodes, ranks // nodes
+
+
+def _check_steady_state(options: Options, scenario: Scenario) -> None:
+    """The options that shape the --size steady state: each needs it, and the last three one stream."""
+    if options.comms not in COMMS:
+        raise OptionError(f"--comms must be one of {', '.join(COMMS)}")
+    if options.interleave not in INTERLEAVES:
+        raise OptionError(f"--interleave must be one of {', '.join(INTERLEAVES)}")
+    if options.comms == "world" and scenario.needs_pp:
+        raise OptionError(f"scenario {scenario.name} needs pipeline stages; --comms world has none")
+    if not 0.0 <= options.other_lines < 1.0:
+        raise OptionError(f"--other-lines must be at least 0 and below 1, got {options.other_lines}")
+    if options.print_every < 0:
+        raise OptionError(f"--print-every must be 0 or more, got {options.print_every}")
+    shaped = [
+        name
+        for name, on in (
+            ("--interleave op", options.interleave == "op"),
+            ("--print-every", options.print_every > 0),
+            ("--other-lines", options.other_lines > 0),
+        )
+        if on
+    ]
+    if shaped and options.size is None:
+        raise OptionError(f"{shaped[0]} shapes the steady state that --size streams; give --size")
+    if shaped and options.layout == "per-rank":
+        raise OptionError(
+            f"{shaped[0]} shapes one stream of every rank; --layout per-rank writes a file each"
+        )
 
 
 def build_job(options: Options) -> Job:
@@ -252,7 +294,11 @@ def build_job(options: Options) -> Job:
     rng = random.Random(f"nccl-logsift/{options.seed}/{scenario.name}/{options.ranks}")
     hosts = build_hosts(nodes, gpus, rng)
     procs = build_processes(hosts, rng)
-    parallel = choose_parallel(options.ranks, gpus, scenario.needs_pp)
+    # The world communicator alone: plain data parallelism (DDP, FSDP), whatever the job's size.
+    world_only = options.comms == "world"
+    parallel = (
+        Parallel(dp=options.ranks) if world_only else choose_parallel(options.ranks, gpus, scenario.needs_pp)
+    )
     cluster = Cluster(hosts, procs, [], [], parallel)
     base = datetime(2025, 6, 2, 14, 0, 0) + timedelta(seconds=rng.randrange(0, 6 * 3600))
     job = Job(
@@ -273,10 +319,12 @@ def build_job(options: Options) -> Job:
         scenario.setup(job)
     _build_comms(job)
     step_time = rng.uniform(0.6, 1.1)
-    programs, shape = build_programs(cluster, 1, random.Random(rng.random()), step_time)
+    programs, shape = build_programs(cluster, 1, random.Random(rng.random()), step_time, sharded=world_only)
     per_step = len([it for it in shape.items[0] if it.kind == "op"])
     steps = max(scenario.min_steps, math.ceil(options.ops / max(1, per_step)))
-    programs, shape = build_programs(cluster, steps, random.Random(rng.random()), step_time)
+    programs, shape = build_programs(
+        cluster, steps, random.Random(rng.random()), step_time, sharded=world_only
+    )
     eager = {c.index for c in cluster.comms if c.eager}
     insert_inits(programs, cluster, eager)
     job.programs, job.shape, job.steps = programs, shape, steps

@@ -89,9 +89,9 @@ def _coll(
 
 
 def build_programs(
-    cluster: Cluster, steps: int, rng: random.Random, step_time: float
+    cluster: Cluster, steps: int, rng: random.Random, step_time: float, *, sharded: bool = False
 ) -> tuple[dict[int, list[Item]], StepShape]:
-    """Programs for every rank, and the shape of one steady-state step."""
+    """Programs for every rank, and the shape of one steady-state step (``sharded``: FSDP's, below)."""
     procs = cluster.procs
     ranks = len(procs)
     par = cluster.parallel
@@ -256,7 +256,9 @@ def build_programs(
                         gap=0.06,
                     )
                 )
-        if dcomm.nranks > 1:
+        if sharded:
+            step_items += _sharded_step(world, hidden)
+        elif dcomm.nranks > 1:
             for i, count in enumerate(buckets):
                 step_items.append(
                     Item(
@@ -312,6 +314,40 @@ def build_programs(
         prog.append(Item("exit", gap=0.1))
         programs[rank] = prog
     return programs, shape
+
+
+SHARDED_LAYERS = 4
+
+
+def _sharded_step(world: Communicator, hidden: int) -> list[Item]:
+    """A fully sharded data-parallel step on the world communicator: each layer's parameters gathered
+    (AllGather) before its forward, again before its backward, and its gradients reduce-scattered, so
+    AllGather, ReduceScatter and AllReduce calls alternate op by op."""
+    shard = hidden * hidden // world.nranks
+    items: list[Item] = []
+    for layer in range(SHARDED_LAYERS):
+        op = _coll(world, "AllGather", shard, BF16, slot=f"ag{layer}", dur=0.004, label="FSDP forward gather")
+        items.append(Item("op", op, gap=0.03))
+    for layer in reversed(range(SHARDED_LAYERS)):
+        gather = _coll(
+            world, "AllGather", shard, BF16, slot=f"ag{layer}", dur=0.004, label="FSDP backward gather"
+        )
+        items.append(Item("op", gather, gap=0.02))
+        grads = _coll(
+            world,
+            "ReduceScatter",
+            shard,
+            FLOAT32,
+            slot=f"rs{layer}",
+            dur=0.006,
+            label="FSDP gradient reduce-scatter",
+        )
+        items.append(Item("op", grads, gap=0.04))
+        norm = _coll(
+            world, "AllReduce", 1, FLOAT32, slot="norm", dur=0.001, label="FSDP gradient-norm all-reduce"
+        )
+        items.append(Item("op", norm, gap=0.005))
+    return items
 
 
 def insert_inits(programs: dict[int, list[Item]], cluster: Cluster, eager: set[int]) -> None:
