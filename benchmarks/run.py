@@ -47,12 +47,20 @@ console = Console(stderr=True, highlight=False)
 
 @dataclass(frozen=True)
 class Case:
-    """A simulated COLL-heavy job: a healthy run whose steady-state training steps fill the size asked."""
+    """A simulated COLL-heavy job: a healthy run whose steady-state training steps fill the size asked.
+    ``shape`` is more ``logsift simulate`` options (and ``tag`` names them in the cached file's name);
+    with ``--layout per-rank`` the log is a directory of one file per rank, analyzed as a directory."""
 
     name: str
     ranks: int
     nodes: int
     zstd: bool = False
+    shape: tuple[str, ...] = ()
+    tag: str = ""
+
+    @property
+    def per_rank(self) -> bool:
+        return "per-rank" in self.shape
 
     def simulate_argv(self, size: str, output: str) -> list[str]:
         return [
@@ -67,11 +75,15 @@ class Case:
             "--size",
             size,
             "--no-noise",
+            *self.shape,
             "-o",
             output,
         ]
 
 
+# One world communicator, FSDP's AllGather/ReduceScatter/AllReduce interleaved op by op across the ranks
+# of a combined srun stream, a training print every 50 COLL lines (98% COLL lines): issue 24's user job.
+WORLD = ("--comms", "world", "--interleave", "op", "--print-every", "50", "--layout", "srun")
 CASES = {
     c.name: c
     for c in (
@@ -80,6 +92,18 @@ CASES = {
         Case("coll1024", 1024, 128),
         Case("coll1024.zst", 1024, 128, zstd=True),
         Case("coll4096", 4096, 512),  # the job size a quadratic step would show up on first
+        Case("world32", 32, 4, shape=WORLD, tag="-world-op-p50-srun"),
+        Case("world512", 512, 64, shape=WORLD, tag="-world-op-p50-srun"),
+        # The same job as world32, NCCL_DEBUG_FILE=%h.%p: a directory of 32 files (and console.log).
+        Case(
+            "world32.per-rank",
+            32,
+            4,
+            shape=("--comms", "world", "--layout", "per-rank"),
+            tag="-world-per-rank",
+        ),
+        # coll32 with 30% of its lines other than COLL: NET/INIT/tuning INFO lines, warnings, prints.
+        Case("mixed32", 32, 4, shape=("--other-lines", "0.3"), tag="-other30"),
     )
 }
 
@@ -209,7 +233,7 @@ def measure_case(case: Case, size: str, tools: list[str], args: argparse.Namespa
     ratio is to the baseline on the same log text."""
     plain = simulated_log(case, size, args.cache)
     log = compressed_copy(plain) if case.zstd else plain
-    text_bytes = plain.stat().st_size
+    text_bytes = log_bytes(plain)
     inputs = {tool: plain if tool == "naive" else log for tool in tools}
     runs = {tool: measure_tool(tool, path, args.repeat, args.cache) for tool, path in inputs.items()}
     naive_mb_per_s = _mb_per_s(text_bytes, runs["naive"]) if "naive" in runs else None
@@ -257,14 +281,24 @@ def _mb_per_s(text_bytes: int, run: Run) -> float:
 
 
 def simulated_log(case: Case, size: str, cache: Path) -> Path:
-    """The plain log of this job and size, simulated once and reused while a file of that name exists."""
-    path = cache / f"healthy-r{case.ranks}-n{case.nodes}-{size}.log"
+    """The plain log of this job and size (a directory for per-rank files), simulated once and reused while
+    a file of that name exists."""
+    name = f"healthy-r{case.ranks}-n{case.nodes}{case.tag}-{size}"
+    path = cache / (name if case.per_rank else f"{name}.log")
     if not path.exists():
         console.print(f"[bold]simulating[/] {path.name}")
-        partial = path.with_suffix(".tmp")
+        partial = cache / f"{name}.tmp"
+        shutil.rmtree(partial, ignore_errors=True)  # a per-rank directory left by an interrupted run
         subprocess.run(case.simulate_argv(size, str(partial)), check=True, cwd=ROOT)
         partial.rename(path)  # only complete files are reused
     return path
+
+
+def log_bytes(path: Path) -> int:
+    """Bytes of log text in a file, or in every file of a per-rank directory."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+    return path.stat().st_size
 
 
 def compressed_copy(plain: Path) -> Path:

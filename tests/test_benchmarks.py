@@ -84,6 +84,27 @@ def test_harness_measures_every_tool_on_plain_and_zst_logs(tmp_path):
     )  # one plain log and its .zst, parse's tables gone
 
 
+def test_harness_measures_the_world_per_rank_and_mixed_shapes_against_the_same_baseline(tmp_path):
+    out = tmp_path / "latest.json"
+    cases = "world32,world32.per-rank,mixed32"
+    argv = [sys.executable, str(BENCHMARKS / "run.py"), "--sizes", "2MB", "--cases", cases]
+    argv += ["--tools", "analyze,naive", "--no-pipe", "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert {(r["case"], r["tool"]) for r in results} == {
+        (case, tool) for case in cases.split(",") for tool in ("analyze", "naive")
+    }
+    for r in results:
+        assert r["exit_code"] == 0 and r["vs_naive"] > 0
+        assert 1.5e6 < r["input_bytes"] < 3e6  # every file of the per-rank directory counted
+    cache = tmp_path / "cache"
+    per_rank = next(p for p in cache.iterdir() if p.is_dir())
+    assert len(list(per_rank.iterdir())) == 33  # one file a rank, and the console's
+    world = next(cache.glob("*world-op-p50-srun*.log")).read_text()
+    assert " 0: step " in world and "NCCL INFO ReduceScatter: opCount" in world
+
+
 def test_profile_charges_each_sample_to_the_innermost_logsift_function():
     spec = importlib.util.spec_from_file_location("profile_analyze", BENCHMARKS / "profile_analyze.py")
     profile = importlib.util.module_from_spec(spec)
