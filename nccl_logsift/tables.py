@@ -430,6 +430,19 @@ def compact(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(empty) if empty else frame
 
 
+def unshared(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its text columns copied into buffers of their own. A polars string column cut from a
+    larger one (a filter, a sort, a join) keeps the larger one's buffers alive, so the few rows of a batch
+    that a table keeps held the whole batch's text: a world communicator's 1 GB log with a NET or INIT line
+    every few MB peaked at 1.4 GB, growing with the log (benchmarks/README.md, 2026-11-26). Polars 2.1 has
+    no call that compacts a column's buffers (shrink_to_fit, rechunk and casts keep them); ``concat_str``
+    with an empty string writes new ones."""
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    if frame.is_empty() or not text:
+        return frame
+    return frame.with_columns(pl.concat_str([pl.col(name), pl.lit("")]).alias(name) for name in text)
+
+
 class TableSink(Protocol):
     def write(self, name: str, frame: pl.DataFrame) -> None: ...
 
@@ -461,7 +474,7 @@ class MemorySink:
         if wanted is not None:
             # A frame of the kept Series: DataFrame.select would run polars' query engine, ~0.1 ms a frame.
             frame = pl.DataFrame([frame.get_column(c) for c in frame.columns if c in wanted])
-        return compact(frame)
+        return compact(unshared(frame))
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
         # One table at a time, its parts released as soon as it is built. The parts stay chunks of the

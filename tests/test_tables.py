@@ -3,6 +3,8 @@ Parquet files of ``logsift parse`` holding the rows the memory sink holds, in li
 
 import ast
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -155,3 +157,33 @@ def test_analysis_drops_the_columns_the_diagnosis_never_reads_as_each_batch_is_w
     assert held and {name: columns - set(DIAGNOSIS_COLUMNS[name]) for name, columns in held.items()} == {
         name: set() for name in held
     }
+
+
+# Writes a few rows of each of ten 20 MB batches of text into a MemorySink and prints how much the RSS
+# grew over the last eight: the rows a polars filter cuts share the batch's text buffers unless copied.
+_KEPT_ROWS = """
+import polars as pl
+from nccl_logsift.tables import MemorySink
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 1e6
+
+sink = MemorySink()
+for k in range(10):
+    batch = pl.select(
+        text=pl.int_range(0, 100_000).cast(pl.String).str.zfill(10) + pl.lit("x" * 190),
+        line_no=pl.int_range(0, 100_000),
+    )
+    sink.write("lines", batch.filter(pl.col("line_no") % 10_000 == 0))
+    del batch
+    if k == 1:
+        start = rss()
+print(rss() - start)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads the RSS from /proc")
+def test_memory_sink_keeps_the_rows_it_is_given_not_their_batchs_text():
+    run = subprocess.run([sys.executable, "-c", _KEPT_ROWS], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert float(run.stdout) < 60  # 160 MB when each batch's 20 MB of text stays alive behind its 10 rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -113,3 +114,31 @@ def test_an_error_while_folding_reaches_the_caller(tmp_path, monkeypatch):
         for batch in analysis.stream:
             analysis.add(batch)
         analysis.job()
+
+
+def test_a_world_communicator_interleaved_op_by_op_keeps_the_state_bounded(tmp_path, monkeypatch):
+    """32 ranks' FSDP calls on one world communicator, op by op, in ~15 batches: what the digest holds
+    after the last batch is no more than after the third (open positions, their tables, the window)."""
+    from nccl_logsift.parse import chunks
+
+    path = tmp_path / "world.log"
+    options = Options(ranks=32, nodes=4, size=8_000_000, noise=False, comms="world", interleave="op")
+    write(replace(options, print_every=50, other_lines=0.001, layout="srun"), str(path))
+    monkeypatch.setattr(chunks, "FAST_ROWS", 2000)  # a batch every ~2,600 calls
+    analysis = Analysis(TableStream([str(path)], ParseOptions(every_line=False, chunk_bytes=1 << 18)))
+    analysis.digest = CollectiveDigest(budget=2000, final=1000, min_window=16)
+
+    def held(digest: CollectiveDigest) -> tuple[int, ...]:
+        state = digest._state
+        window = sum(len(calls) for calls in digest._window)
+        return len(state.position), len(state.open.keys), len(state.calls), len(digest._kept), window > 4000
+
+    sizes = []
+    for batch in analysis.stream:
+        analysis.add(batch)
+        analysis._folded()
+        sizes.append(held(analysis.digest))
+        assert analysis.digest._state.open.count <= 2 * 32  # an op in flight, never the run's positions
+    assert len(sizes) > 10 and analysis.digest.calls > 35_000
+    assert set(sizes[2:]) == {sizes[2]} and sizes[2][3:] == (0, False)
+    assert analysis.report(views=False).verdict.startswith("No sign of a hang")
