@@ -40,6 +40,7 @@ LOGSIFT = [
     "nccl_logsift",
 ]  # the checkout this script sits in, not whatever is installed
 TOOLS = ("analyze", "parse", "naive", "rg")
+AGAINST: dict[str, Path] = {}  # "analyze@LABEL" -> the other checkout it runs from (--against)
 FULL_SIZES = "100MB,1GB,2GB"
 FULL_PIPE_SIZE = "10GB"
 console = Console(stderr=True, highlight=False)
@@ -143,13 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = ["100MB"] if args.quick else (args.sizes or FULL_SIZES).split(",")
     cases = [CASES[name] for name in _choices(parser, "--cases", args.cases, CASES)]
     tools = _choices(parser, "--tools", args.tools, TOOLS)
+    for checkout in args.against or []:
+        tools.append(_against(parser, checkout))
     if "rg" in tools and not shutil.which("rg"):
         console.print("[yellow]ripgrep is not installed: no rg floor[/]")
         tools.remove("rg")
     pipe_size = _pipe_size(args)
     args.cache.mkdir(parents=True, exist_ok=True)
     host = machine()  # before measuring: its load average tells whether others were busy
-    warm_up()
+    warm_up(ROOT, *AGAINST.values())
     results = [r for size in sizes for case in cases for r in measure_case(case, size, tools, args)]
     if pipe_size:
         results.append(measure_pipe(CASES["coll32"], pipe_size, args.repeat))
@@ -167,20 +170,31 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r.exit_code for r in results) else 0
 
 
-def warm_up() -> None:
+def warm_up(*checkouts: Path) -> None:
     """Run analyze once on a small fixture, so that the grammar cache (~/.cache/nccl-logsift) and the page
     cache hold what every run reads: the first run after an install or an edit parses the grammar files and
     is not what the figures are about. The package's modules are byte-compiled first, as ``pip install``
     does: a checkout run with PYTHONDONTWRITEBYTECODE (or freshly edited) compiles every module it imports
     on every run (~0.1-0.3 s)."""
-    compileall.compile_dir(ROOT / "nccl_logsift", quiet=1)
     fixture = ROOT / "fixtures" / "collective_mismatch_4ranks.log"
-    subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "analyze", str(fixture), "--format", "json", "-o", os.devnull],
-        check=False,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-    )
+    for checkout in checkouts:
+        compileall.compile_dir(checkout / "nccl_logsift", quiet=1)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nccl_logsift",
+                "analyze",
+                str(fixture),
+                "--format",
+                "json",
+                "-o",
+                os.devnull,
+            ],
+            check=False,
+            cwd=checkout,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 def _arguments() -> argparse.ArgumentParser:
@@ -202,6 +216,14 @@ def _arguments() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-pipe", action="store_true", help="Skip the piped case.")
     parser.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="Also time `analyze` run from another checkout (a git worktree of the commit before a change, "
+        "its extension built), as the tool analyze@COMMIT in the same run, on the same logs.",
+    )
+    parser.add_argument(
         "--repeat", type=int, default=1, help="Run each measurement N times and keep the fastest."
     )
     parser.add_argument(
@@ -219,6 +241,17 @@ def _choices(parser: argparse.ArgumentParser, option: str, text: str, allowed) -
     if unknown:
         parser.error(f"{option}: unknown {', '.join(unknown)}; choose among {', '.join(allowed)}")
     return names
+
+
+def _against(parser: argparse.ArgumentParser, checkout: Path) -> str:
+    """The tool name of ``analyze`` run from ``checkout``: analyze@ its ``git describe``."""
+    if not (checkout / "nccl_logsift" / "__main__.py").is_file():
+        parser.error(f"--against: {checkout} is not a checkout of nccl-logsift")
+    git = ["git", "-C", str(checkout), "describe", "--always", "--dirty"]
+    described = subprocess.run(git, check=False, capture_output=True, text=True).stdout.strip()
+    tool = f"analyze@{described or checkout.name}"
+    AGAINST[tool] = checkout.resolve()
+    return tool
 
 
 def _pipe_size(args: argparse.Namespace) -> str | None:
@@ -328,11 +361,13 @@ def measure_tool(tool: str, log: Path, repeat: int, cache: Path) -> Run:
 def run_tool(tool: str, log: Path, cache: Path) -> Run:
     console.print(f"[bold]{tool}[/] {log.name}")
     with tempfile.TemporaryDirectory(dir=cache) as scratch:  # parse's tables, deleted after each run
-        return run_measured(tool_argv(tool, log, scratch))
+        return run_measured(tool_argv(tool, log, scratch), AGAINST.get(tool, ROOT))
 
 
 def tool_argv(tool: str, log: Path, scratch: str) -> list[str]:
     """The command line of each tool: the commands a user would type, so start-up is part of the cost."""
+    if tool in AGAINST:  # run in that checkout, whose package `python -m` imports first
+        return [*LOGSIFT, "analyze", str(log.resolve()), "--format", "json"]
     return {
         "analyze": [*LOGSIFT, "analyze", str(log), "--format", "json"],
         "parse": [*LOGSIFT, "parse", str(log), "-o", scratch],
@@ -341,11 +376,11 @@ def tool_argv(tool: str, log: Path, scratch: str) -> list[str]:
     }[tool]
 
 
-def run_measured(argv: list[str]) -> Run:
+def run_measured(argv: list[str], cwd: Path = ROOT) -> Run:
     """Run ``argv`` in a fresh process; its stdout goes to a file, since a 4096-rank report exceeds a pipe."""
     with tempfile.TemporaryFile("w+") as out:
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, cwd=ROOT)
+        proc = subprocess.Popen(argv, stdout=out, cwd=cwd)
         return _waited(proc, start, out)
 
 

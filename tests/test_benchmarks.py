@@ -89,10 +89,13 @@ def test_harness_measures_the_world_per_rank_and_mixed_shapes_against_the_same_b
     cases = "world32,world32.per-rank,mixed32"
     argv = [sys.executable, str(BENCHMARKS / "run.py"), "--sizes", "2MB", "--cases", cases]
     argv += ["--tools", "analyze,naive", "--no-pipe", "--cache", str(tmp_path / "cache"), "--out", str(out)]
-    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=180)
+    argv += ["--against", str(ROOT)]  # "before" is this checkout too: the harness, not a change, is tested
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())["results"]
-    assert {(r["case"], r["tool"]) for r in results} == {
+    before = {r["tool"] for r in results} - {"analyze", "naive"}
+    assert len(before) == 1 and before.pop().startswith("analyze@")
+    assert {(r["case"], r["tool"]) for r in results if "@" not in r["tool"]} == {
         (case, tool) for case in cases.split(",") for tool in ("analyze", "naive")
     }
     for r in results:
