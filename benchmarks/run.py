@@ -94,6 +94,10 @@ CASES = {
         Case("coll1024.zst", 1024, 128, zstd=True),
         Case("coll4096", 4096, 512),  # the job size a quadratic step would show up on first
         Case("world32", 32, 4, shape=WORLD, tag="-world-op-p50-srun"),
+        # world32 with one line in a thousand of another kind (a NET or INIT INFO line, a warning, a print).
+        Case(
+            "world32.rare", 32, 4, shape=(*WORLD, "--other-lines", "0.001"), tag="-world-op-p50-srun-other0.1"
+        ),
         Case("world512", 512, 64, shape=WORLD, tag="-world-op-p50-srun"),
         # The same job as world32, NCCL_DEBUG_FILE=%h.%p: a directory of 32 files (and console.log).
         Case(
@@ -216,6 +220,11 @@ def _arguments() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-pipe", action="store_true", help="Skip the piped case.")
     parser.add_argument(
+        "--discard",
+        action="store_true",
+        help="Delete each log once its case is measured (a run of many 1 GB cases on a small disk).",
+    )
+    parser.add_argument(
         "--against",
         type=Path,
         action="append",
@@ -270,6 +279,9 @@ def measure_case(case: Case, size: str, tools: list[str], args: argparse.Namespa
     inputs = {tool: plain if tool == "naive" else log for tool in tools}
     runs = {tool: measure_tool(tool, path, args.repeat, args.cache) for tool, path in inputs.items()}
     naive_mb_per_s = _mb_per_s(text_bytes, runs["naive"]) if "naive" in runs else None
+    if args.discard:  # the next case's log takes its place on disk
+        for path in {plain, log}:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     return [
         _result(case.name, size, tool, inputs[tool], text_bytes, run, naive_mb_per_s)
         for tool, run in runs.items()
