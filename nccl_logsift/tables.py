@@ -431,16 +431,34 @@ def compact(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def unshared(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its text columns copied into buffers of their own. A polars string column cut from a
-    larger one (a filter, a sort, a join) keeps the larger one's buffers alive, so the few rows of a batch
-    that a table keeps held the whole batch's text: a world communicator's 1 GB log with a NET or INIT line
-    every few MB peaked at 1.4 GB, growing with the log (benchmarks/README.md, 2026-11-26). Polars 2.1 has
-    no call that compacts a column's buffers (shrink_to_fit, rechunk and casts keep them); ``concat_str``
-    with an empty string writes new ones."""
-    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
-    if frame.is_empty() or not text:
+    """``frame`` with its text columns copied into buffers of their own where they share far larger ones. A
+    polars string column cut from a larger one (a filter, a sort, a join) keeps the larger one's buffers
+    alive, so the few rows of a batch that a table keeps held the whole batch's text: a world
+    communicator's 1 GB log with a NET or INIT line every few MB peaked at 1.4 GB, growing with the log
+    (benchmarks/README.md, 2026-11-26). A column is copied when its buffers hold more than twice the bytes
+    its rows use (and 1 MiB more): a table that keeps most of a batch (a 4096-rank job's init lines) is
+    not copied, which would cost time and a second copy at the peak. Polars 2.1 has no call that compacts
+    a column's buffers (shrink_to_fit, rechunk and casts keep them); ``concat_str`` with an empty string
+    writes new ones."""
+    if frame.is_empty():
         return frame
-    return frame.with_columns(pl.concat_str([pl.col(name), pl.lit("")]).alias(name) for name in text)
+    shared = [
+        name for name, dtype in frame.schema.items() if dtype == pl.String and _shares(frame.get_column(name))
+    ]
+    if not shared:
+        return frame
+    return frame.with_columns(pl.concat_str([pl.col(name), pl.lit("")]).alias(name) for name in shared)
+
+
+def _shares(column: pl.Series) -> bool:
+    """Whether the text buffers behind ``column`` (seen through a zero-copy Arrow export) are far larger
+    than what its rows use."""
+    exported = column.to_arrow(compat_level=pl.CompatLevel.newest())
+    chunks = exported.chunks if hasattr(exported, "chunks") else [exported]
+    # A view array's buffers: validity, the 16-byte views, then the data buffers the views point into.
+    held = sum(buffer.size for chunk in chunks for buffer in chunk.buffers()[2:] if buffer is not None)
+    used = column.str.len_bytes().sum() or 0
+    return held > 2 * used + (1 << 20)
 
 
 class TableSink(Protocol):
