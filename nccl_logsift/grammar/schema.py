@@ -26,6 +26,7 @@ A grammar file describes one line family::
     line = '''host:1:1 [0] NCCL INFO AllReduce: opCount 1a4 ...'''   # a full raw line
     version = "2.21.5"
     expect = { op = "AllReduce", opcount = 420 }
+    fast = false                    # COLL only: a form the compiled scan leaves to this parser on purpose
 
     [[near_misses]]
     line = '''...'''                # a full raw line this family must not claim
@@ -106,6 +107,9 @@ class Sample:
     line: str
     expect: dict[str, Any]
     version: str = ""
+    # COLL samples only: False for a form the compiled COLL scan leaves to the general parser on purpose
+    # (parse/fastcoll.py); tests/parse/test_fast_path_coverage.py holds every other COLL sample to the scan.
+    fast: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +151,7 @@ _TOP_KEYS = {
     "near_misses",
 }
 _PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set", "level"}
-_SAMPLE_KEYS = {"line", "expect", "version"}
+_SAMPLE_KEYS = {"line", "expect", "version", "fast"}
 _SOURCES = {"nccl", "torch", "text"}
 
 
@@ -198,7 +202,11 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
         if "line" not in spec:
             problems.append(f"samples[{i}]: needs a line")
             continue
-        samples.append(Sample(spec["line"], spec.get("expect", {}), str(spec.get("version", ""))))
+        fast = spec.get("fast", True)
+        if not isinstance(fast, bool):
+            problems.append(f"samples[{i}]: fast must be true or false")
+            fast = True
+        samples.append(Sample(spec["line"], spec.get("expect", {}), str(spec.get("version", "")), fast))
     near = tuple(m["line"] if isinstance(m, dict) else m for m in doc.get("near_misses", []))
     grammar = Grammar(
         path=path,
