@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.process import locations, names, nccl_tests_failures, ranks_text, with_job_rank
@@ -46,32 +47,10 @@ RESULT_MEANING = {
     7: "an operation is still in progress",
     8: "an operation timed out",
 }
-# Kinds other rules report (the brief of each family); chains that follow them are theirs too.
-OWNED = (
-    "ib_completion",
-    "ib_async",
-    "ib_device",
-    "ib_mismatch",
-    "socket_closed",
-    "socket_io",
-    "socket_connect",
-    "socket_retry",
-    "socket_accept",
-    "socket_handshake",
-    "socket_truncated",
-    "socket_abort",
-    "cuda",
-    "alloc",
-    "bootstrap",
-    "no_interface",
-    "duplicate_gpu",
-    "collnet",
-    "nvls",
-    "p2p",
-    "plugin",
-)
+# Kinds other rules report (grammars/nccl/errors.toml [kinds]); chains that follow them are theirs too.
+OWNED = vocabulary.owned_elsewhere()
 # Proxy / service-thread chatter that NCCL prints when communicators are torn down at the end of a run.
-TEARDOWN_KINDS = ("proxy_closed", "socket_abort", "socket_accept")
+TEARDOWN_KINDS = vocabulary.with_role("teardown")
 TEARDOWN_TEXT = r"\[Service thread\]|operation Close from rank|\[Proxy Service UDS\]"
 CHAIN_WINDOW = 40  # lines: a chain belongs to a WARN of its process this close (printed before or after it)
 FAILURE_EVENTS = (

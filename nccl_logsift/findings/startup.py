@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
 from nccl_logsift.findings.transport import n_nodes
@@ -38,31 +39,9 @@ PROC = ["host", "pid"]
 EVIDENCE = ["source_id", "line_no", "part"]
 LIFECYCLE = ("Init", "Destroy", "Abort")
 
-# Error kinds of the errors table that are noise or fallout, never a rank's own failure: teardown chatter,
-# retries, probes, and what a rank logs when a *peer* died (closed sockets, -> 6 remote-error chains).
-BENIGN_KINDS = (
-    "proxy_closed",
-    "socket_retry",
-    "dlsym",
-    "socket_abort",
-    "collnet",
-    "p2p",
-    "plugin",
-    "ib_device",
-    "syscall",
-    "warn",
-    "ras",
-    "nvls",
-)
-CASCADE_KINDS = (
-    "socket_closed",
-    "socket_io",
-    "socket_accept",
-    "proxy",
-    "comm_reclaim",
-    "async_error",
-    "fatal",
-)
+# Error kinds that are never a sign of a process's failure: probes, retries and fallbacks NCCL handled, and
+# teardown chatter (grammars/nccl/errors.toml [kinds]).
+BENIGN_KINDS = vocabulary.with_role("benign", "teardown")
 REMOTE_ERROR = 6
 
 # Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.

@@ -112,6 +112,19 @@ class Sample:
     fast: bool = True
 
 
+# What an error kind means to the diagnosis (the ``[kinds]`` table of grammars/nccl/errors.toml).
+ROLES = ("failure", "cascade", "benign", "teardown")
+_OWNER = re.compile(r"^(?:LS\d{3})?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    name: str
+    role: str  # one of ROLES
+    owner: str  # the code of the rule that reports it, "" when none does
+    doc: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Grammar:
     path: Path
@@ -126,6 +139,7 @@ class Grammar:
     patterns: tuple[Pattern, ...]
     samples: tuple[Sample, ...]
     near_misses: tuple[str, ...]
+    kinds: tuple[ErrorKind, ...] = ()
 
     @property
     def field_kinds(self) -> dict[str, FieldKind]:
@@ -149,6 +163,7 @@ _TOP_KEYS = {
     "patterns",
     "samples",
     "near_misses",
+    "kinds",
 }
 _PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set", "level"}
 _SAMPLE_KEYS = {"line", "expect", "version", "fast"}
@@ -208,6 +223,8 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
             fast = True
         samples.append(Sample(spec["line"], spec.get("expect", {}), str(spec.get("version", "")), fast))
     near = tuple(m["line"] if isinstance(m, dict) else m for m in doc.get("near_misses", []))
+    kinds, kind_problems = _kinds(doc.get("kinds", {}))
+    problems += kind_problems
     grammar = Grammar(
         path=path,
         family=doc.get("family", path.stem),
@@ -221,8 +238,27 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
         patterns=tuple(patterns),
         samples=tuple(samples),
         near_misses=near,
+        kinds=kinds,
     )
     return grammar, problems
+
+
+def _kinds(table: dict) -> tuple[tuple[ErrorKind, ...], list[str]]:
+    """The ``[kinds]`` table: ``name = { role = ..., owner = ..., doc = ... }`` per error kind."""
+    kinds, problems = [], []
+    for name, spec in table.items():
+        if not isinstance(spec, dict):
+            problems.append(f"kinds.{name}: must be a table")
+            continue
+        problems += [f"kinds.{name}: unknown key {k!r}" for k in sorted(set(spec) - {"role", "owner", "doc"})]
+        role, owner = spec.get("role"), spec.get("owner", "")
+        if role not in ROLES:
+            problems.append(f"kinds.{name}: role must be one of {', '.join(ROLES)}")
+        if not isinstance(owner, str) or not _OWNER.match(owner):
+            problems.append(f"kinds.{name}: owner must be a rule code (LS123) or empty")
+            continue
+        kinds.append(ErrorKind(name, str(role), owner, str(spec.get("doc", ""))))
+    return tuple(kinds), problems
 
 
 _GROUP = re.compile(r"\(\?P<(\w+)>")
