@@ -7,6 +7,7 @@ import dataclasses
 import polars as pl
 
 from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.process import launcher_hosts
 from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
 from nccl_logsift.findings.transport import logged_hosts
 from nccl_logsift.findings.triage import diagnose, verdict_text
@@ -68,7 +69,7 @@ def summarize_job(job: Job) -> JobSummary:
             .to_series()
         )
         nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
-    hosts = logged_hosts(job)
+    hosts = logged_hosts(job) | launcher_hosts(job)
     ranks = (
         set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
     )
