@@ -6,6 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from nccl_logsift import call_numbers
 from nccl_logsift.findings import ALL_RULES, rule_for
 from nccl_logsift.findings.triage import policy_text
 
@@ -16,8 +17,10 @@ from nccl_logsift.findings.triage import policy_text
 @click.option(
     "--policy", is_flag=True, help="Print what each severity means and when a finding is a root cause."
 )
-def explain(code: str | None, show_all: bool, policy: bool) -> None:
-    """Explain a finding CODE (e.g. LS101 or rank-behind); without CODE, list every code and the policy.
+@click.option("--numbering", is_flag=True, help="Print what a call number (#881) counts.")
+def explain(code: str | None, show_all: bool, policy: bool, numbering: bool) -> None:
+    """Explain a finding CODE (e.g. LS101 or rank-behind); without CODE, list every code, the policy and
+    what a call number counts.
 
     \b
     Examples:
@@ -25,9 +28,13 @@ def explain(code: str | None, show_all: bool, policy: bool) -> None:
       logsift explain net-error
       logsift explain --all
       logsift explain --policy
+      logsift explain --numbering
     """
     if policy:
         click.echo(policy_text())
+        return
+    if numbering:
+        click.echo(call_numbers.EXPLANATION)
         return
     if show_all:
         for rule in ALL_RULES:
@@ -41,7 +48,8 @@ def explain(code: str | None, show_all: bool, policy: bool) -> None:
         console.print(table)
         # The column is each rule's usual severity; a finding is graded by what it did to this job.
         click.echo("A rule grades each finding by the policy below; the column is its usual severity.\n")
-        click.echo(policy_text())
+        click.echo(policy_text() + "\n")
+        click.echo(call_numbers.EXPLANATION)
         return
     try:
         rule = rule_for(code)

@@ -372,7 +372,7 @@ def _node_rows(m: _Members, columns, states: np.ndarray, verdict: _Verdict) -> l
         for j, col in enumerate(columns):
             counts = np.bincount(block[:, j], minlength=len(_STATES))
             parts = [f"{n} {_STATES[c].value}" for c, n in reversed(list(enumerate(counts))) if n]
-            notes.append(f"{host} · {_where(m, col)}: " + ", ".join(parts))
+            notes.append(f"{host} · {_where(col)}: " + ", ".join(parts))
         behind = _behind(cells)
         rows.append(
             GridRow(
@@ -408,13 +408,13 @@ def _note(m: _Members, i: int, col: GridColumn, cell: CellState) -> str:
         CellState.MISMATCH: "called something else than the others",
         CellState.UNKNOWN: "no line from this rank says",
     }[cell]
-    return f"{who} · {_where(m, col)}{f' {op}' if op else ''}: {what}"
+    return f"{who} · {_where(col)}{f' {op}' if op else ''}: {what}"
 
 
-def _where(m: _Members, col: GridColumn) -> str:
+def _where(col: GridColumn) -> str:
     if col.position is None:
         return f"{col.skipped:,} positions"
-    return f"call #{col.position:,}" if m.source == "nccl" else f"SeqNum {col.position:,}"
+    return f"call #{col.position:,}"  # PyTorch's SeqNum is the call number (call_numbers.py)
 
 
 def _summary(m: _Members) -> str:

@@ -75,10 +75,12 @@ def test_explain_policy_prints_every_severity_and_the_verdict_rule(run_cli):
     assert "no root cause" in result.output and "--fail-on error" in result.output
 
 
-def test_explain_overview_ends_with_the_policy(run_cli):
+def test_explain_overview_ends_with_the_policy_and_the_call_numbers(run_cli):
+    from nccl_logsift.call_numbers import EXPLANATION
     from nccl_logsift.findings.triage import policy_text
 
-    assert run_cli("explain").output.rstrip().endswith(policy_text())
+    output = run_cli("explain").output.rstrip()
+    assert output.endswith(policy_text() + "\n\n" + EXPLANATION)
 
 
 def test_readme_states_the_policy_that_explain_prints():
@@ -87,3 +89,22 @@ def test_readme_states_the_policy_that_explain_prints():
     from nccl_logsift.findings.triage import policy_text
 
     assert policy_text() in (ROOT / "README.md").read_text(), "README: paste `logsift explain --policy`"
+
+
+def test_explain_numbering_says_what_a_call_number_counts(run_cli):
+    from nccl_logsift.call_numbers import EXPLANATION
+
+    result = run_cli("explain", "--numbering")
+    assert result.exit_code == 0 and result.output.rstrip() == EXPLANATION
+    # The mapping, with the worked example: opCount is hex and counts from 0, SeqNum counts from 1.
+    assert int("370", 16) + 1 == 881 and "opCount 370 is #881" in " ".join(EXPLANATION.split())
+    assert "SeqNum=881" in EXPLANATION and "#881" in EXPLANATION
+
+
+def test_readme_explains_the_call_numbers_as_explain_does():
+    from conftest import ROOT
+
+    from nccl_logsift.call_numbers import EXPLANATION
+
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count(EXPLANATION) == 1, "README: paste `logsift explain --numbering` once"

@@ -229,3 +229,16 @@ def test_a_real_ib_error_paints_only_its_culprit_as_a_laggard():
     held = [row.ranks for row in grid.rows if CellState.HELD in row.cells]
     assert missing == [(10,)] and len(held) == 13
     assert {row.ranks: row.role for row in grid.rows}[(10,)] is RankRole.ROOT_CAUSE
+
+
+def test_the_grid_and_the_rank_table_say_what_a_call_number_counts():
+    from nccl_logsift.call_numbers import LEGEND
+
+    report = report_of(str(FIXTURES / "rank_stall_8ranks.log"))
+    dom = parse(render_html(report))
+    notes = [p.text for p in dom.find_all("p", cls="call-numbers")]
+    assert notes == [LEGEND, LEGEND]  # under the grids' legend, and under the rank table
+    # Both sources name a call the same way: PyTorch's SeqNum 8 is call #8, as NCCL's 8th call is.
+    (torch,) = (g for g in report.views.grids if g.source == "pytorch")
+    column = next(i for i, c in enumerate(torch.columns) if c.position == 8)
+    assert all("call #8" in row.notes[column] and "SeqNum" not in row.notes[column] for row in torch.rows)
