@@ -17,25 +17,36 @@ and lists the warnings apart from the notes. Nothing below error is ever primary
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 from nccl_logsift.model import Diagnosis, Finding, Kind, Severity
+
+POLICY_WIDTH = 80  # explain prints the policy as is: it reads whole in an 80-column terminal
 
 
 def policy_text() -> str:
     """The severity and verdict policy, as ``logsift explain --policy`` prints it and the README states it."""
-    rows = "\n".join(f"  {s.label:<9} {s.meaning}" for s in sorted(Severity, reverse=True))
-    return (
-        "Severities\n" + rows + "\n\n"
-        "Verdict\n"
-        "  A root cause is a finding at error or worse: the first in causal order of the worst severity is\n"
-        "  primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts,"
-        " aborts)\n"
-        "  are consequences. A job with nothing at error or worse has no root cause: the verdict says it\n"
-        "  looks healthy and lists its warnings apart from its notes.\n\n"
-        "--fail-on\n"
-        "  --fail-on error exits 1 when the job failed or hung; --fail-on warning also when it only ran\n"
-        "  degraded; --fail-on info on any finding."
-    )
+    rows = [
+        textwrap.fill(s.meaning, POLICY_WIDTH, initial_indent=f"  {s.label:<9} ", subsequent_indent=" " * 12)
+        for s in sorted(Severity, reverse=True)
+    ]
+    sections = {
+        "Verdict": (
+            "A root cause is a finding at error or worse: the first in causal order of the worst severity "
+            "is primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts, "
+            "aborts) are consequences. A job with nothing at error or worse has no root cause: the verdict "
+            "says it looks healthy and lists its warnings apart from its notes."
+        ),
+        "--fail-on": (
+            "--fail-on error exits 1 when the job failed or hung; --fail-on warning also when it only ran "
+            "degraded; --fail-on info on any finding."
+        ),
+    }
+    wrapped = [
+        f"{title}\n" + textwrap.fill(text, POLICY_WIDTH, initial_indent="  ", subsequent_indent="  ")
+        for title, text in sections.items()
+    ]
+    return "\n\n".join(["Severities\n" + "\n".join(rows), *wrapped])
 
 
 # Lower is closer to the root of a cascade.
