@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Self, TextIO
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 
 from nccl_logsift.cli.options import check_stdin, input_paths
@@ -50,7 +50,13 @@ BATCH_WAIT = 0.25  # seconds: the parser hands out what arrived at least this of
     metavar="SECONDS",
     help="How often stalls are judged and the view redrawn, whether or not input arrives.",
 )
-def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float) -> None:
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Show each live finding whole, wrapped, with its advice (by default one line each, cut at the "
+    "terminal's edge). JSON events always carry the whole finding.",
+)
+def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float, full: bool) -> None:
     """Watch a running job: ranks, collectives per second, where each rank is, stalls and WARNs as they
     happen.
 
@@ -63,6 +69,7 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
       torchrun ... 2>&1 | tee job.log | logsift watch
       tail -n +1 -f job.log | logsift watch --stall-after 60
       kubectl logs -f train-0 | logsift watch --format json > events.jsonl
+      srun -l python train.py 2>&1 | logsift watch --full
     """
     check_stdin(paths)  # Ctrl-C is handled below (InterruptOnce), and the feed copies a terminal itself
     # Parsed as analyze parses (no lines rows for COLL calls): twice as fast, and memory stays bounded.
@@ -72,9 +79,8 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
     if fmt == "json" or (fmt == "auto" and not sys.stdout.isatty()):
         output: JsonLines | LiveScreen = JsonLines(sys.stdout, [s.path for s in stream.sources], stall_after)
     else:
-        output = LiveScreen(
-            Console(highlight=False, width=text_width(None, sys.stdout.isatty()))
-        )  # as analyze
+        console = Console(highlight=False, width=text_width(None, sys.stdout.isatty()))  # as analyze
+        output = LiveScreen(console, full)
     with Feed(stream) as feed, output:
         _follow(feed, state, analysis, output, interval)
     report = analysis.report(views=False)  # the verdict: nothing of the HTML page
@@ -163,8 +169,9 @@ class JsonLines:
 class LiveScreen:
     """A rich Live view redrawn on the caller's timer (events are part of it); the verdict replaces it."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, full: bool = False):
         self.console = console
+        self.full = full  # live findings whole (watch --full)
         self._live = Live(console=console, auto_refresh=False, transient=True)
 
     def __enter__(self) -> Self:
@@ -176,7 +183,10 @@ class LiveScreen:
 
     def show(self, state: LiveState, events: list[LiveEvent], redraw: bool) -> None:
         if redraw:
-            self._live.update(live_view(state.snapshot(), self.console.height), refresh=True)
+            self._live.update(self.view(state), refresh=True)
+
+    def view(self, state: LiveState) -> RenderableType:
+        return live_view(state.snapshot(), self.console.height, self.console.width, self.full)
 
     def report(self, report: Report) -> None:
         render_terminal(report, self.console)
