@@ -97,7 +97,8 @@ def launcher_hosts(job: Job) -> frozenset[str]:
     """The hosts the launcher names: in its exit reports (``srun: error: HOST: task N``, torchrun's failure
     summary, mpirun's and PALS's, slurmstepd's cancellation) and in the prefixes pdsh puts on each line,
     cut to the short name NCCL prints. A log without NCCL lines (NCCL_DEBUG unset) has no Init line to tie
-    a process to its host, and these are then the only names of its hosts."""
+    a process to its host, and these are then the only names of its hosts. An address is left out: nothing
+    says which named host it is, and counting it could count a host twice."""
     named = [
         frame[column].drop_nulls()
         for frame, column in ((job.table("exits"), "exit_host"), (job.lines, "launcher_host"))
@@ -105,7 +106,8 @@ def launcher_hosts(job: Job) -> frozenset[str]:
     ]
     if not named:
         return frozenset()
-    hosts = pl.concat(named).unique().str.split(".").list.first()
+    hosts = pl.concat(named).unique()
+    hosts = hosts.filter(~hosts.str.contains(r"^\d+(\.\d+){3}$|:")).str.split(".").list.first()
     return frozenset(hosts.filter(hosts.str.len_chars() > 0).to_list())
 
 

@@ -115,3 +115,12 @@ def test_pdsh_prefixes_name_the_hosts_of_a_deepspeed_job(tmp_path):
     assert report.job.hosts == ("gpu-a", "gpu-b")
     assert "3 rank(s) on 2 host(s)" not in report.verdict  # a failed job's verdict gives no counts
     assert report.diagnosis.cause.ranks == (2,)
+
+
+def test_an_address_in_an_exit_report_is_not_counted_as_a_host(tmp_path):
+    log = tmp_path / "mpirun.log"
+    log.write_text(
+        "mpirun noticed that process rank 3 with PID 55120 on node 10.0.4.17 exited on signal 9 (Killed).\n"
+        "srun: error: gpu-d02.cluster.local: task 1: Exited with exit code 1\n"
+    )
+    assert analyze([str(log)]).job.hosts == ("gpu-d02",)
