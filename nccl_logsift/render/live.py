@@ -31,10 +31,13 @@ EVENT_LINES = 6  # live findings shown under the table
 CHROME_LINES = 8  # header, table title, head, borders and caption
 
 
-def live_view(snapshot: LiveSnapshot, height: int, width: int = 0, full: bool = False) -> RenderableType:
-    """Header, the last collective of every rank (problems first, cut to fit ``height`` lines), live
-    findings: one line each, cut at the screen's edge, or with ``full`` (``watch --full``) each whole,
-    wrapped to ``width`` with its advice under it, as many of the latest as leave the table three rows."""
+def live_view(
+    snapshot: LiveSnapshot, height: int, width: int = 0, full: bool = False, hint: str = ""
+) -> RenderableType:
+    """Header (``hint``, the keys there are, at its end), the last collective of every rank (problems first,
+    cut to fit ``height`` lines), live findings: one line each, cut at the screen's edge, or with ``full``
+    (``watch --full``, or the key f) each whole, wrapped to ``width`` with its advice under it, as many of the
+    latest as leave the table three rows."""
     note = 2 * snapshot.block_buffered  # the buffering note takes two lines
     recent = snapshot.events[-EVENT_LINES:]
     if full and width > 0:
@@ -42,13 +45,15 @@ def live_view(snapshot: LiveSnapshot, height: int, width: int = 0, full: bool = 
     else:
         lines = [_event_line(e) for e in recent]
     room = max(3, height - CHROME_LINES - len(lines) - note)
-    return Group(_header(snapshot), *_buffering_note(snapshot), _rank_table(snapshot, room), *lines)
+    return Group(_header(snapshot, hint), *_buffering_note(snapshot), _rank_table(snapshot, room), *lines)
 
 
-def _header(s: LiveSnapshot) -> Text:
+def _header(s: LiveSnapshot, hint: str = "") -> Text:
     ranks = f"{s.ranks_seen}" + (f"/{s.world_size}" if s.world_size else "")
     minutes, seconds = divmod(int(s.elapsed), 60)
     text = Text("logsift watch", style="bold", no_wrap=True, overflow="ellipsis")
+    if hint:  # before the figures, which a narrow screen cuts
+        text.append(f" [{hint}]", style="dim")
     text.append(
         f"  {ranks} ranks seen · {s.calls_per_second:,.0f} collectives/s · {s.bytes_read / 1e6:,.1f} MB read "
         f"· {minutes}:{seconds:02d} elapsed · stall after {s.stall_after:g} s"
