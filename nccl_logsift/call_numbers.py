@@ -18,8 +18,8 @@ Call numbers
   peers went on to #881 never made call #881.
 
   NCCL     logsift numbers each rank's COLL lines ("AllReduce: opCount 370 ...")
-           on each communicator. Where opCount counts every call (it grows by
-           one per call on every member), #n is opCount + 1, opCount being hex:
+           on each communicator. Where opCount counts the calls (it rises with
+           every call on every member), #n is opCount + 1, opCount being hex:
            opCount 370 is #881. Elsewhere #n is the rank's n-th COLL line on
            that communicator, because opCount does not count calls there: NCCL
            2.8 does not, a group of calls shares one, and from 2.27 it stays 0
