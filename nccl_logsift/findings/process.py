@@ -93,6 +93,24 @@ def short_host(host: str | None) -> str | None:
     return host.split(".", 1)[0] if host else host
 
 
+def launcher_hosts(job: Job) -> frozenset[str]:
+    """The hosts the launcher names: in its exit reports (``srun: error: HOST: task N``, torchrun's failure
+    summary, mpirun's and PALS's, slurmstepd's cancellation) and in the prefixes pdsh puts on each line,
+    cut to the short name NCCL prints. A log without NCCL lines (NCCL_DEBUG unset) has no Init line to tie
+    a process to its host, and these are then the only names of its hosts. An address is left out: nothing
+    says which named host it is, and counting it could count a host twice."""
+    named = [
+        frame[column].drop_nulls()
+        for frame, column in ((job.table("exits"), "exit_host"), (job.lines, "launcher_host"))
+        if not frame.is_empty() and column in frame.columns
+    ]
+    if not named:
+        return frozenset()
+    hosts = pl.concat(named).unique()
+    hosts = hosts.filter(~hosts.str.contains(r"^\d+(\.\d+){3}$|:")).str.split(".").list.first()
+    return frozenset(hosts.filter(hosts.str.len_chars() > 0).to_list())
+
+
 def ranks_text(ranks: list[int], limit: int = 8) -> str:
     ranks = sorted(set(ranks))
     if not ranks:

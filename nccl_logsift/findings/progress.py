@@ -7,8 +7,9 @@
 | LS103 | watchdog-timeout | watchdog_timeout | error |
 
 Positions are compared within one communicator (NCCL) or one process group (PyTorch) only: NCCL counts
-calls per communicator (``ordinal``, the parser's count of COLL lines, because opCount is unreliable,
-grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1).
+calls per communicator (:func:`positioned`: opCount where it counts every call, else ``ordinal``, the
+parser's count of COLL lines, grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1). A
+finding's ``#n`` is position + 1, or the SeqNum: nccl_logsift/call_numbers.py says it for users.
 """
 
 from __future__ import annotations
@@ -373,8 +374,8 @@ class RankBehind(Rule):
         the errors appear on the healthy ranks (watchdog timeouts), not on the culprit.
 
     How it is detected:
-        Per communicator, the last COLL line of every member is compared by position (the parser's per
-        communicator ordinal, not opCount); members whose last position is lower than the others' are behind.
+        Per communicator, the last COLL line of every member is compared by call number (``logsift explain
+        --numbering``); members whose last call number is lower than the others' are behind.
         From PyTorch lines: the ranks of a process group whose watchdog did not fire while most others timed
         out at the same SeqNum, or whose "last enqueued" work is lower than their peers'. A minority only:
         when most ranks are behind, the few ahead are not a hang's cause. Without any sign of a failure

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from nccl_logsift import __version__
+from nccl_logsift import __version__, call_numbers
 from nccl_logsift.model import HostLink, HostNode, Report, Topology
 from nccl_logsift.render.json import to_dict
 
@@ -61,6 +61,7 @@ def environment() -> Environment:
     env.filters["thousands"] = lambda n: f"{n:,}" if isinstance(n, int) else n
     env.filters["size"] = _size
     env.globals["host_circle"] = host_circle
+    env.globals["call_numbers"] = call_numbers.LEGEND  # the terminal's rank table ends with it too
     return env
 
 

@@ -76,17 +76,19 @@ def test_the_report_written_with_o_carries_no_control_character_either(hostile_l
     assert [c for c in RAW if c in out.read_text()] == []
 
 
-def test_the_live_view_shows_controls_in_hosts_ops_titles_and_notes():
+@pytest.mark.parametrize("full", [False, True], ids=["one-line", "full"])
+def test_the_live_view_shows_controls_in_hosts_ops_titles_and_notes(full):
     from render.test_live_view import STALL, row, snapshot
 
     hostile = replace(row(0, 7), host=f"node{PAYLOAD}", op=f"AllReduce{PAYLOAD}", comm=f"0x1{PAYLOAD}")
-    finding = replace(STALL, title=f"stalled {PAYLOAD}")
+    finding = replace(STALL, title=f"stalled {PAYLOAD}", advice=f"look {PAYLOAD}")
     events = (
         LiveEvent(EventKind.FINDING, 1.0, finding),
         LiveEvent(EventKind.RECOVERED, 2.0, finding, PAYLOAD),
     )
     console = Console(file=io.StringIO(), width=400, color_system=None)
-    console.print(live_view(snapshot(rows=(hostile,), events=events), height=40))
+    console.print(live_view(snapshot(rows=(hostile,), events=events), 40, 400, full=full))
     text = console.file.getvalue()
     assert [c for c in RAW if c in text] == []
-    assert text.count("^[[2J") == 5  # host, op, comm, the finding's title and the recovery's note
+    # host, op, comm, the finding's title and the recovery's note; the advice too when shown whole
+    assert text.count("^[[2J") == 5 + full

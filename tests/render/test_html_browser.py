@@ -41,7 +41,11 @@ def _check_page(report, page: Path, loaded, dom, culprits: list[int]) -> None:
     html = dom.find("html")
     assert html.attrs.get("data-js") == "ready", "the page's own script did not run"
     assert "Refused to" not in loaded.console, loaded.console  # no CSP violation by our own style or script
-    assert " ".join(dom.by_id("verdict-text").text.split()) == " ".join(report.verdict.split())
+    if report.diagnosis.healthy:
+        assert " ".join(dom.by_id("verdict-text").text.split()) == " ".join(report.verdict.split())
+    else:  # laid out: the cause, then what followed, then the next step
+        parts = [dom.by_id(f"verdict-{part}") for part in ("cause", "consequences")]
+        assert all(parts) and report.diagnosis.cause.title in " ".join(parts[0].text.split())
     if report.views.grids:
         grid = dom.find("table", cls="grid")
         assert grid is not None and grid.find_all("td")
