@@ -76,6 +76,23 @@ def test_the_report_written_with_o_carries_no_control_character_either(hostile_l
     assert [c for c in RAW if c in out.read_text()] == []
 
 
+def test_the_html_report_shows_the_controls_of_log_text_instead_of_carrying_them(hostile_log, tmp_path):
+    """Escaped, a bidi override still drew text backwards in the page (a host name spelled in reverse)."""
+    out = tmp_path / "report.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "report", str(hostile_log), "-o", str(out)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    island = page.index('<script type="application/json"')  # the findings contract: JSON escapes its own
+    shown = page[:island] + page[page.index("</script>", island) :]
+    assert [c for c in RAW if c in shown] == []
+    assert "&lt;U+202E&gt;evil&lt;U+202C&gt;" in shown and "Got completion ^[[2J^[[H" in shown
+
+
 @pytest.mark.parametrize("full", [False, True], ids=["one-line", "full"])
 def test_the_live_view_shows_controls_in_hosts_ops_titles_and_notes(full):
     from render.test_live_view import STALL, row, snapshot
