@@ -144,7 +144,7 @@ class ProblemKind(StrEnum):
     CORRUPT = "corrupt"  # a compressed stream breaks at ``offset``; what was decoded before it is read
     UNREADABLE = "unreadable"  # could not be opened (or read on from ``offset``): ``reason``
     BINARY = "binary"  # not a text log: nothing of it is read
-    NUL_PADDED = "nul_padded"  # ``bytes`` NUL bytes left out: the padding a crashed node leaves in a file
+    NUL_PADDED = "nul_padded"  # ``bytes`` NUL bytes left out: the padding or holes a crash leaves in a file
     INVALID_UTF8 = "invalid_utf8"  # ``lines`` lines held bytes that are not UTF-8 (read with U+FFFD)
 
 
@@ -179,7 +179,7 @@ class InputProblem:
             case ProblemKind.BINARY:
                 return f"looks like binary data, not a text log: not read{reason}"
             case ProblemKind.NUL_PADDED:
-                return f"{self.bytes:,} NUL bytes (padding a crash leaves) left out"
+                return f"{self.bytes:,} NUL bytes (the padding or holes a crash leaves) left out"
             case ProblemKind.INVALID_UTF8:
                 return f"{self.lines:,} line(s) held bytes that are not UTF-8, read as U+FFFD"
         return self.kind.value
