@@ -24,6 +24,7 @@ from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.findings.progress import describe_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host, nccl_host_expr
 from nccl_logsift.tables import MODULE_FRAME
 
 LOCATION = ["source_id", "line_no", "part"]
@@ -88,11 +89,6 @@ def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
-def short_host(host: str | None) -> str | None:
-    """Host names as the NCCL prefix prints them: cut at the first dot."""
-    return host.split(".", 1)[0] if host else host
-
-
 def launcher_hosts(job: Job) -> frozenset[str]:
     """The hosts the launcher names: in its exit reports (``srun: error: HOST: task N``, torchrun's failure
     summary, mpirun's and PALS's, slurmstepd's cancellation) and in the prefixes pdsh puts on each line,
@@ -107,7 +103,7 @@ def launcher_hosts(job: Job) -> frozenset[str]:
     if not named:
         return frozenset()
     hosts = pl.concat(named).unique()
-    hosts = hosts.filter(~hosts.str.contains(r"^\d+(\.\d+){3}$|:")).str.split(".").list.first()
+    hosts = nccl_host_expr(hosts.filter(~hosts.str.contains(r"^\d+(\.\d+){3}$|:")))
     return frozenset(hosts.filter(hosts.str.len_chars() > 0).to_list())
 
 
@@ -340,7 +336,7 @@ class ProcessExit(Rule):
         by_pid_keys: dict[int, set[tuple]] = {}
 
         def add(rank, host, pid, local_rank, signal, exit_code, reason, root, origin, sid, line, part):
-            host = short_host(host)
+            host = nccl_host(host)
             if (
                 rank is None
                 and pid is not None
@@ -631,7 +627,7 @@ class ProcessExit(Rule):
             return
         nodes = exits.filter(pl.col("event") == "slurm_node_failure")
         if nodes.height:
-            hosts = sorted({short_host(h) for h in nodes["exit_host"].drop_nulls().to_list()})
+            hosts = sorted({nccl_host(h) for h in nodes["exit_host"].drop_nulls().to_list()})
             ranks = (
                 [
                     int(r)
@@ -654,7 +650,7 @@ class ProcessExit(Rule):
         if "cancel_reason" in cancelled.columns:
             reasons = cancelled.filter(pl.col("cancel_reason").is_not_null())
             for (reason,), group in reasons.group_by("cancel_reason", maintain_order=True):
-                hosts = sorted({short_host(h) for h in group["exit_host"].drop_nulls().to_list()})
+                hosts = sorted({nccl_host(h) for h in group["exit_host"].drop_nulls().to_list()})
                 when = group["cancel_time"].drop_nulls().first() if "cancel_time" in group.columns else None
                 if reason == "TIME LIMIT":
                     title = (
@@ -827,7 +823,7 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
         )
         for r in failures.join(procs, on="test_pid", how="inner").iter_rows(named=True):
             if r["global_rank"] is not None and (
-                r["test_host"] is None or short_host(r["test_host"]) == r["_host"]
+                r["test_host"] is None or nccl_host(r["test_host"]) == r["_host"]
             ):
                 what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
                 found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
@@ -850,7 +846,7 @@ def nccl_tests_failures(job: Job) -> pl.DataFrame:
     failures = with_job_rank(job, tests.filter(pl.col("event").is_in(TEST_FAILURES)))
     if failures.is_empty():
         return failures
-    host = pl.col("test_host").str.split(".").list.first()
+    host = nccl_host_expr(pl.col("test_host"))
     devices = (
         tests.filter(pl.col("event") == "device")
         .select(

@@ -34,6 +34,7 @@ from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host_expr
 
 PROC = ["host", "pid"]
 EVIDENCE = ["source_id", "line_no", "part"]
@@ -93,10 +94,6 @@ def rows_of(frame: pl.DataFrame) -> pl.DataFrame:
 
 def evidence(*frames: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([rows_of(f) for f in frames], how="vertical")
-
-
-def short_host(expr: pl.Expr) -> pl.Expr:
-    return expr.str.split(".").list.first()
 
 
 @per_job
@@ -182,7 +179,7 @@ def known_ranks(job: Job) -> pl.DataFrame:
             done = done.filter(pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
             if done.height:
                 frames.append(
-                    done.select(short_host(pl.col("host")).alias("host"), "pid", "rank").with_columns(
+                    done.select(nccl_host_expr(pl.col("host")).alias("host"), "pid", "rank").with_columns(
                         prio=pl.lit(2)
                     )
                 )
