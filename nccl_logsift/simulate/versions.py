@@ -85,6 +85,12 @@ class NcclProfile:
     # plugin's OOB line and "Failed to initialize NET plugin IB", as the H200 jobs of the corpus print them).
     ib_absent: tuple[str, ...] = ()
     git_version: str = ""  # 2.29.2+: "NCCL git version {branch} {describe}" right after the banner (§1.5)
+    # 2.30.7+: WARN lines and "file:line -> N" traces name the calling function, "file:line (func) ..."
+    # (src/debug.cc:345 and INFO_LOC in src/include/debug.h @v2.30.7-1; grammar §1.2, §1.9).
+    site_funcs: bool = False
+    # The subsystem of the Destroy/Abort lines: INIT, and from 2.30.3 DESTROY, which is not in the default
+    # mask, so a job that does not ask for it prints no teardown line (grammar §2.3).
+    teardown_subsys: str = "INIT"
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -489,8 +495,37 @@ _V2_29 = replace(
     ib_site="transport/net_ib/p2p.cc:550",
 )
 
+# 2.30.7 (tag v2.30.7-1): the IB completion WARN of 2.29.2 at its new line, "(func)" after every WARN's and
+# trace's file:line, and teardown lines in the DESTROY subsystem the simulated job does not ask for (§1.2,
+# §1.9, §2.3, §6.1).
+_V2_30 = replace(
+    _V2_29,
+    series="2.30",
+    version="2.30.7",
+    git_version="NCCL git version master v2.30.7-1-g5c1e0b4",
+    ib_site="transport/net_ib/p2p.cc:688",
+    site_funcs=True,
+    teardown_subsys="DESTROY",
+)
+
 NCCL_PROFILES: dict[str, NcclProfile] = {
-    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28, _V2_29)
+    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28, _V2_29, _V2_30)
+}
+
+# The function a WARN or trace line of 2.30.7+ names, per call-site key of NcclProfile.sites (stand-ins from
+# the files' own functions, like the line numbers).
+SITE_FUNCS = {
+    "alloc": "ncclCudaCalloc",
+    "socket": "socketProgress",
+    "bootstrap": "bootstrapConnect",
+    "init": "initTransportsRank",
+    "group": "groupLaunch",
+    "transport": "ncclTransportP2pSetup",
+    "p2p": "p2pSendSetup",
+    "net": "sendProxyProgress",
+    "net_ib": "ncclIbTest",
+    "proxy": "progressOps",
+    "ib": "ncclIbLogCompletionWithError",
 }
 DEFAULT_NCCL = "2.21"
 
@@ -753,6 +788,7 @@ DEFAULT_TORCH_FOR_NCCL = {
     "2.27": "2.8",
     "2.28": "2.8",
     "2.29": "2.8",
+    "2.30": "2.8",
 }  # PyTorch 2.9+ is not simulated: 2.8's formats
 
 
