@@ -296,6 +296,7 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
         "store_port",
         "detail",
         "pg_id",
+        "pg_guid",
         "pg_desc",
         "last_enqueued",
         "last_completed",

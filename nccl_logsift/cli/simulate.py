@@ -86,7 +86,7 @@ def _scenario_names() -> list[str]:
     "--torch-version",
     default=None,
     metavar="V",
-    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 "
+    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8, or 2.13 "
     "(default: one that shipped with that NCCL).",
 )
 @click.option(

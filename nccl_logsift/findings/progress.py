@@ -97,7 +97,11 @@ def timeouts(job: Job) -> pl.DataFrame:
         )
     else:
         rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
-    prefix = pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()
+    # PyTorch 2.13 prefixes WorkNCCL's timeout with the group's GUID and description but not its PG ID
+    # ("[PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1]", pytorch PR #191440): the work-state line after it
+    # gives the ID the other lines of that group are keyed by.
+    guid_only = pl.col("pg_id").is_null() & pl.col("pg_guid").is_not_null()
+    prefix = (pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()) & ~guid_only
     rows = rows.with_columns(pg=pl.when(prefix).then(pg_key()).otherwise(pl.coalesce("next_pg", pg_key())))
     return _labelled(rows, pg_labels(rows, states))
 
@@ -987,7 +991,8 @@ class WatchdogTimeout(Rule):
     What to do:
         Find the rank that did not time out or is behind (rank-behind, collective-mismatch findings). Raising
         the timeout only helps when a rank is legitimately slow (a long checkpoint, a first compilation).
-        Enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) for the next run.
+        Enable the flight recorder for the next run (TORCH_FR_BUFFER_SIZE; TORCH_NCCL_TRACE_BUFFER_SIZE, the
+        name older PyTorch reads, is still accepted).
     """
 
     code = "LS103"
@@ -1034,7 +1039,8 @@ class WatchdogTimeout(Rule):
                     "network or "
                     "a GPU: check the transports and dmesg (Xid, link errors) on every host. If a rank was "
                     "legitimately slow, raise the timeout of init_process_group; for the next run set "
-                    "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 to get a flight-recorder dump."
+                    "TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE in older PyTorch) to get a "
+                    "flight-recorder dump."
                 ),
             )
 

@@ -126,7 +126,7 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
         out.append(
             NextRunAdvice(
                 "Flight Recorder dumps on timeout",
-                "TORCH_NCCL_DUMP_ON_TIMEOUT=1 (TORCH_FR_DUMP_ON_TIMEOUT)",
+                "TORCH_FR_DUMP_ON_TIMEOUT=1 (TORCH_NCCL_DUMP_ON_TIMEOUT in older PyTorch)",
                 "the watchdog timed out but no rank dumped its Flight Recorder: the dumps would say which "
                 "collective each rank had enqueued",
             )

@@ -88,6 +88,12 @@ class TorchText:
             return f"[PG {pg.guid} ({pg.desc}) Rank {pg_rank}]"
         return f"[PG ID {pg_local_id} PG GUID {pg.guid}({pg.desc}) Rank {pg_rank}]"
 
+    def work_tag(self, pg: ProcessGroup, pg_rank: int) -> str:
+        """WorkNCCL's prefix: ``[Rank N]``, and from 2.13 ``[PG GUID g(desc) Rank N]``."""
+        if self.p.work_prefix == "pg_guid":
+            return f"[PG GUID {pg.guid}({pg.desc}) Rank {pg_rank}]"
+        return f"[Rank {pg_rank}]"
+
     def work(self, seq: int, torch_op: str, numel_in: int, numel_out: int) -> str:
         numel = f", NumelIn={numel_in}, NumelOut={numel_out}" if self.p.numel else ""
         return f"WorkNCCL(SeqNum={seq}, OpType={torch_op}{numel}, Timeout(ms)={self.p.timeout_ms})"
@@ -166,7 +172,7 @@ class TorchText:
         """A collective timeout as the watchdog reports it: ("c10:<line key>"|"raw", text) pairs, in order."""
         p = self.p
         fields = {
-            "rank_tag": f"[Rank {pg_rank}]",
+            "rank_tag": self.work_tag(pg, pg_rank),
             "pgp": self.pg_prefix(pg, pg_local_id, pg_rank),
             "seq": seq,
             "enq": last_enqueued,
@@ -254,7 +260,7 @@ class TorchText:
     ) -> list[tuple[str, str]]:
         """An asynchronous NCCL error (e.g. an IB completion error) found by the watchdog."""
         fields = {
-            "rank_tag": f"[Rank {pg_rank}]",
+            "rank_tag": self.work_tag(pg, pg_rank),
             "pgp": self.pg_prefix(pg, pg_local_id, pg_rank),
             "seq": seq,
             "enq": last_enqueued,
@@ -289,7 +295,7 @@ class TorchText:
         return self._terminate(
             reason,
             self.pg_prefix(pg, pg_local_id, pg_rank),
-            f"[Rank {pg_rank}]",
+            self.work_tag(pg, pg_rank),
             "error",
             "c10_cuda_check_implementation",
         )

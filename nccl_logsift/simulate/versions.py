@@ -586,6 +586,9 @@ class TorchProfile:
     # "what": terminate + what(); "nccl_watchdog" (2.2) / "pg_watchdog" (2.3+) exception line first
     watchdog_exit: str = "what"
     lines: dict[str, int] = field(default_factory=dict)  # ProcessGroupNCCL.cpp line numbers by message
+    # WorkNCCL's own prefix (the timeout, the take-down lines): "rank" "[Rank N]", or "pg_guid"
+    # "[PG GUID g(desc) Rank N]" from 2.13 (pytorch PR #191440, issue #191305).
+    work_prefix: str = "rank"
 
 
 def _tp(**kw) -> TorchProfile:
@@ -773,9 +776,12 @@ _T27 = replace(
     },
 )
 _T28 = replace(_T27, series="2.8", version="2.8.0", python="3.12")
+# 2.13: 2.8's watchdog report, WorkNCCL lines prefixed with their own group's GUID and rank (PR #191440).
+# The ProcessGroupNCCL.cpp line numbers are 2.8's: the messages, not their lines, are what a parser reads.
+_T213 = replace(_T28, series="2.13", version="2.13.0", work_prefix="pg_guid")
 
 TORCH_PROFILES: dict[str, TorchProfile] = {
-    p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28)
+    p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28, _T213)
 }
 
 # A PyTorch release a job with this NCCL plausibly ran (the wheel's bundled NCCL or a newer system NCCL).
@@ -788,8 +794,8 @@ DEFAULT_TORCH_FOR_NCCL = {
     "2.27": "2.8",
     "2.28": "2.8",
     "2.29": "2.8",
-    "2.30": "2.8",
-}  # PyTorch 2.9+ is not simulated: 2.8's formats
+    "2.30": "2.13",
+}  # PyTorch 2.9-2.12 are not simulated: 2.8's formats
 
 
 def torch_profile(text: str) -> TorchProfile:

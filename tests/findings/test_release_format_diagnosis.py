@@ -95,3 +95,55 @@ def test_a_healthy_interleaved_job_of_2_30_without_teardown_lines_has_nothing_se
     end right after the shifted position are the normal end of the run, not a hang."""
     job, _ = simulate(tmp_path, "healthy", ranks=8, layout="interleaved", nccl_version="2.30", seed=seed)
     assert serious(run_rules(job)) == []
+
+
+# ------------------------------------------------------------------------------------------ PyTorch 2.13
+def findings_of(tmp_path, scenario: str, ranks: int, layout: str, torch: str) -> list[tuple]:
+    from nccl_logsift.pipeline import analyze
+    from nccl_logsift.simulate import Options, write
+
+    out = tmp_path / f"{scenario}-{torch}"
+    options = Options(
+        scenario=scenario, ranks=ranks, layout=layout, nccl_version="2.27", torch_version=torch, seed=7
+    )
+    write(options, str(out), str(tmp_path / f"{scenario}-{torch}.json"))
+    report = analyze([str(out)])
+    return [(f.code, f.severity, f.primary, f.ranks, f.title) for f in report.findings]
+
+
+@pytest.mark.parametrize(
+    "scenario, ranks, layout",
+    [
+        ("rank-stall", 32, "torchrun"),  # tensor, pipeline and data parallel groups
+        ("pp-deadlock", 16, "srun"),
+        ("collective-mismatch", 8, "torchrun"),
+        ("ib-error", 8, "srun"),
+    ],
+)
+def test_watchdog_lines_of_pytorch_2_13_give_the_verdict_of_the_2_8_form(tmp_path, scenario, ranks, layout):
+    """PyTorch 2.13 prefixes WorkNCCL's timeout and take-down lines with "[PG GUID g(desc) Rank N]" instead of
+    "[Rank N]" (PR #191440): the same job logged by 2.8 and by 2.13 gets the same findings, its timeouts
+    grouped under the same process groups."""
+    old = findings_of(tmp_path, scenario, ranks, layout, "2.8")
+    new = findings_of(tmp_path, scenario, ranks, layout, "2.13")
+    assert new == old
+    assert any(code == "LS103" for code, *_ in new)
+
+
+def test_a_2_13_timeout_line_is_read_with_its_guid_and_grouped_by_the_pg_id_of_the_next_line(tmp_path):
+    from nccl_logsift.findings.progress import WatchdogTimeout
+
+    lines = []
+    for rank, pg_rank in ((4, 0), (5, 1)):
+        stamp = f"[rank{rank}]:[E0812 04:51:07.31055291{rank} ProcessGroupNCCL.cpp"
+        group = f"PG GUID 9(TENSOR_MODEL_PARALLEL_GROUP) Rank {pg_rank}"
+        lines += [
+            f"{stamp}:684] [{group}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, "
+            "OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for 600071 "
+            "milliseconds before timing out.",
+            f"{stamp}:1771] [PG ID 3 {group}]  failure detected by watchdog at work sequence id: 12 "
+            "PG status: last enqueued work: 12, last completed work: 11",
+        ]
+    (finding,) = WatchdogTimeout().check(job_of(tmp_path, lines))
+    assert finding.ranks == (4, 5)
+    assert finding.title.startswith("2 rank(s) of process group 3 (TENSOR_MODEL_PARALLEL_GROUP) hit")

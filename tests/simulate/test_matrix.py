@@ -25,7 +25,7 @@ TORCH = {
     "2.27": ("2.8", "2.5"),
     "2.28": ("2.8", "2.7"),
     "2.29": ("2.7", "2.8"),
-    "2.30": ("2.8", "2.6"),
+    "2.30": ("2.13", "2.6"),
 }
 
 # NCCL shapes the simulator writes that no grammar family parses yet: none today. Add
