@@ -201,6 +201,11 @@ CASCADES = [
     ("segfault", "torchrun", "2.30"),
     ("node-death", "srun", "2.30"),
     ("import-error", "srun", "2.30"),
+    # Rank 0 never started: the others time out connecting to the c10d store it would have hosted. (Only
+    # launchers that label the waiting processes' lines with ranks: the timeouts come before any rank prefix.)
+    ("store-host-absent", "srun", "2.21"),
+    ("store-host-absent", "mpirun", "2.27"),
+    ("store-host-absent", "srun", "2.30"),
 ]
 LEAD_SAYS = {
     "import-error": "ModuleNotFoundError",
@@ -208,6 +213,7 @@ LEAD_SAYS = {
     "cuda-oom": "out of memory",
     "segfault": "SIGSEGV",
     "ib-error": "status 12",
+    "store-host-absent": "never arrived",
 }
 
 

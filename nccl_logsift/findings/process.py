@@ -52,6 +52,12 @@ TEARDOWN_TORCH_EVENTS = (
 )
 # Exceptions whose cause another rule reports (NCCL errors: LS901/LS302, CUDA and OOM: LS401).
 NCCL_OR_CUDA = r"(?i)DistBackendError|NCCL|OutOfMemory|CUDA|cuda|ProcessGroup"
+# Exceptions of a process that gave up waiting for its peers at the rendezvous (c10d store, torchrun): what
+# it waited for is the cause (LS201, LS202), not its exit.
+GAVE_UP_WAITING = (
+    r"DistNetworkError|DistStoreError|RendezvousTimeoutError|client socket has timed out|"
+    r"Timed out after \d+ seconds waiting for clients"
+)
 
 
 # --------------------------------------------------------------------------------------------- shared helpers
@@ -216,9 +222,12 @@ class ProcessExit(Rule):
         that exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's
         root cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later
         unexplained failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so
-        that they are never taken for the cause. With no launcher report at all, a Python traceback that
-        starts at the script's top level (``in <module>``) counts as the process ending with that exception;
-        with one, such a traceback names why the launcher's exit code came (an ImportError at startup), and
+        that they are never taken for the cause. An exit after giving up at the rendezvous (DistNetworkError,
+        DistStoreError, RendezvousTimeoutError, a store client's connect timeout) is an error: the process
+        waited for a peer, and what it waited for is the cause. With no launcher report at all, a Python
+        traceback that starts at the script's top level (``in <module>``) counts as the process ending with
+        that exception; with one, such a traceback names why the launcher's exit code came (an ImportError
+        at startup), and
         the ranks that failed of the same exception as the first are all causes. RAS lines (``RAS declaring
         peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``, NCCL_DEBUG_SUBSYS with RAS) name
         the dead processes by address: mapped to their host through the bootstrap and socket addresses, they
@@ -473,7 +482,7 @@ class ProcessExit(Rule):
     ) -> None:
         came_first = (d.root_cause if by_root else d.first == first) or same_as_first
         if d.category == "uncaught":
-            related = re.search(NCCL_OR_CUDA, d.reason or "")
+            related = re.search(NCCL_OR_CUDA, d.reason or "") or re.search(GAVE_UP_WAITING, d.reason or "")
             d.severity = Severity.ERROR if related or not came_first else Severity.CRITICAL
         elif d.reason == "Out Of Memory" or (d.signal == "SIGKILL" and not oom_rows.is_empty()):
             d.category, d.severity = "oom", Severity.CRITICAL
@@ -497,6 +506,8 @@ class ProcessExit(Rule):
             if exc is not None:
                 d.category, d.severity = "after-exception", Severity.ERROR
                 d.because = exc[1]
+            elif d.because and re.search(GAVE_UP_WAITING, d.because):
+                d.category, d.severity = "gave-up", Severity.ERROR
             elif came_first:
                 d.category, d.severity = "exit-first", Severity.CRITICAL
             else:
@@ -596,6 +607,13 @@ class ProcessExit(Rule):
             return (
                 f"{who} {how} after {lead.because}",
                 "The exception is the cause: see the NCCL or CUDA error finding for this rank.",
+            )
+        if category == "gave-up":
+            return (
+                f"{who} {how} after giving up waiting for their peers at the rendezvous: uncaught "
+                f"{lead.because} (a consequence)",
+                "These processes waited for a peer or the c10d store that never came: see the finding that "
+                "names who never arrived.",
             )
         if category == "uncaught":
             return (

@@ -364,6 +364,28 @@ class TorchText:
             exception,
         ]
 
+    def store_connect_timeout(self, when: datetime, host: str, port: int, waited: str) -> list[str]:
+        """A rank's TCPStore client that never reached the store on MASTER_ADDR:MASTER_PORT: socket.cpp logs
+        the timeout (``C10D_ERROR``, before the process group exists, so without ``[rankN]:``), then
+        ``init_process_group`` raises it (SocketConnectOp::throwTimeoutError)."""
+        text = f"The client socket has timed out after {waited} while trying to connect to ({host}, {port})."
+        site, rng = self.site, self.rng
+        ns = when.microsecond * 1000 + rng.randrange(1000)
+        stamp = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{ns:09d}"
+        head = f"[E{stamp} socket.cpp:1011] " if self.p.glog_time else "[E socket.cpp:1011] "
+        return [
+            f"{head}[c10d] {text}",
+            "Traceback (most recent call last):",
+            f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>',
+            "    main()",
+            f'  File "/workspace/train.py", line {rng.randrange(60, 120)}, in main',
+            '    dist.init_process_group(backend="nccl")',
+            f'  File "{site}/torch/distributed/rendezvous.py", line {rng.randrange(180, 280)}, in '
+            "_create_c10d_store",
+            "    return TCPStore(",
+            f"torch.distributed.DistNetworkError: {text}",
+        ]
+
     def init_exception(self, code: int, last_error: str, where: str) -> list[str]:
         """The traceback a rank prints when a NCCL call made from Python fails (DistBackendError)."""
         site = self.site
