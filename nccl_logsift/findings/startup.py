@@ -467,6 +467,7 @@ class Absence:
     rows: pl.DataFrame  # the peers' error lines
     event: str  # the event of those lines
     hosts: tuple[str, ...] = ()  # hosts proved absent with the ranks (nothing in the logs comes from them)
+    title: str = ""  # when the absent are nodes, not ranks: the whole title
 
 
 @per_job
@@ -503,7 +504,38 @@ def absent_at_init(job: Job) -> Absence | None:
         timed_out = torch.filter(pl.col("event") == "store_connect_timeout")
         if timed_out.height:
             return _store_never_listened(job, timed_out)
+    gave_up = apps.filter(pl.col("event") == "rendezvous_timeout")
+    if gave_up.height:
+        return _rendezvous_short_of_nodes(job, gave_up)
     return None
+
+
+def _rendezvous_short_of_nodes(job: Job, rows: pl.DataFrame) -> Absence:
+    """torchrun's dynamic rendezvous raises RendezvousTimeoutError when fewer than ``min_nodes`` node agents
+    joined before its join timeout: the nodes that never arrived are the cause, the agents that logged
+    ``attempts to join`` only waited. Which hosts are missing no line says; how many, the launch configs do
+    when they were logged (``min_nodes : N``)."""
+    torch = job.table("torch")
+    came: list[str] = []
+    run = min_nodes = None
+    if not torch.is_empty() and "rdzv_host" in torch.columns:
+        joins = torch.filter(pl.col("event") == "rdzv_join_attempt")
+        came = sorted(set(joins["rdzv_host"].drop_nulls().to_list()))
+        runs = joins["rdzv_run"].drop_nulls()
+        run = runs[-1] if runs.len() else None
+        config = torch.filter((pl.col("event") == "elastic_config") & (pl.col("config_key") == "min_nodes"))
+        values = [int(v) for v in config["config_value"].drop_nulls().to_list() if v.isdigit()]
+        min_nodes = max(values) if values else None
+    missing = min_nodes - len(came) if min_nodes is not None and min_nodes > len(came) else None
+    who = plural(missing, "node") if missing else "A node"
+    of = f" of the {min_nodes} it needs" if min_nodes else ""
+    came_text = f"{plural(len(came), 'node')} ({', '.join(came[:4])}{' …' if len(came) > 4 else ''}){of}"
+    title = (
+        f"{who} never joined torchrun's rendezvous{f' {run!r}' if run else ''}: "
+        + (f"only {came_text} arrived" if came else "the node agents")
+        + " and timed out waiting (RendezvousTimeoutError)"
+    )
+    return Absence((), (), "", rows, "rendezvous_timeout", title=title)
 
 
 def _store_never_listened(job: Job, rows: pl.DataFrame) -> Absence | None:
@@ -596,7 +628,9 @@ class InitIncomplete(Rule):
         E-J; clients that time out connecting to the c10d store (``[c10d] The client socket has timed out
         after T while trying to connect to (host, port).``) while rank 0, which hosts it, logged nothing make
         rank 0 the culprit, with the store's host when no line of the logs (nor a launcher's exit report)
-        comes from it. The peers' errors are then consequences.
+        comes from it; torchrun agents that raise RendezvousTimeoutError after ``The node '<host>_<pid>_0'
+        attempts to join the next round of the rendezvous`` make the nodes that never joined the culprits,
+        counted from the launch configs' ``min_nodes`` when logged. The peers' errors are then consequences.
         Before 2.18.3 there is no START line: a process that printed
         ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
 
@@ -634,7 +668,9 @@ class InitIncomplete(Rule):
             else plural(found.rows.height, "process")
         )
         where = f" on {', '.join(found.hosts)}" if found.hosts else ""
-        title = f"{rank_word(found.absent)}{where} never arrived at the rendezvous: {waiting} {found.what}"
+        title = found.title or (
+            f"{rank_word(found.absent)}{where} never arrived at the rendezvous: {waiting} {found.what}"
+        )
         yield self.finding(
             job,
             title,
@@ -646,6 +682,13 @@ class InitIncomplete(Rule):
 
     @staticmethod
     def _advice_absent(found: Absence) -> str:
+        if found.event == "rendezvous_timeout":
+            return (
+                "Find the node(s) whose torchrun never reached the rendezvous endpoint: compare the nodes "
+                "the scheduler allocated with those that attempted to join; check that torchrun started on "
+                "each (launcher output, node health) with the same --rdzv-endpoint, --rdzv-id and --nnodes, "
+                "and that the endpoint's port is reachable from it."
+            )
         if found.event == "store_connect_timeout":
             return (
                 "Rank 0 hosts the c10d store the others connect to (MASTER_ADDR:MASTER_PORT): find out why "

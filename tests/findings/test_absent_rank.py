@@ -154,3 +154,58 @@ def test_simulated_store_host_absent_names_rank_0(tmp_path, layout, nccl):
     report = to_dict(analyze([str(out)]))
     assert [(f["code"], f["ranks"]) for f in report["findings"] if f["primary"]] == [("LS201", [0])]
     assert not [f for f in report["findings"] if f["severity"] == "critical" and not f["primary"]]
+
+
+# torchrun's dynamic rendezvous (dynamic_rendezvous.py): the node agent that came logs its join attempt, then
+# raises RendezvousTimeoutError (no message) when fewer than min_nodes joined; the launch configs record lists
+# min_nodes (launcher/api.py), one enveloped line each from PyTorch 2.4.
+AGENT = "I1112 09:00:03.{us:06d} 18211 site-packages/torch/distributed/{where}] "
+LAUNCH = [
+    AGENT.format(us=401000, where="launcher/api.py:188") + text
+    for text in (
+        "Starting elastic_operator with launch configs:",
+        "  entrypoint       : train.py",
+        "  min_nodes        : 3",
+        "  max_nodes        : 3",
+    )
+]
+RDZV_TIMEOUT = [
+    "Traceback (most recent call last):",
+    '  File "/usr/local/bin/torchrun", line 8, in <module>',
+    "    sys.exit(main())",
+    '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/elastic/rendezvous/'
+    'dynamic_rendezvous.py", line 688, in run',
+    "    raise RendezvousTimeoutError",
+    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+]
+
+
+def join_attempt(host: str, pid: int) -> str:
+    where = "elastic/rendezvous/dynamic_rendezvous.py:1161"
+    return AGENT.format(us=412000, where=where) + (
+        f"The node '{host}_{pid}_0' attempts to join the next round of the rendezvous 'job-4471'."
+    )
+
+
+def test_nodes_that_never_joined_torchruns_rendezvous_are_the_cause_not_the_agents_that_timed_out(tmp_path):
+    node_logs = []
+    for host, pid in (("gpu-b07", 18211), ("gpu-b08", 18090)):
+        path = tmp_path / f"{host}.log"
+        path.write_text("\n".join([*LAUNCH, join_attempt(host, pid), *RDZV_TIMEOUT]) + "\n")
+        node_logs.append(str(path))
+    report = to_dict(analyze(node_logs))
+    (lead,) = [f for f in report["findings"] if f["primary"]]
+    assert lead["code"] == "LS201" and lead["severity"] == "critical"
+    assert lead["title"].startswith("1 node never joined torchrun's rendezvous 'job-4471': only 2 nodes")
+    assert "(gpu-b07, gpu-b08) of the 3 it needs arrived" in lead["title"]
+    assert not [f for f in report["findings"] if f["severity"] == "critical" and not f["primary"]]
+
+
+def test_a_rendezvous_timeout_without_launch_configs_still_blames_a_missing_node(tmp_path):
+    log = tmp_path / "agent.log"
+    log.write_text("\n".join([join_attempt("gpu-b07", 18211), *RDZV_TIMEOUT]) + "\n")
+    (found,) = run(InitIncomplete, load_job([str(log)]))
+    assert found.title.startswith(
+        "A node never joined torchrun's rendezvous 'job-4471': only 1 node (gpu-b07)"
+    )
+    assert found.ranks == ()
