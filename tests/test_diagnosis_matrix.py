@@ -36,8 +36,6 @@ KNOWN_GAPS = {
         "torchrun",
         "2.14",
     ): "grouped send/recv in 2.14 shift positions: the culprit pair is not isolated",
-    ("import-error", "interleaved", "2.27"): "an unlabelled stream: the ImportError's traceback names no "
-    "rank",
 }
 
 

@@ -218,22 +218,23 @@ class ProcessExit(Rule):
         signal S", mpirun "exited on signal", ProcessExitedException) are merged per process (global rank,
         else pid, else local rank) with assemble_exits. Negative torchrun exit codes are signals. An abort is
         a teardown when the same rank logged a watchdog timeout, "taking the entire process down", an NCCL
-        communicator abort or a DistBackendError before; an exit code after an NCCL or CUDA exception is
-        that exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's
-        root cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later
-        unexplained failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so
-        that they are never taken for the cause. An exit after giving up at the rendezvous (DistNetworkError,
+        communicator abort or a DistBackendError before; an exit code after an NCCL or CUDA exception is that
+        exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's root
+        cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later unexplained
+        failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so that they are
+        never taken for the cause. An exit after giving up at the rendezvous (DistNetworkError,
         DistStoreError, RendezvousTimeoutError, a store client's connect timeout) is an error: the process
         waited for a peer, and what it waited for is the cause. With no launcher report at all, a Python
         traceback that starts at the script's top level (``in <module>``) counts as the process ending with
-        that exception; with one, such a traceback names why the launcher's exit code came (an ImportError
-        at startup), and
-        the ranks that failed of the same exception as the first are all causes. RAS lines (``RAS declaring
-        peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``, NCCL_DEBUG_SUBSYS with RAS) name
-        the dead processes by address: mapped to their host through the bootstrap and socket addresses, they
-        are every process of that host when RAS declared as many dead (else those of it that logged nothing
-        in RAS), are critical, and the ranks that reported them are never named as culprits. A process that
-        logged its communicators' Destroy ended normally and is not taken as dead.
+        that exception (in an unlabelled stream, k such processes are the k world ranks that never logged an
+        NCCL Init line, when the counts agree); with one, such a traceback names why the launcher's exit code
+        came (an ImportError at startup), and the ranks that failed of the same exception as the first are all
+        causes. RAS lines (``RAS declaring peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``,
+        NCCL_DEBUG_SUBSYS with RAS) name the dead processes by address: mapped to their host through the
+        bootstrap and socket addresses, they are every process of that host when RAS declared as many dead
+        (else those of it that logged nothing in RAS), are critical, and the ranks that reported them are
+        never named as culprits. A process that logged its communicators' Destroy ended normally and is not
+        taken as dead.
 
     Example:
         ``exitcode  : -11 (pid: 2346374)`` / ``traceback : Signal 11 (SIGSEGV) received by PID 2346374`` in
@@ -467,6 +468,7 @@ class ProcessExit(Rule):
             found = list(deaths.values())
             for d in found:
                 d.category = "uncaught"
+            _rank_by_absence(job, found)
         return found
 
     # -------------------------------------------------------------------------------------- classification
@@ -724,6 +726,38 @@ def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:
         if d.local_rank is not None:
             out.setdefault(int(d.local_rank), []).append(d)
     return out
+
+
+def unranked_exits(job: Job) -> int:
+    """Processes that ended with an uncaught top-level Python exception no line ties to a rank (an unlabelled
+    stream, no launcher report): counted against the world ranks missing from NCCL init."""
+    if _launcher_reports(job):
+        return 0
+    return sum(1 for r in _uncaught(job) if r["job_rank"] is None)
+
+
+def _launcher_reports(job: Job) -> bool:
+    exits = job.table("exits")
+    return not exits.is_empty() and "event" in exits.columns
+
+
+def _rank_by_absence(job: Job, deaths: list[Death]) -> None:
+    """Give the deaths without a rank the world ranks that never logged an Init line, when they are exactly as
+    many (k processes died at the top level before NCCL init, k ranks of the world never joined it): the set
+    of ranks is certain; with several, the pairing follows the order of the tracebacks."""
+    from nccl_logsift.findings.startup import stalled_inits  # startup builds on this module's helpers
+
+    unranked = [d for d in deaths if d.rank is None]
+    if not unranked:
+        return
+    world = next((s for s in stalled_inits(job) if s.world), None)
+    if world is None:
+        return
+    named = {d.rank for d in deaths if d.rank is not None}
+    missing = [r for r in world.missing if r not in named]
+    if len(missing) == len(unranked):
+        for d, rank in zip(sorted(unranked, key=lambda d: d.first), missing):
+            d.rank = rank
 
 
 def _uncaught(job: Job) -> list[dict]:

@@ -29,6 +29,7 @@ import polars as pl
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
+from nccl_logsift.findings.process import unranked_exits
 from nccl_logsift.findings.transport import address_hosts, logged_hosts, n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
@@ -345,7 +346,8 @@ def _explain_missing(job: Job, state: InitState, failures: pl.DataFrame, ranks: 
     failed_procs = failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti")
     known = failed_procs.join(ranks, on=PROC, how="left")
     named = {int(r) for r in known["rank"].drop_nulls()} & set(state.missing)
-    unnamed = known.filter(pl.col("rank").is_null()).height
+    # Processes that died of a top-level Python exception before NCCL init, in a stream without rank labels.
+    unnamed = known.filter(pl.col("rank").is_null()).height + unranked_exits(job)
     rest = [r for r in state.missing if r not in named]
     if unnamed >= len(rest):
         named |= set(rest)
