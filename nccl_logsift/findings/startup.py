@@ -29,7 +29,7 @@ import polars as pl
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
-from nccl_logsift.findings.process import unranked_exits
+from nccl_logsift.findings.process import launcher_hosts, unranked_exits
 from nccl_logsift.findings.transport import address_hosts, logged_hosts, n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
@@ -564,12 +564,7 @@ def _host_logged(job: Job, host: str) -> bool:
     """Some process of the logs ran on ``host``: a name NCCL or a launcher's exit report printed, or an
     address a logged process printed."""
     name = nccl_host(host)
-    if name in logged_hosts(job) or address_hosts(job).get(host):
-        return True
-    exits = job.table("exits")
-    if exits.is_empty() or "exit_host" not in exits.columns:
-        return False
-    return name in {nccl_host(h) for h in exits["exit_host"].drop_nulls().to_list()}
+    return name in logged_hosts(job) or name in launcher_hosts(job) or bool(address_hosts(job).get(host))
 
 
 def _at_rendezvous(job: Job) -> set[int]:
