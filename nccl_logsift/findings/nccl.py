@@ -24,6 +24,7 @@ from nccl_logsift.findings.process import locations, names, nccl_tests_failures,
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host
 
 # ncclResult_t, grammar §7.
 RESULT = {
@@ -124,7 +125,7 @@ def _messages(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     )
     out = rows.join(lines, on=["source_id", "line_no", "part"], how="left", maintain_order="left")
     message = pl.coalesce(
-        pl.col("text").str.replace(r"^.*?NCCL (?:WARN|INFO|TRACE) ", ""), pl.col("error_text")
+        pl.col("text").str.replace(r"^.*?NCCL (?:WARN|ATTN|INFO|TRACE) ", ""), pl.col("error_text")
     )
     return out.with_columns(message=message.str.strip_chars()).with_columns(
         sig=pl.col("message").str.replace_all(r"0x[0-9a-fA-F]+", "0x").str.replace_all(r"\d+", "N")
@@ -571,7 +572,7 @@ class NcclTestsFailure(Rule):
         for _, group in rows.group_by("what", "error", maintain_order=True):
             first = group.row(0, named=True)
             ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
-            hosts = sorted({h.split(".")[0] for h in group["test_host"].drop_nulls()})
+            hosts = sorted({nccl_host(h) for h in group["test_host"].drop_nulls()})
             on = f" ({', '.join(hosts)})" if hosts and not job.hosts_of(ranks) else ""
             who = f"host(s) {', '.join(hosts)}" if hosts else "a rank (not identified)"
             if ranks:
