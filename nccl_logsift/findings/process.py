@@ -61,17 +61,65 @@ GAVE_UP_WAITING = (
 
 
 # --------------------------------------------------------------------------------------------- shared helpers
+# Launcher labels that number processes, not ranks: an srun task (``srun -l``) or an MPI rank is a global
+# rank only while each process holds one GPU. PyTorch's own ``[rankN]:`` is the rank.
+PROCESS_LABELS = ("task", "mpi_rank")
+
+
+@per_job
+def label_maps(job: Job) -> dict[str, dict[int, int] | None]:
+    """Per launcher label of PROCESS_LABELS, how a label names a rank: None when its value is the rank, else
+    label → the (first) global rank of the process that carries it.
+
+    The NCCL lines of a labelled process say which process a label is (host and pid) and so which ranks it
+    holds. Where every label so proven equals its process's rank (one GPU a process, the usual case), or
+    nothing proves anything (no NCCL Init line), the value is taken as the rank. Where one is not (a task
+    that drives several GPUs: task 1 holds ranks 2 and 3), the proven labels map to their process's rank and
+    the others to none, never to the rank that happens to share their number on another host.
+    """
+    maps: dict[str, dict[int, int] | None] = dict.fromkeys(PROCESS_LABELS)
+    lines, procs = job.lines, job.processes
+    if lines.is_empty() or procs.is_empty() or not {"host", "pid"} <= set(lines.columns):
+        return maps
+    first = procs.group_by("host", "pid").agg(
+        rank=pl.col("global_rank").min().cast(pl.Int64), ranks=pl.col("global_rank").n_unique()
+    )
+    for column in PROCESS_LABELS:
+        if column not in lines.columns:
+            continue
+        proven = (
+            lines.select("host", "pid", label=pl.col(column).cast(pl.Int64))
+            .drop_nulls()
+            .unique()
+            .join(first, on=["host", "pid"], how="inner")
+        )
+        if proven.is_empty():
+            continue
+        if proven.filter((pl.col("label") != pl.col("rank")) | (pl.col("ranks") > 1)).is_empty():
+            continue  # every proven label is its process's one rank
+        named = proven.group_by("label").agg(pl.col("rank").min(), processes=pl.len())
+        maps[column] = dict(named.filter(pl.col("processes") == 1).select("label", "rank").iter_rows())
+    return maps
+
+
+def label_rank(job: Job, column: str) -> pl.Expr:
+    """The global rank a launcher label names (see :func:`label_maps`)."""
+    value = pl.col(column).cast(pl.Int64)
+    mapping = label_maps(job).get(column)
+    return value if mapping is None else value.replace_strict(mapping, default=None, return_dtype=pl.Int64)
+
+
 def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     """Add ``job_rank``: the global rank of each row's process.
 
     In order: the process's world rank (rows with a host:pid envelope), the PyTorch ``[rankN]:`` label, the
-    MPI rank tag, the Slurm task id (``srun -l``), and on a single-host job the torchrun local rank (the
-    process whose CUDA device is that local rank).
+    MPI rank tag and the Slurm task id (``srun -l``) as :func:`label_rank` reads them, and on a single-host
+    job the torchrun local rank (the process whose CUDA device is that local rank).
     """
     if frame.is_empty():
         return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
     labels = [
-        pl.col(c).cast(pl.Int64)
+        label_rank(job, c) if c in PROCESS_LABELS else pl.col(c).cast(pl.Int64)
         for c in ("global_rank", "torch_rank", "mpi_rank", "task")
         if c in frame.columns
     ]
@@ -398,9 +446,12 @@ class ProcessExit(Rule):
             d.first = min(d.first, order_key(sid, line))
             d.rows.append((sid, line, part or 0))
 
+        # srun's exit reports name tasks ("nodeB: task 1"): a task is a rank only as label_maps proves it.
+        tasks = label_maps(job)["task"]
         for r in rows.iter_rows(named=True) if not rows.is_empty() else ():
+            task_named = tasks is not None and r["origin"] == "slurm" and r["rank"] is not None
             add(
-                r["rank"],
+                tasks.get(r["rank"]) if task_named else r["rank"],
                 r["host"],
                 r["pid"],
                 r["local_rank"],

@@ -29,7 +29,12 @@ import polars as pl
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
-from nccl_logsift.findings.process import launcher_hosts, unranked_exits
+from nccl_logsift.findings.process import (
+    PROCESS_LABELS,
+    label_rank,
+    launcher_hosts,
+    unranked_exits,
+)
 from nccl_logsift.findings.transport import address_hosts, logged_hosts, n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
@@ -156,11 +161,11 @@ def known_ranks(job: Job) -> pl.DataFrame:
         )
     lines = job.lines
     if not lines.is_empty() and set(PROC) <= set(lines.columns):
-        labels = [c for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
+        labels = [_label(job, c) for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
         if labels:
             # Columns first, then rows: filtering the whole table would copy every column of every line.
             labelled = (
-                lines.select(*PROC, pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in labels]).alias("rank"))
+                lines.select(*PROC, pl.coalesce(*labels).alias("rank"))
                 .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
                 .drop_nulls("rank")
             )
@@ -246,8 +251,13 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
         out = out.with_columns(_known=pl.lit(None, pl.Int64))
     # The row's own global rank first: a process that drives several GPUs is known by its first rank only.
     own = [pl.col("global_rank").cast(pl.Int64)] if "global_rank" in frame.columns else []
-    labels = [pl.col(c).cast(pl.Int64) for c in ("torch_rank", "mpi_rank", "task") if c in frame.columns]
+    labels = [_label(job, c) for c in ("torch_rank", "mpi_rank", "task") if c in frame.columns]
     return out.with_columns(job_rank=pl.coalesce(*own, pl.col("_known"), *labels)).drop("_known")
+
+
+def _label(job: Job, column: str) -> pl.Expr:
+    """The rank a launcher label on a row names: srun tasks and MPI ranks as label_rank proves them."""
+    return label_rank(job, column) if column in PROCESS_LABELS else pl.col(column).cast(pl.Int64)
 
 
 @per_job
@@ -586,7 +596,7 @@ def _seen_ranks(job: Job) -> set[int]:
     seen = _at_rendezvous(job) | set(known_ranks(job)["rank"].to_list())
     seen |= set(job.torch_ranks["rank"].to_list())
     lines = job.lines
-    labels = [pl.col(c).cast(pl.Int64) for c in ("task", "mpi_rank") if c in lines.columns]
+    labels = [label_rank(job, c) for c in ("task", "mpi_rank") if c in lines.columns]
     if labels:
         seen |= {int(r) for r in lines.select(pl.coalesce(*labels)).to_series().drop_nulls().unique()}
     return seen
