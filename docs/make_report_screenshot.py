@@ -39,11 +39,12 @@ def main() -> None:
                 "-m",
                 "nccl_logsift",
                 "report",
-                str(ROOT / "fixtures" / "rank_stall_8ranks.log"),
+                "fixtures/rank_stall_8ranks.log",  # as the README's command names it, wherever the clone is
                 "-o",
                 str(page),
             ],
             check=True,
+            cwd=ROOT,
         )
         subprocess.run(
             [

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nccl_logsift.errors import GrammarError, InputError, LogsiftError
-    from nccl_logsift.model import Evidence, Finding, Kind, RankState, Report, Severity
+    from nccl_logsift.model import Diagnosis, Evidence, Finding, Kind, RankState, Report, Severity
     from nccl_logsift.pipeline import ParseOptions, analyze
 
 __all__ = [
+    "Diagnosis",
     "Evidence",
     "Finding",
     "GrammarError",
@@ -40,6 +41,7 @@ _PUBLIC = {
     "analyze": "nccl_logsift.pipeline",
     "ParseOptions": "nccl_logsift.pipeline",
     "Report": "nccl_logsift.model",
+    "Diagnosis": "nccl_logsift.model",
     "Finding": "nccl_logsift.model",
     "Evidence": "nccl_logsift.model",
     "RankState": "nccl_logsift.model",

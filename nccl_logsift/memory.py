@@ -18,6 +18,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # mallopt parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -61,3 +65,24 @@ def _libc_function(name: str, argtypes: tuple):
     function.argtypes = list(argtypes)
     function.restype = ctypes.c_int
     return function
+
+
+def detached(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with each text column copied into a buffer of its own: for a frame kept across batches.
+
+    A polars text column is a list of views into byte buffers, and a filtered or sliced column shares the
+    buffers of the column it came from, whole. The ``text`` of a line is a view into the 4 MB chunk it was
+    read from (``io/lines.py``), and the host of a family's row into the host column of its whole batch:
+    one kept line of a batch held that batch's buffers until the end, so an analysis grew with its input
+    (a 10 GB log, ~1 GB of chunks retained for a few lines each). Copied, a kept row costs its own bytes.
+    """
+    import polars as pl
+    import pyarrow as pa
+
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    if not text or frame.is_empty():
+        return frame
+    # Through Arrow: a cast to large_string writes the values out contiguously; polars' own casts keep views.
+    return frame.with_columns(
+        pl.from_arrow(frame.get_column(name).to_arrow().cast(pa.large_string())).alias(name) for name in text
+    )

@@ -93,6 +93,28 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The verdict in its parts, as triage decided them (findings/triage.py): the one-paragraph ``verdict`` is
+    written from these, and a renderer that lays the verdict out (the HTML page) reads them. Not part of the
+    findings contract: there each finding's ``primary`` says the same."""
+
+    causes: tuple[Finding, ...] = ()  # the root-cause findings, the first leading; none: no root cause
+    consequences: tuple[Finding, ...] = ()  # the other findings at error or worse: what followed from it
+    next_step: str = ""  # the leading cause's advice
+    warnings: tuple[Finding, ...] = ()  # without a root cause: the job works, degraded
+    notes: tuple[Finding, ...] = ()  # without a root cause: worth knowing
+    caveat: str = ""  # what the verdict cannot speak for: input that was not read to its end
+
+    @property
+    def healthy(self) -> bool:
+        return not self.causes
+
+    @property
+    def cause(self) -> Finding | None:
+        return self.causes[0] if self.causes else None
+
+
+@dataclass(frozen=True, slots=True)
 class RankState:
     rank: int | None
     host: str | None
@@ -122,7 +144,7 @@ class ProblemKind(StrEnum):
     CORRUPT = "corrupt"  # a compressed stream breaks at ``offset``; what was decoded before it is read
     UNREADABLE = "unreadable"  # could not be opened (or read on from ``offset``): ``reason``
     BINARY = "binary"  # not a text log: nothing of it is read
-    NUL_PADDED = "nul_padded"  # ``bytes`` NUL bytes left out: the padding a crashed node leaves in a file
+    NUL_PADDED = "nul_padded"  # ``bytes`` NUL bytes left out: the padding or holes a crash leaves in a file
     INVALID_UTF8 = "invalid_utf8"  # ``lines`` lines held bytes that are not UTF-8 (read with U+FFFD)
 
 
@@ -157,7 +179,7 @@ class InputProblem:
             case ProblemKind.BINARY:
                 return f"looks like binary data, not a text log: not read{reason}"
             case ProblemKind.NUL_PADDED:
-                return f"{self.bytes:,} NUL bytes (padding a crash leaves) left out"
+                return f"{self.bytes:,} NUL bytes (the padding or holes a crash leaves) left out"
             case ProblemKind.INVALID_UTF8:
                 return f"{self.lines:,} line(s) held bytes that are not UTF-8, read as U+FFFD"
         return self.kind.value
@@ -188,6 +210,7 @@ class Report:
     views: ReportViews | None = None  # for the HTML report; not part of the JSON contract
     dumps: DumpAudit | None = None  # Flight Recorder dumps read, expected and missing
     next_run: tuple[NextRunAdvice, ...] = ()  # what to capture next time, from what this input lacks
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)  # the verdict in its parts (not in the JSON)
 
     @property
     def worst_severity(self) -> Severity | None:
@@ -225,8 +248,20 @@ class CellState(StrEnum):
     REACHED = "reached"  # this rank reached it, some peers did not
     PENDING = "pending"  # PyTorch: enqueued on this rank, not completed
     MISSING = "missing"  # this rank never reached it while a peer did
+    # ... and the verdict has a root cause elsewhere: this rank was held up by it (a milder state than the
+    # culprit's own missing calls, so the grid reads as the verdict does)
+    HELD = "held"
     MISMATCH = "mismatch"  # this rank called something else than the majority here
     UNKNOWN = "unknown"  # nothing in the logs says
+
+
+class RankRole(StrEnum):
+    """What the verdict makes of a rank: the grid shows the same split as the verdict's cause and
+    consequences (``Diagnosis``)."""
+
+    ROOT_CAUSE = "root-cause"  # a root-cause finding names it
+    CONSEQUENCE = "consequence"  # a consequence names it, or it stopped behind a root cause elsewhere
+    BYSTANDER = "bystander"  # neither
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +280,14 @@ class GridRow:
     host: str | None
     ranks: tuple[int, ...]  # global ranks this row stands for (one, or a node's ranks)
     last: int | None  # last position reached (1-based; None: none)
-    culprit: bool
+    role: RankRole  # of a node row: the most telling role of its ranks (root cause, then consequence)
     behind: bool  # some cell is not at the front (missing, pending, mismatch, unknown)
     cells: tuple[CellState, ...]
     notes: tuple[str, ...]  # one per cell: what a tooltip says
+
+    @property
+    def culprit(self) -> bool:
+        return self.role is RankRole.ROOT_CAUSE
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from nccl_logsift.parse.parallel import (
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.resolve.communicators import device_ranks, process_ranks
 from nccl_logsift.resolve.progress import CollectiveNumbering
-from nccl_logsift.tables import RankMaps, TableSink
+from nccl_logsift.tables import REPEATS_KEPT, RankMaps, TableSink
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,9 @@ class ParseSummary:
     values_out_of_range: int = 0
     glued_uncut: int = 0
     long_lines_cut: int = 0
+    # Parsed and counted, not kept: NCCL/PyTorch lines past the first tables.REPEATS_KEPT of the same content
+    # (an analysis only).
+    repeats_folded: int = 0
 
     def damage(self) -> list[str]:
         """What the parser kept but not whole, as short sentences (empty when nothing was)."""
@@ -417,10 +420,11 @@ class Analysis:
 
     def __init__(self, stream: TableStream, budget: int | None = None):
         from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
-        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, PlainLines
+        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, PlainLines, Repeats
 
         self.stream = stream
         self._plain = PlainLines()
+        self._repeats = Repeats(DIAGNOSIS_COLUMNS)
         # Columns the diagnosis never reads are dropped as each batch is written, not held to the end.
         self.sink = MemorySink(DIAGNOSIS_COLUMNS)
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
@@ -433,7 +437,7 @@ class Analysis:
         if self._folder is None:
             self._folder = ThreadPoolExecutor(1, thread_name_prefix="logsift-digest")
         self._folding = self._folder.submit(self.digest.add, batch.calls)
-        for name, frame in batch.tables.items():
+        for name, frame in self._repeats.fold(batch.tables).items():
             if name == "lines":
                 frame = self._plain.needed(frame)
             if name != "collectives":
@@ -459,6 +463,7 @@ class Analysis:
             self.sink.write("collectives", kept)
         summary = self.stream.finish(self.sink)
         summary.table_rows["collectives"] = self.digest.calls
+        summary.repeats_folded = self._repeats.folded
         tables = {**self.sink.tables, "coll_stats": self.digest.stats()}
         release_freed()  # what building them freed, before the rules
         _log_summary(summary, time.perf_counter() - self._started)
@@ -508,6 +513,12 @@ def _log_summary(summary: ParseSummary, seconds: float) -> None:
     )
     rows = ", ".join(f"{name} {count:,}" for name, count in sorted(summary.table_rows.items()) if count)
     log.info("table rows: %s", rows or "none")
+    if summary.repeats_folded:
+        log.info(
+            "repeats: %s NCCL/PyTorch line(s) parsed and counted, not kept (past the first %d of a content)",
+            f"{summary.repeats_folded:,}",
+            REPEATS_KEPT,
+        )
     for damage in summary.damage():
         log.info("kept but not whole: %s", damage)
     for skipped in summary.skipped:

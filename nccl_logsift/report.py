@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
 
 from nccl_logsift.findings.context import Job
+from nccl_logsift.findings.process import launcher_hosts
 from nccl_logsift.findings.progress import PLAUSIBLE_SEQ, work_states
 from nccl_logsift.findings.transport import logged_hosts
-from nccl_logsift.findings.triage import verdict
+from nccl_logsift.findings.triage import diagnose, verdict_text
 from nccl_logsift.flight.advisor import advise
 from nccl_logsift.flight.audit import audit as audit_dumps
 from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report, ReportViews
@@ -24,7 +27,8 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
     job_summary = summarize_job(job)
     ranks = rank_states(job)
     notes = tuple(f"{i.path}: {p.describe()}" for i in inputs for p in i.problems) + tuple(summary.damage())
-    text = verdict(findings, job_summary.ranks_seen, len(job_summary.hosts)) + _cut_short(inputs)
+    diagnosis = dataclasses.replace(diagnose(findings), caveat=_cut_short(inputs))
+    text = verdict_text(diagnosis, job_summary.ranks_seen, len(job_summary.hosts))
     dumps = audit_dumps(job)
     return Report(
         inputs=inputs,
@@ -36,6 +40,7 @@ def build_report(summary: ParseSummary, job: Job, findings: list[Finding], views
         views=_views(job, findings) if views else None,
         dumps=dumps,
         next_run=advise(job, dumps),
+        diagnosis=diagnosis,
     )
 
 
@@ -46,7 +51,7 @@ def _cut_short(inputs: tuple[InputInfo, ...]) -> str:
     if not cut:
         return ""
     shown = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
-    return f" Not all input could be read ({shown}): this covers what was read; the notes say what was lost."
+    return f"Not all input could be read ({shown}): this covers what was read; the notes say what was lost."
 
 
 def summarize_job(job: Job) -> JobSummary:
@@ -64,7 +69,7 @@ def summarize_job(job: Job) -> JobSummary:
             .to_series()
         )
         nccl_versions = tuple(sorted(set(labelled.drop_nulls().to_list())))
-    hosts = logged_hosts(job)
+    hosts = logged_hosts(job) | launcher_hosts(job)
     ranks = (
         set(job.processes["global_rank"].drop_nulls().to_list()) if not job.processes.is_empty() else set()
     )

@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import polars as pl
 
 from nccl_logsift.errors import OutputError
 from nccl_logsift.grammar.registry import GrammarSet
+from nccl_logsift.keymap import KeyMap, grown
+from nccl_logsift.memory import detached
 from nccl_logsift.parse import schema
 from nccl_logsift.parse.calls import ADDED
 from nccl_logsift.resolve.communicators import INSTANCE, INSTANCE_SCHEMA, PROCESS, PROCESS_SCHEMA
@@ -83,6 +86,7 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
         "producer",
         "pattern",
         "text",
+        "launcher_host",
     ),
     "app_errors": (
         *_KEYS,
@@ -292,7 +296,13 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
         "store_port",
         "detail",
         "pg_id",
+        "pg_guid",
         "pg_desc",
+        "rdzv_host",
+        "rdzv_run",
+        "rdzv_world",
+        "config_key",
+        "config_value",
         "last_enqueued",
         "last_completed",
         "timeout_ms",
@@ -322,10 +332,10 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
 # Of the lines no family claims and no envelope carries (plain ``text`` and ``blank``: most of a training
 # log), an analysis keeps only those a rule reads: the first frame of a traceback at the script's top level
 # (findings/process.py), and the first line of each combination of launcher labels (the ranks a log names:
-# Job.torch_ranks). The others are counted (parse summary) but not kept: 10M lines of training output
-# held 2 GB.
+# Job.torch_ranks; the hosts pdsh names: findings/process.py launcher_hosts). The others are counted (parse
+# summary) but not kept: 10M lines of training output held 2 GB.
 MODULE_FRAME = r"in <module>\s*$"
-LINE_LABELS = ("torch_rank", "mpi_rank", "task", "local_rank")
+LINE_LABELS = ("torch_rank", "mpi_rank", "task", "local_rank", "launcher_host")
 
 
 class PlainLines:
@@ -352,6 +362,96 @@ class PlainLines:
         seen = first.select(labels)
         self._seen = seen if self._seen is None else pl.concat([self._seen, seen])
         return pl.concat([kept, first]).sort("source_id", "line_no", "part")
+
+
+# Of the NCCL and PyTorch lines other than COLL calls, an analysis keeps the first REPEATS_KEPT of each
+# distinct content and counts the rest (Repeats): a line said again and again (a proxy or NET line by the
+# million, a warning in a loop) held ~1.4 KB a row at the peak, without bound. Content is what a row says
+# to the rules, not where or when it was written (POSITION), nor a counter that every such line advances
+# (COUNTERS).
+REPEATS_KEPT = 64
+POSITION = ("line_no", "part", "byte_offset", "ts", "collector_ts", "tms")
+COUNTERS: dict[str, tuple[str, ...]] = {"tuning": ("opcount",)}
+LINE_KEY = ("source_id", "line_no", "part")
+# Never folded: COLL calls (the digest reduces them), and the Init rows of the comms table, each of which
+# opens a communicator instance that the numbering of calls refers to (resolve/communicators.py).
+UNFOLDED = frozenset({"calls", "collectives", "lines"})
+# Dates and times inside a line's text, which repeats of a line do not share: an enveloped line that no
+# family parsed is folded on its text without them.
+TIME_IN_TEXT = r"\d{4}-\d\d-\d\d[T ]?|\d\d?:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+
+
+class Repeats:
+    """Folds repeated NCCL/PyTorch lines of each batch before an analysis keeps them: per table, the first
+    ``kept`` rows of each distinct content stay, the later ones are dropped with their ``lines`` rows and
+    counted in :attr:`folded`. ``columns`` (table → names) are the columns a content is made of, less
+    POSITION and COUNTERS (an analysis passes :data:`DIAGNOSIS_COLUMNS`: rows that differ only in what no
+    rule reads are the same to the diagnosis).
+
+    The rows seen are counted per content hash in a :class:`~nccl_logsift.keymap.KeyMap` per table (about
+    40 bytes a distinct content), so memory grows with what a log says, not with how often it says it."""
+
+    def __init__(self, columns: Mapping[str, Collection[str]], kept: int | None = None) -> None:
+        self._columns = columns
+        self._kept = REPEATS_KEPT if kept is None else kept
+        self._seen: dict[str, tuple[KeyMap, np.ndarray]] = {}
+        self.folded = 0
+
+    def fold(self, tables: Mapping[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        out = dict(tables)
+        dropped = []
+        for name, frame in tables.items():
+            if name in UNFOLDED or frame.is_empty():
+                continue
+            ignored = {*POSITION, *COUNTERS.get(name, ())}
+            wanted = self._columns.get(name, frame.columns)
+            content = [c for c in frame.columns if c in wanted and c not in ignored]
+            keep = self._first(name, frame.select(pl.struct(content).hash(seed=0)).to_series())
+            if name == "comms" and "what" in frame.columns:
+                keep = keep | (frame.get_column("what") == "Init").fill_null(False)
+            if keep.all():
+                continue
+            dropped.append(frame.filter(~keep).select(LINE_KEY))
+            out[name] = frame.filter(keep)
+        lines = tables.get("lines")
+        if lines is not None and not lines.is_empty():
+            out["lines"] = self._lines(lines, dropped)
+        return out
+
+    def _lines(self, lines: pl.DataFrame, dropped: list[pl.DataFrame]) -> pl.DataFrame:
+        """The ``lines`` rows of the kept rows, and of the first enveloped lines no family parsed."""
+        if dropped:
+            lines = lines.join(pl.concat(dropped), on=LINE_KEY, how="anti", maintain_order="left")
+        if not {"producer", "family", "text"} <= set(lines.columns):
+            return lines
+        unparsed = lines.select(
+            (pl.col("producer").is_not_null() & pl.col("family").is_null()).fill_null(False)
+        ).to_series()
+        if not unparsed.any():
+            return lines
+        wanted = self._columns.get("lines", lines.columns)
+        content = [c for c in lines.columns if c in wanted and c not in POSITION and c != "text"]
+        said = pl.col("text").str.replace_all(TIME_IN_TEXT, "")
+        hashes = lines.filter(unparsed).select(pl.struct(*content, said).hash(seed=0)).to_series()
+        first = self._first("lines", hashes)
+        if first.all():
+            return lines
+        return lines.filter((~unparsed).scatter(unparsed.arg_true(), first))
+
+    def _first(self, name: str, hashes: pl.Series) -> pl.Series:
+        """Whether each row is among the first ``kept`` of its hash, counting the batches before."""
+        keys, seen = self._seen.get(name) or (KeyMap(), np.zeros(512, dtype=np.int64))
+        slots = keys.ids(hashes.to_numpy())
+        seen = grown(seen, keys.count)
+        # Rows before in this batch with the same hash, plus those of earlier batches.
+        within = pl.DataFrame({"slot": slots}).select(pl.int_range(pl.len()).over("slot")).to_series()
+        at = within.to_numpy() + seen[slots]
+        seen[: keys.count] += np.bincount(slots, minlength=keys.count)
+        np.minimum(seen, self._kept, out=seen)  # a count past ``kept`` decides nothing more
+        self._seen[name] = (keys, seen)
+        keep = at < self._kept
+        self.folded += int(len(keep) - keep.sum())
+        return pl.Series(keep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,37 +530,6 @@ def compact(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(empty) if empty else frame
 
 
-def unshared(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its text columns copied into buffers of their own where they share far larger ones. A
-    polars string column cut from a larger one (a filter, a sort, a join) keeps the larger one's buffers
-    alive, so the few rows of a batch that a table keeps held the whole batch's text: a world
-    communicator's 1 GB log with a NET or INIT line every few MB peaked at 1.4 GB, growing with the log
-    (benchmarks/README.md, 2026-11-26). A column is copied when its buffers hold more than twice the bytes
-    its rows use (and 1 MiB more): a table that keeps most of a batch (a 4096-rank job's init lines) is
-    not copied, which would cost time and a second copy at the peak. Polars 2.1 has no call that compacts
-    a column's buffers (shrink_to_fit, rechunk and casts keep them); ``concat_str`` with an empty string
-    writes new ones."""
-    if frame.is_empty():
-        return frame
-    shared = [
-        name for name, dtype in frame.schema.items() if dtype == pl.String and _shares(frame.get_column(name))
-    ]
-    if not shared:
-        return frame
-    return frame.with_columns(pl.concat_str([pl.col(name), pl.lit("")]).alias(name) for name in shared)
-
-
-def _shares(column: pl.Series) -> bool:
-    """Whether the text buffers behind ``column`` (seen through a zero-copy Arrow export) are far larger
-    than what its rows use."""
-    exported = column.to_arrow(compat_level=pl.CompatLevel.newest())
-    chunks = exported.chunks if hasattr(exported, "chunks") else [exported]
-    # A view array's buffers: validity, the 16-byte views, then the data buffers the views point into.
-    held = sum(buffer.size for chunk in chunks for buffer in chunk.buffers()[2:] if buffer is not None)
-    used = column.str.len_bytes().sum() or 0
-    return held > 2 * used + (1 << 20)
-
-
 class TableSink(Protocol):
     def write(self, name: str, frame: pl.DataFrame) -> None: ...
 
@@ -492,7 +561,7 @@ class MemorySink:
         if wanted is not None:
             # A frame of the kept Series: DataFrame.select would run polars' query engine, ~0.1 ms a frame.
             frame = pl.DataFrame([frame.get_column(c) for c in frame.columns if c in wanted])
-        return compact(unshared(frame))
+        return detached(compact(frame))
 
     def finish(self, maps: RankMaps, extra: dict[str, pl.DataFrame]) -> dict[str, int]:
         # One table at a time, its parts released as soon as it is built. The parts stay chunks of the

@@ -1,14 +1,20 @@
 """The exit status contract of the `logsift` command (nccl_logsift/errors.py), run as a real process: output
 that cannot be written, closed standard streams, a reader that goes away, and logsift's own bugs."""
 
+import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 from conftest import FIXTURES, ROOT
+
+from nccl_logsift.cli import cli
+from nccl_logsift.errors import OutputError
 
 STALL = FIXTURES / "rank_stall_8ranks.log"
 LOGSIFT = f"{sys.executable} -m nccl_logsift"
@@ -165,3 +171,32 @@ def test_a_batch_dataset_that_cannot_be_made_fails_with_status_2(tmp_path):
     blocker.write_text("")
     proc = run(f"{LOGSIFT} batch {tmp_path / 'archive'} -o {blocker}/fleet")
     assert_one_error_line(proc, 2, "cannot write into directory")
+
+
+def test_a_report_that_fails_midway_leaves_the_previous_file_whole(run_cli, tmp_path, monkeypatch):
+    """-o wrote into the file itself: a write that failed halfway left half a report in its place."""
+    out = tmp_path / "report.txt"
+    out.write_text("the previous report\n")
+
+    def half_then_full_disk(report, console):
+        console.print("Verdict: half of it")
+        console.file.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("nccl_logsift.render.terminal.render_terminal", half_then_full_disk)
+    result = CliRunner().invoke(cli, ["analyze", str(STALL), "-o", str(out)])
+    # The error the command's entry point turns into "Error: ..." and status 2.
+    assert isinstance(result.exception, OutputError) and "cannot write" in str(result.exception)
+    assert out.read_text() == "the previous report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.txt"]  # no temporary left behind
+
+
+def test_a_new_report_file_gets_the_mode_a_new_file_gets(run_cli, tmp_path):
+    mask = os.umask(0o022)
+    try:
+        assert (
+            run_cli("analyze", str(STALL), "--format", "json", "-o", str(tmp_path / "r.json")).exit_code == 0
+        )
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644

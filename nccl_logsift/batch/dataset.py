@@ -190,6 +190,23 @@ def remove_job(out: Path, run_date: str | None, job_key: str) -> None:
         part_path(out, table, run_date, job_key).unlink(missing_ok=True)
 
 
+def remove_orphans(out: Path, recorded: set[str]) -> int:
+    """Delete every part and report of a job with no ``jobs`` row (``recorded`` holds the keys that have
+    one); return how many files went. A job's row is written last, so such parts are what an interrupted
+    analysis left. The job is analysed again, under the run date of its files then, and parts left in an
+    older partition would count it twice in any query over all partitions."""
+    removed = 0
+    bases = [out / name for name in SCHEMAS if name != "jobs"] + [out / REPORTS_DIR]
+    tables = out / TABLES_DIR
+    bases += sorted(p for p in tables.iterdir() if p.is_dir()) if tables.is_dir() else []
+    for base in bases:
+        for part in base.glob(f"{PARTITION}=*/*"):
+            if part.suffix in (".parquet", ".html") and part.stem not in recorded:
+                part.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
 def remove_unfinished(out: Path) -> None:
     """Remove what workers stopped mid-job left behind: staging directories and parts not yet renamed.
     Only for when no worker of this batch runs any more; a job without its ``jobs`` row is analysed again."""

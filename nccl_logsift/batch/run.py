@@ -52,8 +52,9 @@ class BatchResult:
 def plan(options: BatchOptions) -> Plan:
     """Find the jobs; a job whose inputs and logsift version match its ``jobs`` row is skipped.
 
-    A job analysed before from other inputs (or by another version) has its old rows removed first, so
-    that a changed run date cannot leave two versions of it in two partitions.
+    A job analysed before from other inputs (or by another version) has its old rows removed first, and
+    so have the parts of a job whose analysis was interrupted before its ``jobs`` row was written, so that
+    a changed run date cannot leave two versions of it in two partitions.
     """
     jobs = find_jobs(options.archives, options.job_pattern)
     dataset.prepare(options.out)
@@ -71,6 +72,7 @@ def plan(options: BatchOptions) -> Plan:
         & (pl.col("logsift_version") == __version__)
         & ((pl.col("status") != Status.FAILED) | (not options.retry_failed))
     )
+    dataset.remove_orphans(options.out, set(done["job_key"]))
     unchanged = set(compared.filter("same")["job_key"])
     for key, run_date in compared.filter(~pl.col("same")).select("job_key", dataset.PARTITION).iter_rows():
         dataset.remove_job(options.out, run_date, key)

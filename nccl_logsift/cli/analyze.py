@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from nccl_logsift.cli.options import input_paths, reading_stdin, width_option
-from nccl_logsift.cli.output import check_file, text_width, writing
+from nccl_logsift.cli.output import check_file, replacing, text_width
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
@@ -151,7 +151,7 @@ def _print_text(report: Report, output: Path | None, width: int | None) -> None:
     from nccl_logsift.render.terminal import render_terminal
 
     if output:
-        with writing(output), output.open("w") as handle:
+        with replacing(output) as handle:
             render_terminal(report, Console(file=handle, width=text_width(width, False), highlight=False))
     else:
         render_terminal(report, Console(highlight=False, width=text_width(width, sys.stdout.isatty())))
@@ -166,8 +166,8 @@ def _print_notes(report: Report) -> None:
 
 def _write(text: str, output: Path | None) -> None:
     if output:
-        with writing(output):
-            output.write_text(text, encoding="utf-8")
+        with replacing(output) as handle:
+            handle.write(text)
     else:
         click.echo(text, nl=False)
 

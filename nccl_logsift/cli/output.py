@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from nccl_logsift.errors import OutputError
 
@@ -80,6 +81,29 @@ def writing(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[TextIO]:
+    """A text file to write ``path`` through: written beside it and renamed over it when the block ends
+    well, so that an interrupted or failed write leaves the file as it was (never half a report). A
+    path that is not a regular file (``/dev/stdout``, a FIFO) is written directly. Write errors become
+    OutputError."""
+    with writing(path):
+        if path.exists() and not path.is_file():
+            with path.open("w", encoding="utf-8") as handle:
+                yield handle
+            return
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # Made with the mode a new file gets (the umask applies), not the 0600 of a private temporary.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                yield handle
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
 
 
 def guard_standard_streams() -> None:

@@ -78,15 +78,15 @@ def _scenario_names() -> list[str]:
     "--nccl-version",
     default=None,
     metavar="V",
-    help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27, 2.28 or 2.29 (a patch "
-    "level such as 2.18.5 is printed as given). Default: 2.21, or the first release that can show the "
-    "scenario.",
+    help="NCCL release whose log format to write: 2.10, 2.14, 2.18, 2.21, 2.26, 2.27, 2.28, 2.29 or 2.30 "
+    "(a patch level such as 2.18.5 is printed as given). Default: 2.21, or the first release that can "
+    "show the scenario.",
 )
 @click.option(
     "--torch-version",
     default=None,
     metavar="V",
-    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8 "
+    help="PyTorch release whose watchdog and torchrun messages to write: 1.13, 2.0 to 2.8, or 2.13 "
     "(default: one that shipped with that NCCL).",
 )
 @click.option(

@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from typing import Self, TextIO
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 
 from nccl_logsift.cli.options import check_stdin, input_paths
 from nccl_logsift.cli.output import text_width
 from nccl_logsift.live import Feed, LiveEvent, LiveState
+from nccl_logsift.live.keys import Keys
 from nccl_logsift.model import Report
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
 from nccl_logsift.render.live import event_dict, live_view, report_dict, start_dict
@@ -50,7 +51,13 @@ BATCH_WAIT = 0.25  # seconds: the parser hands out what arrived at least this of
     metavar="SECONDS",
     help="How often stalls are judged and the view redrawn, whether or not input arrives.",
 )
-def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float) -> None:
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Show each live finding whole, wrapped, with its advice (by default one line each, cut at the "
+    "terminal's edge); the key f switches between the two. JSON events always carry the whole finding.",
+)
+def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float, full: bool) -> None:
     """Watch a running job: ranks, collectives per second, where each rank is, stalls and WARNs as they
     happen.
 
@@ -63,8 +70,10 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
       torchrun ... 2>&1 | tee job.log | logsift watch
       tail -n +1 -f job.log | logsift watch --stall-after 60
       kubectl logs -f train-0 | logsift watch --format json > events.jsonl
+      srun -l python train.py 2>&1 | logsift watch --full
     """
-    check_stdin(paths)  # Ctrl-C is handled below (InterruptOnce), and the feed copies a terminal itself
+    # Ctrl-C is handled below (InterruptOnce), and the feed copies a terminal itself.
+    typed_log = check_stdin(paths)
     # Parsed as analyze parses (no lines rows for COLL calls): twice as fast, and memory stays bounded.
     stream = TableStream(paths, ParseOptions(max_wait=min(BATCH_WAIT, interval), every_line=False))
     state = LiveState(stall_after)
@@ -72,9 +81,9 @@ def watch(paths: tuple[str, ...], stall_after: float, fmt: str, interval: float)
     if fmt == "json" or (fmt == "auto" and not sys.stdout.isatty()):
         output: JsonLines | LiveScreen = JsonLines(sys.stdout, [s.path for s in stream.sources], stall_after)
     else:
-        output = LiveScreen(
-            Console(highlight=False, width=text_width(None, sys.stdout.isatty()))
-        )  # as analyze
+        console = Console(highlight=False, width=text_width(None, sys.stdout.isatty()))  # as analyze
+        # Keys come from the terminal, unless the log is being typed into it.
+        output = LiveScreen(console, full, keys=None if typed_log else Keys())
     with Feed(stream) as feed, output:
         _follow(feed, state, analysis, output, interval)
     report = analysis.report(views=False)  # the verdict: nothing of the HTML page
@@ -160,23 +169,44 @@ class JsonLines:
         self.file.flush()
 
 
-class LiveScreen:
-    """A rich Live view redrawn on the caller's timer (events are part of it); the verdict replaces it."""
+FULL_KEY = "f"  # on the live view: findings whole, or one line each
 
-    def __init__(self, console: Console):
+
+class LiveScreen:
+    """A rich Live view redrawn on the caller's timer (events are part of it); the verdict replaces it.
+    With ``keys``, the key ``f`` switches the live findings between one line each and whole (``--full``)."""
+
+    def __init__(self, console: Console, full: bool = False, keys: Keys | None = None):
         self.console = console
+        self.full = full  # live findings whole (watch --full)
+        self.keys = keys
         self._live = Live(console=console, auto_refresh=False, transient=True)
 
     def __enter__(self) -> Self:
+        if self.keys is not None:
+            self.keys.__enter__()
         self._live.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._live.stop()
+        try:
+            self._live.stop()
+        finally:
+            if self.keys is not None:
+                self.keys.__exit__(*exc)
 
     def show(self, state: LiveState, events: list[LiveEvent], redraw: bool) -> None:
+        if self.keys is not None and FULL_KEY in self.keys.pressed().lower():
+            self.full = not self.full
+            redraw = True
         if redraw:
-            self._live.update(live_view(state.snapshot(), self.console.height), refresh=True)
+            self._live.update(self.view(state), refresh=True)
+
+    def view(self, state: LiveState) -> RenderableType:
+        hint = ""
+        if self.keys is not None and self.keys.available:
+            hint = f"{FULL_KEY}: findings {'on one line' if self.full else 'whole'}"
+        return live_view(state.snapshot(), self.console.height, self.console.width, self.full, hint)
 
     def report(self, report: Report) -> None:
         render_terminal(report, self.console)

@@ -17,12 +17,14 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job
 from nccl_logsift.findings.process import locations, names, nccl_tests_failures, ranks_text, with_job_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host
 
 # ncclResult_t, grammar §7.
 RESULT = {
@@ -46,32 +48,10 @@ RESULT_MEANING = {
     7: "an operation is still in progress",
     8: "an operation timed out",
 }
-# Kinds other rules report (the brief of each family); chains that follow them are theirs too.
-OWNED = (
-    "ib_completion",
-    "ib_async",
-    "ib_device",
-    "ib_mismatch",
-    "socket_closed",
-    "socket_io",
-    "socket_connect",
-    "socket_retry",
-    "socket_accept",
-    "socket_handshake",
-    "socket_truncated",
-    "socket_abort",
-    "cuda",
-    "alloc",
-    "bootstrap",
-    "no_interface",
-    "duplicate_gpu",
-    "collnet",
-    "nvls",
-    "p2p",
-    "plugin",
-)
+# Kinds other rules report (grammars/nccl/errors.toml [kinds]); chains that follow them are theirs too.
+OWNED = vocabulary.owned_elsewhere()
 # Proxy / service-thread chatter that NCCL prints when communicators are torn down at the end of a run.
-TEARDOWN_KINDS = ("proxy_closed", "socket_abort", "socket_accept")
+TEARDOWN_KINDS = vocabulary.with_role("teardown")
 TEARDOWN_TEXT = r"\[Service thread\]|operation Close from rank|\[Proxy Service UDS\]"
 CHAIN_WINDOW = 40  # lines: a chain belongs to a WARN of its process this close (printed before or after it)
 FAILURE_EVENTS = (
@@ -145,7 +125,7 @@ def _messages(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
     )
     out = rows.join(lines, on=["source_id", "line_no", "part"], how="left", maintain_order="left")
     message = pl.coalesce(
-        pl.col("text").str.replace(r"^.*?NCCL (?:WARN|INFO|TRACE) ", ""), pl.col("error_text")
+        pl.col("text").str.replace(r"^.*?NCCL (?:WARN|ATTN|INFO|TRACE) ", ""), pl.col("error_text")
     )
     return out.with_columns(message=message.str.strip_chars()).with_columns(
         sig=pl.col("message").str.replace_all(r"0x[0-9a-fA-F]+", "0x").str.replace_all(r"\d+", "N")
@@ -592,7 +572,7 @@ class NcclTestsFailure(Rule):
         for _, group in rows.group_by("what", "error", maintain_order=True):
             first = group.row(0, named=True)
             ranks = sorted({int(r) for r in group["job_rank"].drop_nulls()})
-            hosts = sorted({h.split(".")[0] for h in group["test_host"].drop_nulls()})
+            hosts = sorted({nccl_host(h) for h in group["test_host"].drop_nulls()})
             on = f" ({', '.join(hosts)})" if hosts and not job.hosts_of(ranks) else ""
             who = f"host(s) {', '.join(hosts)}" if hosts else "a rank (not identified)"
             if ranks:

@@ -24,6 +24,7 @@ from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.findings.progress import describe_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host, nccl_host_expr
 from nccl_logsift.tables import MODULE_FRAME
 
 LOCATION = ["source_id", "line_no", "part"]
@@ -51,20 +52,74 @@ TEARDOWN_TORCH_EVENTS = (
 )
 # Exceptions whose cause another rule reports (NCCL errors: LS901/LS302, CUDA and OOM: LS401).
 NCCL_OR_CUDA = r"(?i)DistBackendError|NCCL|OutOfMemory|CUDA|cuda|ProcessGroup"
+# Exceptions of a process that gave up waiting for its peers at the rendezvous (c10d store, torchrun): what
+# it waited for is the cause (LS201, LS202), not its exit.
+GAVE_UP_WAITING = (
+    r"DistNetworkError|DistStoreError|RendezvousTimeoutError|client socket has timed out|"
+    r"Timed out after \d+ seconds waiting for clients"
+)
 
 
 # --------------------------------------------------------------------------------------------- shared helpers
+# Launcher labels that number processes, not ranks: an srun task (``srun -l``) or an MPI rank is a global
+# rank only while each process holds one GPU. PyTorch's own ``[rankN]:`` is the rank.
+PROCESS_LABELS = ("task", "mpi_rank")
+
+
+@per_job
+def label_maps(job: Job) -> dict[str, dict[int, int] | None]:
+    """Per launcher label of PROCESS_LABELS, how a label names a rank: None when its value is the rank, else
+    label → the (first) global rank of the process that carries it.
+
+    The NCCL lines of a labelled process say which process a label is (host and pid) and so which ranks it
+    holds. Where every label so proven equals its process's rank (one GPU a process, the usual case), or
+    nothing proves anything (no NCCL Init line), the value is taken as the rank. Where one is not (a task
+    that drives several GPUs: task 1 holds ranks 2 and 3), the proven labels map to their process's rank and
+    the others to none, never to the rank that happens to share their number on another host.
+    """
+    maps: dict[str, dict[int, int] | None] = dict.fromkeys(PROCESS_LABELS)
+    lines, procs = job.lines, job.processes
+    if lines.is_empty() or procs.is_empty() or not {"host", "pid"} <= set(lines.columns):
+        return maps
+    first = procs.group_by("host", "pid").agg(
+        rank=pl.col("global_rank").min().cast(pl.Int64), ranks=pl.col("global_rank").n_unique()
+    )
+    for column in PROCESS_LABELS:
+        if column not in lines.columns:
+            continue
+        proven = (
+            lines.select("host", "pid", label=pl.col(column).cast(pl.Int64))
+            .drop_nulls()
+            .unique()
+            .join(first, on=["host", "pid"], how="inner")
+        )
+        if proven.is_empty():
+            continue
+        if proven.filter((pl.col("label") != pl.col("rank")) | (pl.col("ranks") > 1)).is_empty():
+            continue  # every proven label is its process's one rank
+        named = proven.group_by("label").agg(pl.col("rank").min(), processes=pl.len())
+        maps[column] = dict(named.filter(pl.col("processes") == 1).select("label", "rank").iter_rows())
+    return maps
+
+
+def label_rank(job: Job, column: str) -> pl.Expr:
+    """The global rank a launcher label names (see :func:`label_maps`)."""
+    value = pl.col(column).cast(pl.Int64)
+    mapping = label_maps(job).get(column)
+    return value if mapping is None else value.replace_strict(mapping, default=None, return_dtype=pl.Int64)
+
+
 def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     """Add ``job_rank``: the global rank of each row's process.
 
     In order: the process's world rank (rows with a host:pid envelope), the PyTorch ``[rankN]:`` label, the
-    MPI rank tag, the Slurm task id (``srun -l``), and on a single-host job the torchrun local rank (the
-    process whose CUDA device is that local rank).
+    MPI rank tag and the Slurm task id (``srun -l``) as :func:`label_rank` reads them, and on a single-host
+    job the torchrun local rank (the process whose CUDA device is that local rank).
     """
     if frame.is_empty():
         return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
     labels = [
-        pl.col(c).cast(pl.Int64)
+        label_rank(job, c) if c in PROCESS_LABELS else pl.col(c).cast(pl.Int64)
         for c in ("global_rank", "torch_rank", "mpi_rank", "task")
         if c in frame.columns
     ]
@@ -88,9 +143,22 @@ def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
-def short_host(host: str | None) -> str | None:
-    """Host names as the NCCL prefix prints them: cut at the first dot."""
-    return host.split(".", 1)[0] if host else host
+def launcher_hosts(job: Job) -> frozenset[str]:
+    """The hosts the launcher names: in its exit reports (``srun: error: HOST: task N``, torchrun's failure
+    summary, mpirun's and PALS's, slurmstepd's cancellation) and in the prefixes pdsh puts on each line,
+    cut to the short name NCCL prints. A log without NCCL lines (NCCL_DEBUG unset) has no Init line to tie
+    a process to its host, and these are then the only names of its hosts. An address is left out: nothing
+    says which named host it is, and counting it could count a host twice."""
+    named = [
+        frame[column].drop_nulls()
+        for frame, column in ((job.table("exits"), "exit_host"), (job.lines, "launcher_host"))
+        if not frame.is_empty() and column in frame.columns
+    ]
+    if not named:
+        return frozenset()
+    hosts = pl.concat(named).unique()
+    hosts = nccl_host_expr(hosts.filter(~hosts.str.contains(r"^\d+(\.\d+){3}$|:")))
+    return frozenset(hosts.filter(hosts.str.len_chars() > 0).to_list())
 
 
 def ranks_text(ranks: list[int], limit: int = 8) -> str:
@@ -198,19 +266,23 @@ class ProcessExit(Rule):
         signal S", mpirun "exited on signal", ProcessExitedException) are merged per process (global rank,
         else pid, else local rank) with assemble_exits. Negative torchrun exit codes are signals. An abort is
         a teardown when the same rank logged a watchdog timeout, "taking the entire process down", an NCCL
-        communicator abort or a DistBackendError before; an exit code after an NCCL or CUDA exception is
-        that exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's
-        root cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later
-        unexplained failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so
-        that they are never taken for the cause. With no launcher report at all, a Python traceback that
-        starts at the script's top level (``in <module>``) counts as the process ending with that exception;
-        with one, such a traceback names why the launcher's exit code came (an ImportError at startup), and
-        the ranks that failed of the same exception as the first are all causes. RAS lines (``RAS declaring
-        peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``, NCCL_DEBUG_SUBSYS with RAS) name
-        the dead processes by address: mapped to their host through the bootstrap and socket addresses, they
-        are every process of that host when RAS declared as many dead (else those of it that logged nothing
-        in RAS), are critical, and the ranks that reported them are never named as culprits. A process that
-        logged its communicators' Destroy ended normally and is not taken as dead.
+        communicator abort or a DistBackendError before; an exit code after an NCCL or CUDA exception is that
+        exception's consequence. Crashes, OOM kills and unexplained failures that came first (torchrun's root
+        cause, or the earliest report) are critical; exits after an NCCL/CUDA exception and later unexplained
+        failures are errors; watchdog-teardown aborts and launcher terminations are warnings, so that they are
+        never taken for the cause. An exit after giving up at the rendezvous (DistNetworkError,
+        DistStoreError, RendezvousTimeoutError, a store client's connect timeout) is an error: the process
+        waited for a peer, and what it waited for is the cause. With no launcher report at all, a Python
+        traceback that starts at the script's top level (``in <module>``) counts as the process ending with
+        that exception (in an unlabelled stream, k such processes are the k world ranks that never logged an
+        NCCL Init line, when the counts agree); with one, such a traceback names why the launcher's exit code
+        came (an ImportError at startup), and the ranks that failed of the same exception as the first are all
+        causes. RAS lines (``RAS declaring peer ip<port> as DEAD``, ``RAS handling deadPeer (addr ip<port>)``,
+        NCCL_DEBUG_SUBSYS with RAS) name the dead processes by address: mapped to their host through the
+        bootstrap and socket addresses, they are every process of that host when RAS declared as many dead
+        (else those of it that logged nothing in RAS), are critical, and the ranks that reported them are
+        never named as culprits. A process that logged its communicators' Destroy ended normally and is not
+        taken as dead.
 
     Example:
         ``exitcode  : -11 (pid: 2346374)`` / ``traceback : Signal 11 (SIGSEGV) received by PID 2346374`` in
@@ -322,7 +394,7 @@ class ProcessExit(Rule):
         by_pid_keys: dict[int, set[tuple]] = {}
 
         def add(rank, host, pid, local_rank, signal, exit_code, reason, root, origin, sid, line, part):
-            host = short_host(host)
+            host = nccl_host(host)
             if (
                 rank is None
                 and pid is not None
@@ -374,9 +446,12 @@ class ProcessExit(Rule):
             d.first = min(d.first, order_key(sid, line))
             d.rows.append((sid, line, part or 0))
 
+        # srun's exit reports name tasks ("nodeB: task 1"): a task is a rank only as label_maps proves it.
+        tasks = label_maps(job)["task"]
         for r in rows.iter_rows(named=True) if not rows.is_empty() else ():
+            task_named = tasks is not None and r["origin"] == "slurm" and r["rank"] is not None
             add(
-                r["rank"],
+                tasks.get(r["rank"]) if task_named else r["rank"],
                 r["host"],
                 r["pid"],
                 r["local_rank"],
@@ -444,6 +519,7 @@ class ProcessExit(Rule):
             found = list(deaths.values())
             for d in found:
                 d.category = "uncaught"
+            _rank_by_absence(job, found)
         return found
 
     # -------------------------------------------------------------------------------------- classification
@@ -459,7 +535,7 @@ class ProcessExit(Rule):
     ) -> None:
         came_first = (d.root_cause if by_root else d.first == first) or same_as_first
         if d.category == "uncaught":
-            related = re.search(NCCL_OR_CUDA, d.reason or "")
+            related = re.search(NCCL_OR_CUDA, d.reason or "") or re.search(GAVE_UP_WAITING, d.reason or "")
             d.severity = Severity.ERROR if related or not came_first else Severity.CRITICAL
         elif d.reason == "Out Of Memory" or (d.signal == "SIGKILL" and not oom_rows.is_empty()):
             d.category, d.severity = "oom", Severity.CRITICAL
@@ -483,6 +559,8 @@ class ProcessExit(Rule):
             if exc is not None:
                 d.category, d.severity = "after-exception", Severity.ERROR
                 d.because = exc[1]
+            elif d.because and re.search(GAVE_UP_WAITING, d.because):
+                d.category, d.severity = "gave-up", Severity.ERROR
             elif came_first:
                 d.category, d.severity = "exit-first", Severity.CRITICAL
             else:
@@ -583,6 +661,13 @@ class ProcessExit(Rule):
                 f"{who} {how} after {lead.because}",
                 "The exception is the cause: see the NCCL or CUDA error finding for this rank.",
             )
+        if category == "gave-up":
+            return (
+                f"{who} {how} after giving up waiting for their peers at the rendezvous: uncaught "
+                f"{lead.because} (a consequence)",
+                "These processes waited for a peer or the c10d store that never came: see the finding that "
+                "names who never arrived.",
+            )
         if category == "uncaught":
             return (
                 f"{who} ended with an uncaught {lead.reason} (a Python traceback from the top level of the "
@@ -613,7 +698,7 @@ class ProcessExit(Rule):
             return
         nodes = exits.filter(pl.col("event") == "slurm_node_failure")
         if nodes.height:
-            hosts = sorted({short_host(h) for h in nodes["exit_host"].drop_nulls().to_list()})
+            hosts = sorted({nccl_host(h) for h in nodes["exit_host"].drop_nulls().to_list()})
             ranks = (
                 [
                     int(r)
@@ -636,7 +721,7 @@ class ProcessExit(Rule):
         if "cancel_reason" in cancelled.columns:
             reasons = cancelled.filter(pl.col("cancel_reason").is_not_null())
             for (reason,), group in reasons.group_by("cancel_reason", maintain_order=True):
-                hosts = sorted({short_host(h) for h in group["exit_host"].drop_nulls().to_list()})
+                hosts = sorted({nccl_host(h) for h in group["exit_host"].drop_nulls().to_list()})
                 when = group["cancel_time"].drop_nulls().first() if "cancel_time" in group.columns else None
                 if reason == "TIME LIMIT":
                     title = (
@@ -692,6 +777,38 @@ def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:
         if d.local_rank is not None:
             out.setdefault(int(d.local_rank), []).append(d)
     return out
+
+
+def unranked_exits(job: Job) -> int:
+    """Processes that ended with an uncaught top-level Python exception no line ties to a rank (an unlabelled
+    stream, no launcher report): counted against the world ranks missing from NCCL init."""
+    if _launcher_reports(job):
+        return 0
+    return sum(1 for r in _uncaught(job) if r["job_rank"] is None)
+
+
+def _launcher_reports(job: Job) -> bool:
+    exits = job.table("exits")
+    return not exits.is_empty() and "event" in exits.columns
+
+
+def _rank_by_absence(job: Job, deaths: list[Death]) -> None:
+    """Give the deaths without a rank the world ranks that never logged an Init line, when they are exactly as
+    many (k processes died at the top level before NCCL init, k ranks of the world never joined it): the set
+    of ranks is certain; with several, the pairing follows the order of the tracebacks."""
+    from nccl_logsift.findings.startup import stalled_inits  # startup builds on this module's helpers
+
+    unranked = [d for d in deaths if d.rank is None]
+    if not unranked:
+        return
+    world = next((s for s in stalled_inits(job) if s.world), None)
+    if world is None:
+        return
+    named = {d.rank for d in deaths if d.rank is not None}
+    missing = [r for r in world.missing if r not in named]
+    if len(missing) == len(unranked):
+        for d, rank in zip(sorted(unranked, key=lambda d: d.first), missing):
+            d.rank = rank
 
 
 def _uncaught(job: Job) -> list[dict]:
@@ -809,7 +926,7 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
         )
         for r in failures.join(procs, on="test_pid", how="inner").iter_rows(named=True):
             if r["global_rank"] is not None and (
-                r["test_host"] is None or short_host(r["test_host"]) == r["_host"]
+                r["test_host"] is None or nccl_host(r["test_host"]) == r["_host"]
             ):
                 what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
                 found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
@@ -832,7 +949,7 @@ def nccl_tests_failures(job: Job) -> pl.DataFrame:
     failures = with_job_rank(job, tests.filter(pl.col("event").is_in(TEST_FAILURES)))
     if failures.is_empty():
         return failures
-    host = pl.col("test_host").str.split(".").list.first()
+    host = nccl_host_expr(pl.col("test_host"))
     devices = (
         tests.filter(pl.col("event") == "device")
         .select(

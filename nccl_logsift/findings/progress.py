@@ -7,8 +7,9 @@
 | LS103 | watchdog-timeout | watchdog_timeout | error |
 
 Positions are compared within one communicator (NCCL) or one process group (PyTorch) only: NCCL counts
-calls per communicator (``ordinal``, the parser's count of COLL lines, because opCount is unreliable,
-grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1).
+calls per communicator (:func:`positioned`: opCount where it counts every call, else ``ordinal``, the
+parser's count of COLL lines, grammar §5.2), PyTorch numbers work per process group (SeqNum, from 1). A
+finding's ``#n`` is position + 1, or the SeqNum: nccl_logsift/call_numbers.py says it for users.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import polars as pl
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
 from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.releases import teardown_is_logged
 
 # PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
 TIMEOUT_EVENTS = ("watchdog_timeout", "blocking_wait_timeout")
@@ -95,7 +97,11 @@ def timeouts(job: Job) -> pl.DataFrame:
         )
     else:
         rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
-    prefix = pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()
+    # PyTorch 2.13 prefixes WorkNCCL's timeout with the group's GUID and description but not its PG ID
+    # ("[PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1]", pytorch PR #191440): the work-state line after it
+    # gives the ID the other lines of that group are keyed by.
+    guid_only = pl.col("pg_id").is_null() & pl.col("pg_guid").is_not_null()
+    prefix = (pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()) & ~guid_only
     rows = rows.with_columns(pg=pl.when(prefix).then(pg_key()).otherwise(pl.coalesce("next_pg", pg_key())))
     return _labelled(rows, pg_labels(rows, states))
 
@@ -310,8 +316,13 @@ def _graded(job: Job, coll: pl.DataFrame, row: dict, hung: bool) -> tuple[Severi
 def _stopped_after(job: Job, coll: pl.DataFrame, uid: str, ordinal: int) -> bool:
     """The communicator's calls end within STOP_TAIL positions of ``ordinal`` on every rank and no process
     destroyed or aborted it: the job stopped there. A line lost to interleaving shifts positions anywhere in
-    a run that goes on."""
-    last = coll.filter(pl.col("comm_uid") == uid)["ordinal"].max()
+    a run that goes on. Where the release logs teardown only on request (DESTROY, NCCL 2.30.3+) and this log
+    shows none, a run that ended normally stops the same way, so the end of the calls proves a hang only
+    where no line can have been lost: each process of the communicator wrote its own stream."""
+    calls = coll.filter(pl.col("comm_uid") == uid)
+    last = calls["ordinal"].max()
+    if not teardown_is_logged(job):
+        return last is not None and last - ordinal <= STOP_TAIL and not _streams_shared(calls)
     inst = job.table("communicators")
     ended = (
         not inst.is_empty()
@@ -319,6 +330,15 @@ def _stopped_after(job: Job, coll: pl.DataFrame, uid: str, ordinal: int) -> bool
         and inst.filter((pl.col("comm_uid") == uid) & pl.col("ended").is_not_null()).height > 0
     )
     return last is not None and last - ordinal <= STOP_TAIL and not ended
+
+
+def _streams_shared(calls: pl.DataFrame) -> bool:
+    """Some input holds the calls of several processes: their output was interleaved, and a COLL line can
+    have been torn and lost."""
+    if calls.is_empty() or not {"source_id", "host", "pid"} <= set(calls.columns):
+        return True
+    writers = calls.group_by("source_id").agg(pl.struct("host", "pid").n_unique().alias("n"))
+    return bool(writers["n"].max() > 1)
 
 
 def hang_evidence(job: Job) -> bool:
@@ -373,8 +393,8 @@ class RankBehind(Rule):
         the errors appear on the healthy ranks (watchdog timeouts), not on the culprit.
 
     How it is detected:
-        Per communicator, the last COLL line of every member is compared by position (the parser's per
-        communicator ordinal, not opCount); members whose last position is lower than the others' are behind.
+        Per communicator, the last COLL line of every member is compared by call number (``logsift explain
+        --numbering``); members whose last call number is lower than the others' are behind.
         From PyTorch lines: the ranks of a process group whose watchdog did not fire while most others timed
         out at the same SeqNum, or whose "last enqueued" work is lower than their peers'. A minority only:
         when most ranks are behind, the few ahead are not a hang's cause. Without any sign of a failure
@@ -614,8 +634,9 @@ class CollectiveMismatch(Rule):
         present, are the finding. Else watchdog timeouts of one process group at the same SeqNum with
         different OpType or sizes. A divergence is critical when the job shows a hang (watchdog, abort, WARN,
         failed exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions
-        of it and no process destroys it; otherwise a warning only: a COLL line lost to interleaved output
-        shifts the counted positions the same way.
+        of it and no process destroys it (where teardown is logged: from NCCL 2.30.3 only with DESTROY in
+        NCCL_DEBUG_SUBSYS); otherwise a warning only: a COLL line lost to interleaved output shifts the
+        counted positions the same way.
 
     Example:
         Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
@@ -970,7 +991,8 @@ class WatchdogTimeout(Rule):
     What to do:
         Find the rank that did not time out or is behind (rank-behind, collective-mismatch findings). Raising
         the timeout only helps when a rank is legitimately slow (a long checkpoint, a first compilation).
-        Enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) for the next run.
+        Enable the flight recorder for the next run (TORCH_FR_BUFFER_SIZE; TORCH_NCCL_TRACE_BUFFER_SIZE, the
+        name older PyTorch reads, is still accepted).
     """
 
     code = "LS103"
@@ -1017,7 +1039,8 @@ class WatchdogTimeout(Rule):
                     "network or "
                     "a GPU: check the transports and dmesg (Xid, link errors) on every host. If a rank was "
                     "legitimately slow, raise the timeout of init_process_group; for the next run set "
-                    "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 to get a flight-recorder dump."
+                    "TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE in older PyTorch) to get a "
+                    "flight-recorder dump."
                 ),
             )
 

@@ -26,43 +26,29 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
-from nccl_logsift.findings.transport import n_nodes
+from nccl_logsift.findings.process import (
+    PROCESS_LABELS,
+    label_rank,
+    launcher_hosts,
+    unranked_exits,
+)
+from nccl_logsift.findings.transport import address_hosts, logged_hosts, n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host, nccl_host_expr
 
 PROC = ["host", "pid"]
 EVIDENCE = ["source_id", "line_no", "part"]
 LIFECYCLE = ("Init", "Destroy", "Abort")
 
-# Error kinds of the errors table that are noise or fallout, never a rank's own failure: teardown chatter,
-# retries, probes, and what a rank logs when a *peer* died (closed sockets, -> 6 remote-error chains).
-BENIGN_KINDS = (
-    "proxy_closed",
-    "socket_retry",
-    "dlsym",
-    "socket_abort",
-    "collnet",
-    "p2p",
-    "plugin",
-    "ib_device",
-    "syscall",
-    "warn",
-    "ras",
-    "nvls",
-)
-CASCADE_KINDS = (
-    "socket_closed",
-    "socket_io",
-    "socket_accept",
-    "proxy",
-    "comm_reclaim",
-    "async_error",
-    "fatal",
-)
+# Error kinds that are never a sign of a process's failure: probes, retries and fallbacks NCCL handled, and
+# teardown chatter (grammars/nccl/errors.toml [kinds]).
+BENIGN_KINDS = vocabulary.with_role("benign", "teardown")
 REMOTE_ERROR = 6
 
 # Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.
@@ -114,10 +100,6 @@ def rows_of(frame: pl.DataFrame) -> pl.DataFrame:
 
 def evidence(*frames: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([rows_of(f) for f in frames], how="vertical")
-
-
-def short_host(expr: pl.Expr) -> pl.Expr:
-    return expr.str.split(".").list.first()
 
 
 @per_job
@@ -179,11 +161,11 @@ def known_ranks(job: Job) -> pl.DataFrame:
         )
     lines = job.lines
     if not lines.is_empty() and set(PROC) <= set(lines.columns):
-        labels = [c for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
+        labels = [_label(job, c) for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
         if labels:
             # Columns first, then rows: filtering the whole table would copy every column of every line.
             labelled = (
-                lines.select(*PROC, pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in labels]).alias("rank"))
+                lines.select(*PROC, pl.coalesce(*labels).alias("rank"))
                 .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
                 .drop_nulls("rank")
             )
@@ -203,7 +185,7 @@ def known_ranks(job: Job) -> pl.DataFrame:
             done = done.filter(pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
             if done.height:
                 frames.append(
-                    done.select(short_host(pl.col("host")).alias("host"), "pid", "rank").with_columns(
+                    done.select(nccl_host_expr(pl.col("host")).alias("host"), "pid", "rank").with_columns(
                         prio=pl.lit(2)
                     )
                 )
@@ -269,8 +251,13 @@ def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None)
         out = out.with_columns(_known=pl.lit(None, pl.Int64))
     # The row's own global rank first: a process that drives several GPUs is known by its first rank only.
     own = [pl.col("global_rank").cast(pl.Int64)] if "global_rank" in frame.columns else []
-    labels = [pl.col(c).cast(pl.Int64) for c in ("torch_rank", "mpi_rank", "task") if c in frame.columns]
+    labels = [_label(job, c) for c in ("torch_rank", "mpi_rank", "task") if c in frame.columns]
     return out.with_columns(job_rank=pl.coalesce(*own, pl.col("_known"), *labels)).drop("_known")
+
+
+def _label(job: Job, column: str) -> pl.Expr:
+    """The rank a launcher label on a row names: srun tasks and MPI ranks as label_rank proves them."""
+    return label_rank(job, column) if column in PROCESS_LABELS else pl.col(column).cast(pl.Int64)
 
 
 @per_job
@@ -369,7 +356,8 @@ def _explain_missing(job: Job, state: InitState, failures: pl.DataFrame, ranks: 
     failed_procs = failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti")
     known = failed_procs.join(ranks, on=PROC, how="left")
     named = {int(r) for r in known["rank"].drop_nulls()} & set(state.missing)
-    unnamed = known.filter(pl.col("rank").is_null()).height
+    # Processes that died of a top-level Python exception before NCCL init, in a stream without rank labels.
+    unnamed = known.filter(pl.col("rank").is_null()).height + unranked_exits(job)
     rest = [r for r in state.missing if r not in named]
     if unnamed >= len(rest):
         named |= set(rest)
@@ -489,6 +477,9 @@ class Absence:
     waiting: tuple[int, ...]
     what: str  # what the waiting ranks did, for the title
     rows: pl.DataFrame  # the peers' error lines
+    event: str  # the event of those lines
+    hosts: tuple[str, ...] = ()  # hosts proved absent with the ranks (nothing in the logs comes from them)
+    title: str = ""  # when the absent are nodes, not ranks: the whole title
 
 
 @per_job
@@ -496,7 +487,8 @@ def absent_at_init(job: Job) -> Absence | None:
     """Who never arrived, named by absence: the ranks that waited for rank 0's ncclUniqueId in the c10d store
     (rank 0 publishes it when it creates the communicator; in the default group, group ranks are global)
     while rank 0 shows no sign of having been there (no NCCL line, no process-group line of its own); or the
-    ranks missing from a store server's ``J/E clients joined``, when the ranks seen leave exactly E-J out."""
+    ranks missing from a store server's ``J/E clients joined``, when the ranks seen leave exactly E-J out; or
+    rank 0, whose store its peers' clients timed out connecting to (:func:`_store_never_listened`)."""
     apps = job.table("app_errors")
     if apps.is_empty() or "event" not in apps.columns:
         return None
@@ -509,7 +501,7 @@ def absent_at_init(job: Job) -> Absence | None:
             detail = waited["detail"].drop_nulls()
             why = f" ({detail[0]})" if detail.len() else ""
             what = f"waited for its ncclUniqueId in the c10d store and gave up{why}"
-            return Absence((0,), tuple(waiting), what, waited)
+            return Absence((0,), tuple(waiting), what, waited, "unique_id_store_error")
     clients = apps.filter(pl.col("event") == "store_clients_timeout")
     if clients.height:
         joined, expected = int(clients["clients_joined"].min()), int(clients["clients_expected"].max())
@@ -518,8 +510,71 @@ def absent_at_init(job: Job) -> Absence | None:
         if absent and len(absent) == expected - joined:
             present = sorted(seen & set(range(expected)))
             what = f"joined the c10d store ({joined} of {expected} clients); the server timed out"
-            return Absence(tuple(absent), tuple(present), what, clients)
+            return Absence(tuple(absent), tuple(present), what, clients, "store_clients_timeout")
+    torch = job.table("torch")
+    if not torch.is_empty() and "event" in torch.columns:
+        timed_out = torch.filter(pl.col("event") == "store_connect_timeout")
+        if timed_out.height:
+            return _store_never_listened(job, timed_out)
+    gave_up = apps.filter(pl.col("event") == "rendezvous_timeout")
+    if gave_up.height:
+        return _rendezvous_short_of_nodes(job, gave_up)
     return None
+
+
+def _rendezvous_short_of_nodes(job: Job, rows: pl.DataFrame) -> Absence:
+    """torchrun's dynamic rendezvous raises RendezvousTimeoutError when fewer than ``min_nodes`` node agents
+    joined before its join timeout: the nodes that never arrived are the cause, the agents that logged
+    ``attempts to join`` only waited. Which hosts are missing no line says; how many, the launch configs do
+    when they were logged (``min_nodes : N``)."""
+    torch = job.table("torch")
+    came: list[str] = []
+    run = min_nodes = None
+    if not torch.is_empty() and "rdzv_host" in torch.columns:
+        joins = torch.filter(pl.col("event") == "rdzv_join_attempt")
+        came = sorted(set(joins["rdzv_host"].drop_nulls().to_list()))
+        runs = joins["rdzv_run"].drop_nulls()
+        run = runs[-1] if runs.len() else None
+        config = torch.filter((pl.col("event") == "elastic_config") & (pl.col("config_key") == "min_nodes"))
+        values = [int(v) for v in config["config_value"].drop_nulls().to_list() if v.isdigit()]
+        min_nodes = max(values) if values else None
+    missing = min_nodes - len(came) if min_nodes is not None and min_nodes > len(came) else None
+    who = plural(missing, "node") if missing else "A node"
+    of = f" of the {min_nodes} it needs" if min_nodes else ""
+    came_text = f"{plural(len(came), 'node')} ({', '.join(came[:4])}{' …' if len(came) > 4 else ''}){of}"
+    title = (
+        f"{who} never joined torchrun's rendezvous{f' {run!r}' if run else ''}: "
+        + (f"only {came_text} arrived" if came else "the node agents")
+        + " and timed out waiting (RendezvousTimeoutError)"
+    )
+    return Absence((), (), "", rows, "rendezvous_timeout", title=title)
+
+
+def _store_never_listened(job: Job, rows: pl.DataFrame) -> Absence | None:
+    """Rank 0, named by absence from its peers' store connections: the c10d TCPStore of ``init_process_group``
+    (env:// or tcp://) and of torchrun's static rendezvous listens on MASTER_ADDR:MASTER_PORT, in rank 0's
+    process (or node 0's agent). Clients that time out connecting to it (socket.cpp ``The client socket has
+    timed out after T while trying to connect to (host, port).``) while rank 0 printed nothing at all never
+    had a store to join. When no line comes from the store's host either, its node never came up."""
+    waiting = sorted({int(r) for r in with_ranks(job, rows)["job_rank"].drop_nulls()})
+    stores = rows.select("store_host", "store_port").unique()
+    if 0 in waiting or 0 in _seen_ranks(job) or stores.height != 1:
+        return None  # rank 0 was there (a firewall, a wrong MASTER_ADDR), or the ranks disagree on the store
+    host, port = stores.row(0)
+    local = host in ("localhost", None) or address_kind(host) == "loopback"
+    silent = not local and not _host_logged(job, host)
+    what = f"timed out connecting to the c10d store on {host}:{port}" + (
+        ", a host no line of these logs comes from" if silent else ""
+    )
+    named = (nccl_host(host),) if silent and _ip(host) is None else ()
+    return Absence((0,), tuple(waiting), what, rows, "store_connect_timeout", named)
+
+
+def _host_logged(job: Job, host: str) -> bool:
+    """Some process of the logs ran on ``host``: a name NCCL or a launcher's exit report printed, or an
+    address a logged process printed."""
+    name = nccl_host(host)
+    return name in logged_hosts(job) or name in launcher_hosts(job) or bool(address_hosts(job).get(host))
 
 
 def _at_rendezvous(job: Job) -> set[int]:
@@ -541,7 +596,7 @@ def _seen_ranks(job: Job) -> set[int]:
     seen = _at_rendezvous(job) | set(known_ranks(job)["rank"].to_list())
     seen |= set(job.torch_ranks["rank"].to_list())
     lines = job.lines
-    labels = [pl.col(c).cast(pl.Int64) for c in ("task", "mpi_rank") if c in lines.columns]
+    labels = [label_rank(job, c) for c in ("task", "mpi_rank") if c in lines.columns]
     if labels:
         seen |= {int(r) for r in lines.select(pl.coalesce(*labels)).to_series().drop_nulls().unique()}
     return seen
@@ -577,7 +632,12 @@ class InitIncomplete(Rule):
         retrieving ncclUniqueId from [0] … got error: Socket Timeout``) while rank 0 logged no NCCL or
         ProcessGroupNCCL line make rank 0 the culprit; a store server's ``Timed out after N seconds waiting
         for clients. J/E clients joined`` names the ranks no line of the logs comes from when they are exactly
-        E-J. The peers' errors are then consequences.
+        E-J; clients that time out connecting to the c10d store (``[c10d] The client socket has timed out
+        after T while trying to connect to (host, port).``) while rank 0, which hosts it, logged nothing make
+        rank 0 the culprit, with the store's host when no line of the logs (nor a launcher's exit report)
+        comes from it; torchrun agents that raise RendezvousTimeoutError after ``The node '<host>_<pid>_0'
+        attempts to join the next round of the rendezvous`` make the nodes that never joined the culprits,
+        counted from the launch configs' ``min_nodes`` when logged. The peers' errors are then consequences.
         Before 2.18.3 there is no START line: a process that printed
         ``Using network …`` (once per communicator init) more often than it completed inits is still in init.
 
@@ -609,20 +669,42 @@ class InitIncomplete(Rule):
         found = absent_at_init(job)
         if found is None:
             return
-        title = (
-            f"{rank_word(found.absent)} never arrived at the rendezvous: "
-            f"{plural(len(found.waiting), 'rank')} ({ranks_text(found.waiting)}) {found.what}"
+        waiting = (
+            f"{plural(len(found.waiting), 'rank')} ({ranks_text(found.waiting)})"
+            if found.waiting
+            else plural(found.rows.height, "process")
+        )
+        where = f" on {', '.join(found.hosts)}" if found.hosts else ""
+        title = found.title or (
+            f"{rank_word(found.absent)}{where} never arrived at the rendezvous: {waiting} {found.what}"
         )
         yield self.finding(
             job,
             title,
             evidence_rows=evidence(found.rows.head(4)),
             ranks=list(found.absent),
+            hosts=list(found.hosts),
             advice=self._advice_absent(found),
         )
 
     @staticmethod
     def _advice_absent(found: Absence) -> str:
+        if found.event == "rendezvous_timeout":
+            return (
+                "Find the node(s) whose torchrun never reached the rendezvous endpoint: compare the nodes "
+                "the scheduler allocated with those that attempted to join; check that torchrun started on "
+                "each (launcher output, node health) with the same --rdzv-endpoint, --rdzv-id and --nnodes, "
+                "and that the endpoint's port is reachable from it."
+            )
+        if found.event == "store_connect_timeout":
+            return (
+                "Rank 0 hosts the c10d store the others connect to (MASTER_ADDR:MASTER_PORT): find out why "
+                "it never started listening. Check that rank 0's process (or, with torchrun, node 0's agent) "
+                "was started at all (launcher output, node health"
+                + (f" of {', '.join(found.hosts)}" if found.hosts else "")
+                + "), that MASTER_ADDR names the node that runs rank 0, and that nothing before "
+                "init_process_group held it up."
+            )
         if found.absent == (0,):
             return (
                 "Find out what rank 0 was doing instead of creating the communicator: work done on rank 0 "
@@ -1005,9 +1087,10 @@ class BootstrapFailure(Rule):
                         f"{first.get('detail')}"
                     )
                 who = names(job, ranks) if ranks else f"{plural(group.height, 'process')}"
-                absence = absent_at_init(job) if event == "unique_id_store_error" else None
-                if absence is not None:
-                    # Rank 0 never came to publish the id: the store worked, these ranks only waited for it.
+                absence = absent_at_init(job)
+                if absence is not None and absence.event == event:
+                    # Rank 0 never came to publish the id, or to listen as the store: these ranks only
+                    # waited for it.
                     yield self.finding(
                         job,
                         f"{who}: rendezvous failed, {cause}, as {rank_word(absence.absent)} never arrived",

@@ -20,10 +20,11 @@ import polars as pl
 
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job
-from nccl_logsift.findings.process import locations, names, ranks_text, short_host, with_job_rank
+from nccl_logsift.findings.process import locations, names, ranks_text, with_job_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.resolve.hosts import nccl_host
 
 # ibv_wc_status (libibverbs), grammar §6.1.
 IB_STATUS = {
@@ -298,7 +299,7 @@ def _message(job: Job, rows: pl.DataFrame) -> str:
     )
     if not text.len():
         return ""
-    return re.sub(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "", text[0]).strip()
+    return re.sub(r"^.*?NCCL (?:WARN|ATTN|INFO|TRACE) ", "", text[0]).strip()
 
 
 def _texts(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
@@ -314,7 +315,7 @@ def _texts(job: Job, rows: pl.DataFrame) -> pl.DataFrame:
         lines, on=["source_id", "line_no", "part"], how="left", maintain_order="left"
     )
     return out.with_columns(
-        message=pl.col("text").str.replace(r"^.*?NCCL (?:WARN|INFO|TRACE) ", "").str.strip_chars()
+        message=pl.col("text").str.replace(r"^.*?NCCL (?:WARN|ATTN|INFO|TRACE) ", "").str.strip_chars()
     ).with_columns(sig=pl.col("message").str.replace_all(r"\d+", "N"))
 
 
@@ -960,7 +961,7 @@ class NetError(Rule):
         if not peer_ip and not peer:
             return "", [], None
         key = peer_ip or peer
-        hosts = addresses.get(key) or ({short_host(key)} if short_host(key) in addresses else set())
+        hosts = addresses.get(key) or ({nccl_host(key)} if nccl_host(key) in addresses else set())
         host = next(iter(hosts)) if len(hosts) == 1 else None
         ranks = peer_ranks_on(job, host, logger, t)
         text = peer or key

@@ -17,25 +17,36 @@ and lists the warnings apart from the notes. Nothing below error is ever primary
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
-from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.model import Diagnosis, Finding, Kind, Severity
+
+POLICY_WIDTH = 80  # explain prints the policy as is: it reads whole in an 80-column terminal
 
 
 def policy_text() -> str:
     """The severity and verdict policy, as ``logsift explain --policy`` prints it and the README states it."""
-    rows = "\n".join(f"  {s.label:<9} {s.meaning}" for s in sorted(Severity, reverse=True))
-    return (
-        "Severities\n" + rows + "\n\n"
-        "Verdict\n"
-        "  A root cause is a finding at error or worse: the first in causal order of the worst severity is\n"
-        "  primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts,"
-        " aborts)\n"
-        "  are consequences. A job with nothing at error or worse has no root cause: the verdict says it\n"
-        "  looks healthy and lists its warnings apart from its notes.\n\n"
-        "--fail-on\n"
-        "  --fail-on error exits 1 when the job failed or hung; --fail-on warning also when it only ran\n"
-        "  degraded; --fail-on info on any finding."
-    )
+    rows = [
+        textwrap.fill(s.meaning, POLICY_WIDTH, initial_indent=f"  {s.label:<9} ", subsequent_indent=" " * 12)
+        for s in sorted(Severity, reverse=True)
+    ]
+    sections = {
+        "Verdict": (
+            "A root cause is a finding at error or worse: the first in causal order of the worst severity "
+            "is primary, and what followed from it (closed sockets, peers that exited, watchdog timeouts, "
+            "aborts) are consequences. A job with nothing at error or worse has no root cause: the verdict "
+            "says it looks healthy and lists its warnings apart from its notes."
+        ),
+        "--fail-on": (
+            "--fail-on error exits 1 when the job failed or hung; --fail-on warning also when it only ran "
+            "degraded; --fail-on info on any finding."
+        ),
+    }
+    wrapped = [
+        f"{title}\n" + textwrap.fill(text, POLICY_WIDTH, initial_indent="  ", subsequent_indent="  ")
+        for title, text in sections.items()
+    ]
+    return "\n\n".join(["Severities\n" + "\n".join(rows), *wrapped])
 
 
 # Lower is closer to the root of a cascade.
@@ -113,44 +124,66 @@ def _position(finding: Finding) -> int:
     return finding.first_seen if finding.first_seen is not None else _UNKNOWN_POSITION
 
 
-def verdict(findings: list[Finding], ranks_seen: int, hosts: int) -> str:
-    """One paragraph in plain words: what happened, who, where, what to do next.
+def diagnose(findings: list[Finding]) -> Diagnosis:
+    """The verdict in its parts, from triaged findings: the root causes (the primary findings), what followed
+    from them (every other finding at error or worse) and the next step (the leading cause's advice).
 
-    Without a finding at error or worse the job is healthy: the verdict says so, then lists the warnings
-    (degraded) apart from the notes (info), and names no root cause."""
+    Without a finding at error or worse the job is healthy: no root cause, and its warnings (degraded) are
+    kept apart from its notes (info)."""
     serious = [f for f in findings if f.severity >= Severity.ERROR]
-    primary = [f for f in findings if f.primary]
     if not serious:
+        return Diagnosis(
+            warnings=tuple(f for f in findings if f.severity == Severity.WARNING),
+            notes=tuple(f for f in findings if f.severity < Severity.WARNING),
+        )
+    # Untriaged findings have no primary: the first serious one leads, as triage would have put it first.
+    causes = [f for f in findings if f.primary] or serious[:1]
+    return Diagnosis(
+        causes=tuple(causes),
+        consequences=tuple(f for f in serious if not any(f is c for c in causes)),
+        next_step=causes[0].advice,
+    )
+
+
+def verdict(findings: list[Finding], ranks_seen: int, hosts: int) -> str:
+    """One paragraph in plain words: what happened, who, where, what to do next."""
+    return verdict_text(diagnose(findings), ranks_seen, hosts)
+
+
+def verdict_text(diagnosis: Diagnosis, ranks_seen: int, hosts: int) -> str:
+    """The paragraph :func:`verdict` writes, from the verdict's parts, its caveat last."""
+    text = _paragraph(diagnosis, ranks_seen, hosts)
+    return f"{text} {diagnosis.caveat}" if diagnosis.caveat else text
+
+
+def _paragraph(diagnosis: Diagnosis, ranks_seen: int, hosts: int) -> str:
+    if diagnosis.healthy:
         # The counts are of what the logs show, which may be one node's output of a larger job: findings
         # speak of the job ("this 2-node job"), so the scope says it counts the logs.
         scope = f"in these logs ({ranks_seen} rank(s) on {hosts} host(s))" if ranks_seen else "in these logs"
         # "Looks": the logs may miss what they never printed (a run at NCCL_DEBUG=WARN, a test harness's
         # own failure message); the claim is about what they show.
-        if not findings:
+        if not (diagnosis.warnings or diagnosis.notes):
             return f"No sign of a hang or failure {scope}: the job looks healthy."
         parts = [f"No hang or failure found {scope}: the job looks healthy, no root cause."]
-        warnings = [f for f in findings if f.severity == Severity.WARNING]
-        notes = [f for f in findings if f.severity < Severity.WARNING]
-        if warnings:
-            parts.append(f"Warnings (it works, degraded): {_titles(warnings)}.")
-        if notes:
-            parts.append(f"Worth knowing: {_titles(notes)}.")
+        if diagnosis.warnings:
+            parts.append(f"Warnings (it works, degraded): {_titles(diagnosis.warnings)}.")
+        if diagnosis.notes:
+            parts.append(f"Worth knowing: {_titles(diagnosis.notes)}.")
         return " ".join(parts)
-    lead = primary[0] if primary else serious[0]
+    lead, *more = diagnosis.causes
     parts = [f"Root cause: {_sentence(lead.title)}."]
-    more = [f for f in primary[1:]]
     if more:
         parts.append("Also: " + "; ".join(_sentence(f.title) for f in more) + ".")
-    fallout = [f for f in findings if not f.primary and f.severity >= Severity.ERROR]
-    if fallout:
-        kinds = sorted({f.kind.value.replace("_", " ") for f in fallout})
+    if diagnosis.consequences:
+        kinds = sorted({f.kind.value.replace("_", " ") for f in diagnosis.consequences})
         parts.append(f"Consequences reported after it: {', '.join(kinds)}.")
-    if lead.advice:
-        parts.append(f"Next: {lead.advice}")
+    if diagnosis.next_step:
+        parts.append(f"Next: {diagnosis.next_step}")
     return " ".join(parts)
 
 
-def _titles(findings: list[Finding], limit: int = 2) -> str:
+def _titles(findings: tuple[Finding, ...], limit: int = 2) -> str:
     text = "; ".join(_sentence(f.title) for f in findings[:limit])
     return text + (f" (and {len(findings) - limit} more)" if len(findings) > limit else "")
 

@@ -10,18 +10,16 @@ PyTorch's Flight Recorder tutorial (``TORCH_FR_BUFFER_SIZE``, ``TORCH_FR_DUMP_TE
 
 from __future__ import annotations
 
-import re
 import statistics
 
 import polars as pl
 
 from nccl_logsift.findings.context import Job
 from nccl_logsift.model import DumpAudit, NextRunAdvice
+from nccl_logsift.resolve.releases import newest_nccl, teardown_is_logged
 
-DESTROY_SUBSYS_FROM = (2, 30, 3)
 FR_DEFAULT_BUFFER = 2000
 STEPS_WORTH_KEEPING = 10  # a dump should cover several steps, so the step before the hang is in it
-_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 
 def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
@@ -66,8 +64,8 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
                 "NCCL stamps only WARN lines by default (2.26+): without times, which rank stopped first "
                 "and how long each waited cannot be told",
             )
-        version = _newest_nccl(job)
-        if version and version >= DESTROY_SUBSYS_FROM and not _teardown_logged(job):
+        version = newest_nccl(job)
+        if not teardown_is_logged(job) and version:
             add(
                 "communicator teardown lines (Destroy/Abort COMPLETE)",
                 "NCCL_DEBUG_SUBSYS=INIT,COLL,DESTROY",
@@ -128,7 +126,7 @@ def _flight_recorder(job: Job, dumps: DumpAudit, torch_lines: int) -> list[NextR
         out.append(
             NextRunAdvice(
                 "Flight Recorder dumps on timeout",
-                "TORCH_NCCL_DUMP_ON_TIMEOUT=1 (TORCH_FR_DUMP_ON_TIMEOUT)",
+                "TORCH_FR_DUMP_ON_TIMEOUT=1 (TORCH_NCCL_DUMP_ON_TIMEOUT in older PyTorch)",
                 "the watchdog timed out but no rank dumped its Flight Recorder: the dumps would say which "
                 "collective each rank had enqueued",
             )
@@ -225,25 +223,6 @@ def _calls(job: Job) -> int:
     if not stats.is_empty() and "calls" in stats.columns:
         return int(stats["calls"].sum())
     return coll.height
-
-
-def _newest_nccl(job: Job) -> tuple[int, int, int] | None:
-    versions = job.table("versions")
-    if versions.is_empty() or "version" not in versions.columns:
-        return None
-    found = [
-        tuple(map(int, m.groups()))
-        for v in versions["version"].drop_nulls().unique().to_list()
-        if (m := _VERSION.search(v))
-    ]
-    return max(found) if found else None
-
-
-def _teardown_logged(job: Job) -> bool:
-    comms = job.table("comms")
-    if comms.is_empty() or "what" not in comms.columns:
-        return False
-    return bool(comms["what"].str.contains("(?i)destroy|abort").any())
 
 
 def _processes_per_source(nccl: pl.DataFrame) -> int:

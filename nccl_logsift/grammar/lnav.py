@@ -44,11 +44,13 @@ TIME_FIELDS = ("collector_ts", "ts")
 LEVEL_FIELDS = ("level", "severity")
 
 # NCCL logs WARN on its error paths (a failing call WARNs before it returns the error), so WARN is an lnav
-# error, which lnav counts and lets one jump between. CALL lines trace API calls.
+# error, which lnav counts and lets one jump between. CALL lines trace API calls. ATTN (after NCCL 2.30.7) is
+# "noteworthy, not an error": lnav's notice.
 LNAV_LEVELS = {
     "trace": ("TRACE",),
     "debug": ("CALL", "DEBUG"),
     "info": ("INFO", "I"),
+    "notice": ("ATTN",),
     "warning": ("W", "WARNING"),
     "error": ("WARN", "E", "ERROR"),
     "critical": ("CRITICAL",),

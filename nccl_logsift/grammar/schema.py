@@ -26,6 +26,7 @@ A grammar file describes one line family::
     line = '''host:1:1 [0] NCCL INFO AllReduce: opCount 1a4 ...'''   # a full raw line
     version = "2.21.5"
     expect = { op = "AllReduce", opcount = 420 }
+    fast = false                    # COLL only: a form the compiled scan leaves to this parser on purpose
 
     [[near_misses]]
     line = '''...'''                # a full raw line this family must not claim
@@ -106,6 +107,22 @@ class Sample:
     line: str
     expect: dict[str, Any]
     version: str = ""
+    # COLL samples only: False for a form the compiled COLL scan leaves to the general parser on purpose
+    # (parse/fastcoll.py); tests/parse/test_fast_path_coverage.py holds every other COLL sample to the scan.
+    fast: bool = True
+
+
+# What an error kind means to the diagnosis (the ``[kinds]`` table of grammars/nccl/errors.toml).
+ROLES = ("failure", "cascade", "benign", "teardown")
+_OWNER = re.compile(r"^(?:LS\d{3})?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    name: str
+    role: str  # one of ROLES
+    owner: str  # the code of the rule that reports it, "" when none does
+    doc: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +139,7 @@ class Grammar:
     patterns: tuple[Pattern, ...]
     samples: tuple[Sample, ...]
     near_misses: tuple[str, ...]
+    kinds: tuple[ErrorKind, ...] = ()
 
     @property
     def field_kinds(self) -> dict[str, FieldKind]:
@@ -145,9 +163,10 @@ _TOP_KEYS = {
     "patterns",
     "samples",
     "near_misses",
+    "kinds",
 }
 _PATTERN_KEYS = {"name", "regex", "anchor", "versions", "set", "level"}
-_SAMPLE_KEYS = {"line", "expect", "version"}
+_SAMPLE_KEYS = {"line", "expect", "version", "fast"}
 _SOURCES = {"nccl", "torch", "text"}
 
 
@@ -198,8 +217,14 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
         if "line" not in spec:
             problems.append(f"samples[{i}]: needs a line")
             continue
-        samples.append(Sample(spec["line"], spec.get("expect", {}), str(spec.get("version", ""))))
+        fast = spec.get("fast", True)
+        if not isinstance(fast, bool):
+            problems.append(f"samples[{i}]: fast must be true or false")
+            fast = True
+        samples.append(Sample(spec["line"], spec.get("expect", {}), str(spec.get("version", "")), fast))
     near = tuple(m["line"] if isinstance(m, dict) else m for m in doc.get("near_misses", []))
+    kinds, kind_problems = _kinds(doc.get("kinds", {}))
+    problems += kind_problems
     grammar = Grammar(
         path=path,
         family=doc.get("family", path.stem),
@@ -213,8 +238,27 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
         patterns=tuple(patterns),
         samples=tuple(samples),
         near_misses=near,
+        kinds=kinds,
     )
     return grammar, problems
+
+
+def _kinds(table: dict) -> tuple[tuple[ErrorKind, ...], list[str]]:
+    """The ``[kinds]`` table: ``name = { role = ..., owner = ..., doc = ... }`` per error kind."""
+    kinds, problems = [], []
+    for name, spec in table.items():
+        if not isinstance(spec, dict):
+            problems.append(f"kinds.{name}: must be a table")
+            continue
+        problems += [f"kinds.{name}: unknown key {k!r}" for k in sorted(set(spec) - {"role", "owner", "doc"})]
+        role, owner = spec.get("role"), spec.get("owner", "")
+        if role not in ROLES:
+            problems.append(f"kinds.{name}: role must be one of {', '.join(ROLES)}")
+        if not isinstance(owner, str) or not _OWNER.match(owner):
+            problems.append(f"kinds.{name}: owner must be a rule code (LS123) or empty")
+            continue
+        kinds.append(ErrorKind(name, str(role), owner, str(spec.get("doc", ""))))
+    return tuple(kinds), problems
 
 
 _GROUP = re.compile(r"\(\?P<(\w+)>")

@@ -205,7 +205,7 @@ class ReadStats:
     bytes: int = 0
     lines: int = 0
     invalid_utf8_lines: int = 0
-    nul_bytes: int = 0  # NUL padding left out of the lines
+    nul_bytes: int = 0  # NUL bytes left out of the lines: padding at their ends, holes inside them
     problems: list[InputProblem] = field(default_factory=list)  # what cut the source short or skipped it
 
     def all_problems(self) -> tuple[InputProblem, ...]:
@@ -414,7 +414,12 @@ def split_lines(
     byte_offset = starts.astype(np.uint64) + np.uint64(first_offset)
     if not ascii and not _is_utf8(view.raw):
         view, starts, ends, nul_bytes = _repaired(view, starts, stats)
-    stats.nul_bytes += nul_bytes
+    # NUL bytes inside lines (a pass of the chunk, only counted when its least byte is one).
+    has_nul = len(view.raw) and view.raw.min() == 0
+    inside = int(np.count_nonzero(view.raw == 0)) - nul_bytes if has_nul else 0
+    if inside > 0:
+        view, starts, ends = _without_nul(view, starts, ends)
+    stats.nul_bytes += nul_bytes + max(inside, 0)
     return RawChunk(
         source_id=source_id,
         first_line_no=first_line_no,
@@ -423,6 +428,19 @@ def split_lines(
         ends=ends,
         byte_offset=byte_offset,
     )
+
+
+def _without_nul(
+    view: ByteView, starts: np.ndarray, ends: np.ndarray
+) -> tuple[ByteView, np.ndarray, np.ndarray]:
+    """The chunk without the NUL bytes inside its lines, and its line bounds (rare: a file a crash left a hole
+    in, NULs up to where writing resumed). The line keeps its number; what was written after the hole joins
+    what came before it, and a line of another process that starts there is cut off as a glued line would be
+    (parse/lineparser.py). Bytes before each position that are kept give its place in the new chunk."""
+    kept = view.raw != 0
+    place = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(kept, out=place[1:])
+    return ByteView(view.raw[kept]), place[starts].astype(starts.dtype), place[ends].astype(ends.dtype)
 
 
 def _is_utf8(raw: np.ndarray) -> bool:

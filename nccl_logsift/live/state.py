@@ -24,7 +24,7 @@ from enum import StrEnum
 import numpy as np
 import polars as pl
 
-from nccl_logsift.findings import rule_for
+from nccl_logsift.findings import rule_for, vocabulary
 from nccl_logsift.findings.startup import BENIGN_KINDS
 from nccl_logsift.model import Evidence, Finding, Kind, Severity
 from nccl_logsift.parse.calls import NO_RANK, Calls, nullable
@@ -58,21 +58,6 @@ PROCESS_SCHEMA = {
     "cuda_dev": pl.Int64,
     "label": pl.Int64,
 }
-# Which rule of ``analyze`` reports a WARN of this ``error_kind`` (grammars/nccl/errors.toml): transport.py
-# owns network errors, placement.py CUDA errors and GPUs, startup.py bootstrap and interfaces; the rest is
-# LS901.
-WARN_CODES = {
-    **dict.fromkeys(
-        ("ib_completion", "ib_async", "ib_mismatch", "socket_closed", "socket_io", "socket_truncated"),
-        "LS302",
-    ),
-    **dict.fromkeys(("cuda", "alloc"), "LS401"),
-    **dict.fromkeys(("bootstrap", "socket_connect", "socket_handshake"), "LS202"),
-    "no_interface": "LS203",
-    "duplicate_gpu": "LS402",
-    **dict.fromkeys(("collnet", "nvls", "p2p", "plugin"), "LS301"),
-}
-OTHER_WARN_CODE = "LS901"
 STALL_CODE = "LS101"
 RECENT_EVENTS = 50
 # What _last_calls gives per member (then its line's text and path).
@@ -579,7 +564,7 @@ def _stall_finding(row: dict, front: dict) -> Finding:
 def _warn_finding(row: dict, path: str) -> Finding:
     """A WARN as a live finding of the rule that reports its kind; probe and fallback WARNs are warnings."""
     kind = row["error_kind"]
-    rule = rule_for(WARN_CODES.get(kind, OTHER_WARN_CODE))
+    rule = rule_for(vocabulary.owner(kind))  # the rule of analyze that reports it
     severity = Severity.WARNING if kind in BENIGN_KINDS else Severity.ERROR
     return Finding(
         code=rule.code,

@@ -45,7 +45,7 @@ HOST_CHARS = 253
 _GLUED_HEAD = regex.compile(
     r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?\] )?"
     r"(?<![A-Za-z0-9_][.\-]*+)(?P<host>[A-Za-z0-9_][A-Za-z0-9_.\-]*+):\d+:\d+ "
-    r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|TRACE|CALL)(?: |$)"
+    r"(?:\[-?\d+\] )?(?:\S+ \S+ |\S+ )?NCCL (?:INFO|WARN|ATTN|TRACE|CALL)(?: |$)"
     r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]"
     r"|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
 )

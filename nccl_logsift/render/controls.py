@@ -5,8 +5,8 @@ A log line is text its writer chose, and a terminal obeys what it is sent: ``ESC
 the bidi overrides (U+202A–U+202E, U+2066–U+2069) draw text in another order than it is stored. rich, which
 draws the terminal report, passes all of them through. Like ``less`` and ripgrep, the terminal report and the
 live view show them instead: C0 controls and DEL in caret notation (``^[``, ``^G``, ``^?``), C1 controls and
-the bidi controls as ``<U+202E>``. Tab and newline are kept. The JSON and HTML renderers escape for their
-own formats and do not use this.
+the bidi controls as ``<U+202E>``. Tab and newline are kept. The HTML pages show log text the same way (on
+top of escaping it: render/html.py); the JSON escapes for its own format and keeps the text as it was.
 """
 
 from __future__ import annotations

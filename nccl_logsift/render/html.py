@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from nccl_logsift import __version__
+from nccl_logsift import __version__, call_numbers
 from nccl_logsift.model import HostLink, HostNode, Report, Topology
+from nccl_logsift.render.controls import visible
 from nccl_logsift.render.json import to_dict
 
 if TYPE_CHECKING:
@@ -48,6 +49,15 @@ OP_SHORT = {
 }
 
 
+def _shown(value: Any) -> Any:
+    """Every value a template prints: log text with its control characters shown, not obeyed. Escaping keeps
+    markup out, but a bidi override (U+202E) still draws a host name backwards and C0 controls are not text;
+    the page shows them as the terminal report does (render/controls.py). Markup of our own is left whole."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible(value)
+    return value
+
+
 @functools.cache
 def environment() -> Environment:
     env = Environment(
@@ -56,11 +66,13 @@ def environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,
     )
     env.filters["op_short"] = lambda op: OP_SHORT.get(op or "", (op or "")[:3])
     env.filters["thousands"] = lambda n: f"{n:,}" if isinstance(n, int) else n
     env.filters["size"] = _size
     env.globals["host_circle"] = host_circle
+    env.globals["call_numbers"] = call_numbers.LEGEND  # the terminal's rank table ends with it too
     return env
 
 

@@ -11,6 +11,7 @@ from rich.segment import Segments
 from rich.table import Table
 from rich.text import Text
 
+from nccl_logsift import call_numbers
 from nccl_logsift.model import Evidence, Report, Severity
 from nccl_logsift.render.controls import visible
 
@@ -60,6 +61,7 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print()
     if report.ranks:
         _print_whole(console, _rank_table(report))
+        console.print(Text(call_numbers.LEGEND, style="dim"))
     _flight(report, console)
     for note in report.notes:
         console.print(f"[yellow]note[/] {escape(visible(note))}")

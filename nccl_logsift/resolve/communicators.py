@@ -26,6 +26,31 @@ INSTANCE = ["host", "pid", "comm", "generation"]
 MAX_RANKS = 1 << 20
 
 
+# The comms rows an instance is made of (Init opens it, Destroy or Abort ends it), and the columns of theirs
+# that instances() reads.
+INSTANCE_ROWS = ("Init", "Destroy", "Abort")
+INSTANCE_COLUMNS = frozenset(
+    {
+        *INSTANCE,
+        "source_id",
+        "line_no",
+        "part",
+        "what",
+        "phase",
+        "rank",
+        "nranks",
+        "cuda_dev",
+        "nvml_dev",
+        "bus_id",
+        "comm_id",
+        "func",
+        "parent",
+        "color",
+        "split_count",
+    }
+)
+
+
 def with_seq(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     """A total order over all lines of all sources: source, then line, then part of a glued line."""
     return frame.with_columns(
@@ -51,6 +76,17 @@ def number_instances(comms: pl.DataFrame) -> pl.DataFrame:
         inits.select(*key, SEQ, "generation"), on=SEQ, by=key, strategy="backward", check_sortedness=False
     )
     return pl.concat([inits, others.select(inits.columns)]).sort(SEQ)
+
+
+def ends_once(comms: pl.DataFrame) -> pl.DataFrame:
+    """``comms`` (Init, Destroy and Abort rows) less every end but the first after each Init of a (host, pid,
+    comm): an instance ends at its first Destroy or Abort, and the later ones (a log that repeats its teardown
+    lines) change nothing :func:`instances` finds, but held a row each."""
+    key = ["host", "pid", "comm"]
+    init = pl.col("what") == "Init"
+    rows = with_seq(comms).with_columns(opened=init.cast(pl.Int32).cum_sum().over(key, order_by=SEQ))
+    first_end = pl.col(SEQ).filter(~init).min().over([*key, "opened"])
+    return rows.filter(init | (pl.col(SEQ) == first_end)).drop(SEQ, "opened")
 
 
 def instances(comms: pl.DataFrame) -> pl.DataFrame:

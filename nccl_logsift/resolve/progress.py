@@ -20,6 +20,7 @@ import polars as pl
 
 from nccl_logsift import _kernels, keymap
 from nccl_logsift.keymap import KeyMap
+from nccl_logsift.memory import detached
 from nccl_logsift.parse.calls import (
     NO_GENERATION,
     NO_RANK,
@@ -29,11 +30,19 @@ from nccl_logsift.parse.calls import (
     instance_keys,
     process_keys,
 )
-from nccl_logsift.resolve.communicators import INSTANCE, instances
+from nccl_logsift.resolve.communicators import (
+    INSTANCE,
+    INSTANCE_COLUMNS,
+    INSTANCE_ROWS,
+    ends_once,
+    instances,
+)
 
 # What numbering remembers per (host, pid, comm) group between batches (csrc/calls.c: the instance of its
 # last call and where it was found, and the span of lines where that instance holds).
 _GROUP_FIELDS = 6
+# Rows of Init/Destroy/Abort lines observed before they are merged and their repeated ends dropped.
+COMPACT_ROWS = 1 << 16
 
 
 class CollectiveNumbering:
@@ -49,21 +58,39 @@ class CollectiveNumbering:
         self._counts = KeyMap()  # instance → the dense instance slot
         self._next = np.zeros(16, dtype=np.int64)  # per instance slot: its next ordinal
         self.uids = Names()
+        self._compacted = 0  # rows of the comms merged last
+        self._pending = 0  # rows observed since
 
     def observe(self, comms: pl.DataFrame) -> None:
+        # Only the rows an instance is made of, and their columns (resolve/communicators.py): a log that
+        # repeats the per-comm summary line held every such row until the end.
+        comms = comms.filter(pl.col("what").is_in(INSTANCE_ROWS)).select(
+            c for c in comms.columns if c in INSTANCE_COLUMNS
+        )
         if comms.height:
-            self._comms.append(comms)
+            self._comms.append(detached(comms))
             self._instances = None
+            self._pending += comms.height
+            if self._pending > max(COMPACT_ROWS, self._compacted):
+                self._merge()
             # Instances start at Init lines only: Destroy and Summary lines (all of a job's last batch: 16k
             # for a 4096-rank job) change the table, not the starts calls are numbered by.
             if (comms["what"] == "Init").any():
                 self._starts = None
 
+    def _merge(self) -> pl.DataFrame | None:
+        """The rows observed so far as one frame, less the ends that end no instance (see ``ends_once``)."""
+        if not self._comms:
+            return None
+        merged = ends_once(pl.concat(self._comms, how="vertical_relaxed"))
+        self._comms = [merged]
+        self._compacted, self._pending = merged.height, 0
+        return merged
+
     @property
     def instances(self) -> pl.DataFrame:
         if self._instances is None:
-            merged = pl.concat(self._comms, how="vertical_relaxed") if self._comms else None
-            self._comms = [merged] if merged is not None else []
+            merged = self._merge()
             self._instances = instances(merged) if merged is not None else instances(_no_comms())
         return self._instances
 

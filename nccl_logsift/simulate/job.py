@@ -102,6 +102,7 @@ class Job:
     env: dict[int, list[str]] = field(default_factory=dict)  # host index -> ENV lines NCCL prints
     info_timestamps: str | None = None  # NCCL_DEBUG_TIMESTAMP_FORMAT when INFO lines carry times
     store_wait: set[int] = field(default_factory=set)  # ranks blocked in the store-based barrier
+    never_started: set[int] = field(default_factory=set)  # ranks whose process never ran: they print nothing
     truth: list[TruthFault] = field(default_factory=list)
     notes: dict = field(default_factory=dict)  # scenario scratch space for its truth/story hooks
     bulk_steps: int = 0

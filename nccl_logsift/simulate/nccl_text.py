@@ -20,7 +20,7 @@ from nccl_logsift.simulate.cluster import (
     tree,
 )
 from nccl_logsift.simulate.program import Op
-from nccl_logsift.simulate.versions import NcclProfile
+from nccl_logsift.simulate.versions import SITE_FUNCS, NcclProfile
 
 MAX_LINE = 1023  # §1.8: prefix + message fit in a 1024-byte buffer (<= 2.28.9)
 
@@ -54,7 +54,12 @@ def trace(role: str, profile: NcclProfile, site: str, code: int, thread: str = "
     ``nth`` > 0 moves to another call site of the same file (a chain passes through a file more than once).
     """
     tag = f" {thread}" if thread else ""
-    return info(role, f"{shift(profile.sites[site], 37 * nth)} -> {code}{tag}")
+    return info(role, f"{located(profile, shift(profile.sites[site], 37 * nth), site)} -> {code}{tag}")
+
+
+def located(profile: NcclProfile, site: str, key: str) -> str:
+    """A call site as WARN and trace lines print it: ``file:line``, and ``file:line (func)`` from 2.30.7."""
+    return f"{site} ({SITE_FUNCS[key]})" if profile.site_funcs else site
 
 
 def shift(site: str, by: int) -> str:
@@ -400,7 +405,7 @@ class NcclText:
 
     def teardown(self, comm: Communicator, rank: int, what: str, role: str) -> list[Msg]:
         template = self.p.destroy if what == "Destroy" else self.p.abort
-        if not template:
+        if not template or self.p.teardown_subsys not in self.p.subsys:
             return []
         f = self.init_fields(comm, rank)
         out = []
@@ -412,7 +417,7 @@ class NcclText:
     # ------------------------------------------------------------------------------ failures §6
     def warn(self, role: str, site_key: str, text: str) -> Msg:
         """A WARN at a call site a few lines above the first trace line of the same file."""
-        return Msg(role, "WARN", text, shift(self.p.sites[site_key], -19))
+        return Msg(role, "WARN", text, located(self.p, shift(self.p.sites[site_key], -19), site_key))
 
     def ib_completion_error(self, proc: Process, peer: Process, rng: random.Random) -> list[Msg]:
         p = self.p
@@ -426,7 +431,7 @@ class NcclText:
             req="Send",
             hca=proc.host.nics[proc.nic],
         )
-        return [Msg("progress", "WARN", text, shift(p.ib_site, -19))] + chain(
+        return [Msg("progress", "WARN", text, located(p, shift(p.ib_site, -19), "ib"))] + chain(
             "progress", p, code, ["net_ib", "net", "proxy", f"proxy|{p.progress_thread}"]
         )
 

@@ -106,6 +106,8 @@ class Narrator:
     def process(self, run: RankRun) -> None:
         job = self.job
         rank = run.rank
+        if rank in job.never_started:
+            return
         proc = job.cluster.procs[rank]
         end = run.end if run.end is not None else self.tl.end
         t0 = run.issues[0].t - 2.0 if run.issues else max(0.0, (run.end or 1.0) - 1.0)
@@ -330,6 +332,9 @@ class Narrator:
             lines = [f"{host}: Test NCCL failure {what['src']} '{what['error']}'"]
             lines += [f" .. {host} pid {proc.pid}: Test failure {src}" for src in what["trace"]]
             self.story.add(t, rank, "out", "\n".join(lines))
+        elif what.get("kind") == "store_timeout":
+            lines = self.torch.store_connect_timeout(self.when(t), what["host"], what["port"], what["waited"])
+            self.story.add(t, rank, "err", "\n".join(lines))
         elif what.get("kind") == "gpu_fault":
             pg = job.cluster.pgs[0]
             pg_rank = self.pg_rank(pg, rank)

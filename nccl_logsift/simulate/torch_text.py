@@ -88,6 +88,12 @@ class TorchText:
             return f"[PG {pg.guid} ({pg.desc}) Rank {pg_rank}]"
         return f"[PG ID {pg_local_id} PG GUID {pg.guid}({pg.desc}) Rank {pg_rank}]"
 
+    def work_tag(self, pg: ProcessGroup, pg_rank: int) -> str:
+        """WorkNCCL's prefix: ``[Rank N]``, and from 2.13 ``[PG GUID g(desc) Rank N]``."""
+        if self.p.work_prefix == "pg_guid":
+            return f"[PG GUID {pg.guid}({pg.desc}) Rank {pg_rank}]"
+        return f"[Rank {pg_rank}]"
+
     def work(self, seq: int, torch_op: str, numel_in: int, numel_out: int) -> str:
         numel = f", NumelIn={numel_in}, NumelOut={numel_out}" if self.p.numel else ""
         return f"WorkNCCL(SeqNum={seq}, OpType={torch_op}{numel}, Timeout(ms)={self.p.timeout_ms})"
@@ -166,7 +172,7 @@ class TorchText:
         """A collective timeout as the watchdog reports it: ("c10:<line key>"|"raw", text) pairs, in order."""
         p = self.p
         fields = {
-            "rank_tag": f"[Rank {pg_rank}]",
+            "rank_tag": self.work_tag(pg, pg_rank),
             "pgp": self.pg_prefix(pg, pg_local_id, pg_rank),
             "seq": seq,
             "enq": last_enqueued,
@@ -254,7 +260,7 @@ class TorchText:
     ) -> list[tuple[str, str]]:
         """An asynchronous NCCL error (e.g. an IB completion error) found by the watchdog."""
         fields = {
-            "rank_tag": f"[Rank {pg_rank}]",
+            "rank_tag": self.work_tag(pg, pg_rank),
             "pgp": self.pg_prefix(pg, pg_local_id, pg_rank),
             "seq": seq,
             "enq": last_enqueued,
@@ -289,7 +295,7 @@ class TorchText:
         return self._terminate(
             reason,
             self.pg_prefix(pg, pg_local_id, pg_rank),
-            f"[Rank {pg_rank}]",
+            self.work_tag(pg, pg_rank),
             "error",
             "c10_cuda_check_implementation",
         )
@@ -356,6 +362,28 @@ class TorchText:
             f'  File "/workspace/train.py", line {self.rng.randrange(8, 30)}, in <module>',
             f"    from {module}.optimizers import FusedAdam",
             exception,
+        ]
+
+    def store_connect_timeout(self, when: datetime, host: str, port: int, waited: str) -> list[str]:
+        """A rank's TCPStore client that never reached the store on MASTER_ADDR:MASTER_PORT: socket.cpp logs
+        the timeout (``C10D_ERROR``, before the process group exists, so without ``[rankN]:``), then
+        ``init_process_group`` raises it (SocketConnectOp::throwTimeoutError)."""
+        text = f"The client socket has timed out after {waited} while trying to connect to ({host}, {port})."
+        site, rng = self.site, self.rng
+        ns = when.microsecond * 1000 + rng.randrange(1000)
+        stamp = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{ns:09d}"
+        head = f"[E{stamp} socket.cpp:1011] " if self.p.glog_time else "[E socket.cpp:1011] "
+        return [
+            f"{head}[c10d] {text}",
+            "Traceback (most recent call last):",
+            f'  File "/workspace/train.py", line {rng.randrange(180, 260)}, in <module>',
+            "    main()",
+            f'  File "/workspace/train.py", line {rng.randrange(60, 120)}, in main',
+            '    dist.init_process_group(backend="nccl")',
+            f'  File "{site}/torch/distributed/rendezvous.py", line {rng.randrange(180, 280)}, in '
+            "_create_c10d_store",
+            "    return TCPStore(",
+            f"torch.distributed.DistNetworkError: {text}",
         ]
 
     def init_exception(self, code: int, last_error: str, where: str) -> list[str]:

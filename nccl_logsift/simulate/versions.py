@@ -85,6 +85,12 @@ class NcclProfile:
     # plugin's OOB line and "Failed to initialize NET plugin IB", as the H200 jobs of the corpus print them).
     ib_absent: tuple[str, ...] = ()
     git_version: str = ""  # 2.29.2+: "NCCL git version {branch} {describe}" right after the banner (§1.5)
+    # 2.30.7+: WARN lines and "file:line -> N" traces name the calling function, "file:line (func) ..."
+    # (src/debug.cc:345 and INFO_LOC in src/include/debug.h @v2.30.7-1; grammar §1.2, §1.9).
+    site_funcs: bool = False
+    # The subsystem of the Destroy/Abort lines: INIT, and from 2.30.3 DESTROY, which is not in the default
+    # mask, so a job that does not ask for it prints no teardown line (grammar §2.3).
+    teardown_subsys: str = "INIT"
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -489,8 +495,37 @@ _V2_29 = replace(
     ib_site="transport/net_ib/p2p.cc:550",
 )
 
+# 2.30.7 (tag v2.30.7-1): the IB completion WARN of 2.29.2 at its new line, "(func)" after every WARN's and
+# trace's file:line, and teardown lines in the DESTROY subsystem the simulated job does not ask for (§1.2,
+# §1.9, §2.3, §6.1).
+_V2_30 = replace(
+    _V2_29,
+    series="2.30",
+    version="2.30.7",
+    git_version="NCCL git version master v2.30.7-1-g5c1e0b4",
+    ib_site="transport/net_ib/p2p.cc:688",
+    site_funcs=True,
+    teardown_subsys="DESTROY",
+)
+
 NCCL_PROFILES: dict[str, NcclProfile] = {
-    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28, _V2_29)
+    p.series: p for p in (_V2_10, _V2_14, _V2_18, _V2_21, _V2_26, _V2_27, _V2_28, _V2_29, _V2_30)
+}
+
+# The function a WARN or trace line of 2.30.7+ names, per call-site key of NcclProfile.sites (stand-ins from
+# the files' own functions, like the line numbers).
+SITE_FUNCS = {
+    "alloc": "ncclCudaCalloc",
+    "socket": "socketProgress",
+    "bootstrap": "bootstrapConnect",
+    "init": "initTransportsRank",
+    "group": "groupLaunch",
+    "transport": "ncclTransportP2pSetup",
+    "p2p": "p2pSendSetup",
+    "net": "sendProxyProgress",
+    "net_ib": "ncclIbTest",
+    "proxy": "progressOps",
+    "ib": "ncclIbLogCompletionWithError",
 }
 DEFAULT_NCCL = "2.21"
 
@@ -551,6 +586,9 @@ class TorchProfile:
     # "what": terminate + what(); "nccl_watchdog" (2.2) / "pg_watchdog" (2.3+) exception line first
     watchdog_exit: str = "what"
     lines: dict[str, int] = field(default_factory=dict)  # ProcessGroupNCCL.cpp line numbers by message
+    # WorkNCCL's own prefix (the timeout, the take-down lines): "rank" "[Rank N]", or "pg_guid"
+    # "[PG GUID g(desc) Rank N]" from 2.13 (pytorch PR #191440, issue #191305).
+    work_prefix: str = "rank"
 
 
 def _tp(**kw) -> TorchProfile:
@@ -738,9 +776,12 @@ _T27 = replace(
     },
 )
 _T28 = replace(_T27, series="2.8", version="2.8.0", python="3.12")
+# 2.13: 2.8's watchdog report, WorkNCCL lines prefixed with their own group's GUID and rank (PR #191440).
+# The ProcessGroupNCCL.cpp line numbers are 2.8's: the messages, not their lines, are what a parser reads.
+_T213 = replace(_T28, series="2.13", version="2.13.0", work_prefix="pg_guid")
 
 TORCH_PROFILES: dict[str, TorchProfile] = {
-    p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28)
+    p.series: p for p in (_T113, _T20, _T21, _T22, _T23, _T24, _T25, _T26, _T27, _T28, _T213)
 }
 
 # A PyTorch release a job with this NCCL plausibly ran (the wheel's bundled NCCL or a newer system NCCL).
@@ -753,7 +794,8 @@ DEFAULT_TORCH_FOR_NCCL = {
     "2.27": "2.8",
     "2.28": "2.8",
     "2.29": "2.8",
-}  # PyTorch 2.9+ is not simulated: 2.8's formats
+    "2.30": "2.13",
+}  # PyTorch 2.9-2.12 are not simulated: 2.8's formats
 
 
 def torch_profile(text: str) -> TorchProfile:

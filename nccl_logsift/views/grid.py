@@ -6,10 +6,17 @@ completed" lines and watchdog timeouts). A grid shows the last positions up to t
 around where the laggards stopped and around the first divergence, and folds the rest into gap columns,
 so a hang at call 2,847 stays one screen wide. Past ``NODE_ROWS_ABOVE`` members, rows are nodes: each cell
 shows the worst state of the node's ranks, so a 1024-rank job is 128 rows.
+
+The grid reads as the verdict does (findings/triage.py ``diagnose``): a row is a root-cause rank, a
+consequence, or neither. When the verdict has a root cause, a rank that stopped behind its peers without being
+named by it was held up by it: its missing calls are ``HELD``, not the culprit's ``MISSING``. An IB error on
+one link leaves most ranks of the ring short of the front, and painting them all as laggards would say the
+opposite of the verdict.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +24,8 @@ import polars as pl
 
 from nccl_logsift.findings.context import Job, rank_range
 from nccl_logsift.findings.progress import comm_progress, positioned, timeouts, work_states
-from nccl_logsift.model import CellState, Finding, Grid, GridColumn, GridRow, Kind
+from nccl_logsift.findings.triage import diagnose
+from nccl_logsift.model import CellState, Finding, Grid, GridColumn, GridRow, Kind, RankRole
 
 MAX_GRIDS = 6
 NODE_ROWS_ABOVE = 64
@@ -27,6 +35,7 @@ AROUND = 4  # positions shown on each side of where laggards stopped, or of a di
 WORST = (
     CellState.MISMATCH,
     CellState.MISSING,
+    CellState.HELD,
     CellState.UNKNOWN,
     CellState.PENDING,
     CellState.REACHED,
@@ -54,9 +63,36 @@ class _Members:
     finding: bool
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    """The verdict's split of the ranks: those its root causes name, those its consequences name, and whether
+    it has a root cause at all (a healthy job's laggards are shown as they are)."""
+
+    culprits: frozenset[int]
+    named: frozenset[int]
+    has_cause: bool
+
+    @classmethod
+    def of(cls, findings: list[Finding]) -> _Verdict:
+        diagnosis = diagnose(findings)
+        return cls(
+            culprits=frozenset(r for f in diagnosis.causes for r in f.ranks),
+            named=frozenset(r for f in diagnosis.consequences for r in f.ranks),
+            has_cause=not diagnosis.healthy,
+        )
+
+    def role(self, ranks: Iterable[int], behind: bool) -> RankRole:
+        ranks = set(ranks)
+        if ranks & self.culprits:
+            return RankRole.ROOT_CAUSE
+        if self.has_cause and (behind or ranks & self.named):
+            return RankRole.CONSEQUENCE
+        return RankRole.BYSTANDER
+
+
 def grids(job: Job, findings: list[Finding]) -> tuple[tuple[Grid, ...], tuple[str, ...]]:
     """The grids worth drawing, those a finding names first; and notes on what was left out."""
-    culprits = culprit_ranks(findings)
+    verdict = _Verdict.of(findings)
     named = {f.comm for f in findings if f.ranks}
     # Choose the communicators before looking at their calls: a 4096-rank job has hundreds of them.
     progress = sorted(comm_progress(job), key=lambda c: (c.uid not in named, -c.nranks, c.uid))
@@ -69,7 +105,7 @@ def grids(job: Job, findings: list[Finding]) -> tuple[tuple[Grid, ...], tuple[st
             f"{hidden} more communicator(s) or process group(s) not drawn: "
             "those a finding names and the largest come first.",
         )
-    return tuple(_grid(g, culprits) for g in groups[:MAX_GRIDS] if g.enqueued.max(initial=0) > 0), notes
+    return tuple(_grid(g, verdict) for g in groups[:MAX_GRIDS] if g.enqueued.max(initial=0) > 0), notes
 
 
 def culprit_ranks(findings: list[Finding]) -> frozenset[int]:
@@ -234,14 +270,14 @@ def _divergence(findings: list[Finding], comm: str | None = None, pg: str | None
 
 
 # ---------------------------------------------------------------------------------------------- layout
-def _grid(m: _Members, culprits: frozenset[int]) -> Grid:
+def _grid(m: _Members, verdict: _Verdict) -> Grid:
     columns = _columns(m)
     shown = [c.position for c in columns]
     # A gap column stands for the positions up to the next one shown.
     positions = np.array([p if p else shown[i + 1] - 1 for i, p in enumerate(shown)], dtype=np.int64)
-    states = _states(m, positions)
+    states = _states(m, positions, verdict)
     by_node = len(m.ranks) > NODE_ROWS_ABOVE
-    rows = _node_rows(m, columns, states, culprits) if by_node else _rank_rows(m, columns, states, culprits)
+    rows = _node_rows(m, columns, states, verdict) if by_node else _rank_rows(m, columns, states, verdict)
     return Grid(
         title=m.title,
         source=m.source,
@@ -249,7 +285,7 @@ def _grid(m: _Members, culprits: frozenset[int]) -> Grid:
         rows=tuple(rows),
         by_node=by_node,
         summary=_summary(m),
-        culprit=bool(culprits & set(m.ranks.tolist())),
+        culprit=bool(verdict.culprits & set(m.ranks.tolist())),
     )
 
 
@@ -279,7 +315,7 @@ def _columns(m: _Members) -> tuple[GridColumn, ...]:
     return tuple(columns)
 
 
-def _states(m: _Members, positions: np.ndarray) -> np.ndarray:
+def _states(m: _Members, positions: np.ndarray, verdict: _Verdict) -> np.ndarray:
     """State codes, members × columns; a gap column takes the state of the last position it stands for."""
     p = positions[None, :]
     known = m.reached[m.known]
@@ -289,6 +325,9 @@ def _states(m: _Members, positions: np.ndarray) -> np.ndarray:
     code[p <= enqueued] = _CODES[CellState.PENDING]
     code[p <= reached] = _CODES[CellState.REACHED]
     code[(p <= floor) & (p <= reached)] = _CODES[CellState.ALL]
+    if verdict.has_cause:  # what a non-culprit missed, the root cause held it up from
+        held = ~np.isin(m.ranks, list(verdict.culprits))[:, None] & (code == _CODES[CellState.MISSING])
+        code[held] = _CODES[CellState.HELD]
     code[~m.known, :] = _CODES[CellState.UNKNOWN]
     if m.divergence and m.odd:
         odd_rows = np.isin(m.ranks, list(m.odd))
@@ -296,21 +335,22 @@ def _states(m: _Members, positions: np.ndarray) -> np.ndarray:
     return code
 
 
-def _rank_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int]) -> list[GridRow]:
+def _rank_rows(m: _Members, columns, states: np.ndarray, verdict: _Verdict) -> list[GridRow]:
     rows = []
     for i, rank in enumerate(m.ranks.tolist()):
         host = m.hosts[i]
         cells = tuple(_STATES[c] for c in states[i])
         notes = tuple(_note(m, i, col, cell) for col, cell in zip(columns, cells))
         last = int(m.reached[i]) if m.known[i] else None
+        behind = _behind(cells)
         rows.append(
             GridRow(
                 label=f"rank {rank}" if rank >= 0 else f"member {i}",
                 host=host,
                 ranks=(rank,) if rank >= 0 else (),
                 last=last or None,
-                culprit=rank in culprits,
-                behind=_behind(cells),
+                role=verdict.role([rank], behind),
+                behind=behind,
                 cells=cells,
                 notes=notes,
             )
@@ -318,7 +358,7 @@ def _rank_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int
     return rows
 
 
-def _node_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int]) -> list[GridRow]:
+def _node_rows(m: _Members, columns, states: np.ndarray, verdict: _Verdict) -> list[GridRow]:
     hosts = np.array([h or "?" for h in m.hosts], dtype=object)
     order = sorted(set(hosts.tolist()), key=lambda h: (int(m.ranks[hosts == h].min()), h))
     rows = []
@@ -332,15 +372,16 @@ def _node_rows(m: _Members, columns, states: np.ndarray, culprits: frozenset[int
         for j, col in enumerate(columns):
             counts = np.bincount(block[:, j], minlength=len(_STATES))
             parts = [f"{n} {_STATES[c].value}" for c, n in reversed(list(enumerate(counts))) if n]
-            notes.append(f"{host} · {_where(m, col)}: " + ", ".join(parts))
+            notes.append(f"{host} · {_where(col)}: " + ", ".join(parts))
+        behind = _behind(cells)
         rows.append(
             GridRow(
                 label=f"{host} ({_span(ranks)})",
                 host=None if host == "?" else host,
                 ranks=tuple(ranks),
                 last=int(m.reached[mask].min()) or None,
-                culprit=bool(culprits & set(ranks)),
-                behind=_behind(cells),
+                role=verdict.role(ranks, behind),
+                behind=behind,
                 cells=cells,
                 notes=tuple(notes),
             )
@@ -362,16 +403,18 @@ def _note(m: _Members, i: int, col: GridColumn, cell: CellState) -> str:
         CellState.REACHED: "reached here; some ranks did not",
         CellState.PENDING: "enqueued, not completed",
         CellState.MISSING: "never reached" if m.source == "nccl" else "never enqueued",
+        CellState.HELD: ("never reached" if m.source == "nccl" else "never enqueued")
+        + ", held up by the root cause",
         CellState.MISMATCH: "called something else than the others",
         CellState.UNKNOWN: "no line from this rank says",
     }[cell]
-    return f"{who} · {_where(m, col)}{f' {op}' if op else ''}: {what}"
+    return f"{who} · {_where(col)}{f' {op}' if op else ''}: {what}"
 
 
-def _where(m: _Members, col: GridColumn) -> str:
+def _where(col: GridColumn) -> str:
     if col.position is None:
         return f"{col.skipped:,} positions"
-    return f"call #{col.position:,}" if m.source == "nccl" else f"SeqNum {col.position:,}"
+    return f"call #{col.position:,}"  # PyTorch's SeqNum is the call number (call_numbers.py)
 
 
 def _summary(m: _Members) -> str:

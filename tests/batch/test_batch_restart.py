@@ -77,6 +77,26 @@ def test_a_second_run_skips_what_did_not_change_and_redoes_what_did(tmp_path):
     )
 
 
+def test_parts_an_interrupted_job_left_are_removed_when_its_files_move_to_another_day(tmp_path):
+    """Its findings were written, its ``jobs`` row was not (an interrupt in between); then its newest file
+    moved to another UTC day. The rerun wrote the job under the new run date and left the old partition's
+    parts: a query over all partitions counted its findings twice."""
+    root = archive(tmp_path / "a")
+    options = BatchOptions((str(root),), tmp_path / "out")
+    run_batch(options, InlineEngine())
+    findings = lambda: pl.read_parquet(options.out / "findings" / "*" / "*.parquet", hive_partitioning=True)
+    before = findings().height
+    key = jobs_table(options.out).filter(pl.col("job_id") == "stall")["job_key"].item()
+    (row,) = options.out.glob(f"jobs/*/{key}.parquet")  # the interrupt: every part but the jobs row
+    row.unlink()
+    os.utime(root / "stall" / "job.log", (1_600_000_000, 1_600_000_000))
+    again = run_batch(options, InlineEngine())
+    assert again.analysed == 1
+    assert findings().height == before
+    stall = findings().filter(pl.col("job_key") == key)
+    assert stall.height and set(stall["run_date"].cast(pl.String)) == {"2020-09-13"}
+
+
 def test_another_logsift_version_analyses_everything_again(tmp_path, monkeypatch):
     options = BatchOptions((str(archive(tmp_path / "a")),), tmp_path / "out")
     run_batch(options, InlineEngine())

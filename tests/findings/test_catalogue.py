@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from nccl_logsift.findings import ALL_RULES, MODULES
+from nccl_logsift.findings import ALL_RULES, MODULES, rule_for
 from nccl_logsift.findings.base import HEADINGS
 from nccl_logsift.model import Kind, Severity
 
@@ -70,15 +70,18 @@ def test_explain_policy_prints_every_severity_and_the_verdict_rule(run_cli):
 
     result = run_cli("explain", "--policy")
     assert result.exit_code == 0
+    flat = " ".join(result.output.split())
     for severity in Severity:
-        assert f"  {severity.label:<9} {severity.meaning}" in result.output
+        assert f" {severity.label} {severity.meaning}" in flat
     assert "no root cause" in result.output and "--fail-on error" in result.output
 
 
-def test_explain_overview_ends_with_the_policy(run_cli):
+def test_explain_overview_ends_with_the_policy_and_the_call_numbers(run_cli):
+    from nccl_logsift.call_numbers import EXPLANATION
     from nccl_logsift.findings.triage import policy_text
 
-    assert run_cli("explain").output.rstrip().endswith(policy_text())
+    output = run_cli("explain").output.rstrip()
+    assert output.endswith(policy_text() + "\n\n" + EXPLANATION)
 
 
 def test_readme_states_the_policy_that_explain_prints():
@@ -87,3 +90,52 @@ def test_readme_states_the_policy_that_explain_prints():
     from nccl_logsift.findings.triage import policy_text
 
     assert policy_text() in (ROOT / "README.md").read_text(), "README: paste `logsift explain --policy`"
+
+
+def test_explain_numbering_says_what_a_call_number_counts(run_cli):
+    from nccl_logsift.call_numbers import EXPLANATION
+
+    result = run_cli("explain", "--numbering")
+    assert result.exit_code == 0 and result.output.rstrip() == EXPLANATION
+    # The mapping, with the worked example: opCount is hex and counts from 0, SeqNum counts from 1.
+    assert int("370", 16) + 1 == 881 and "opCount 370 is #881" in " ".join(EXPLANATION.split())
+    assert "SeqNum=881" in EXPLANATION and "#881" in EXPLANATION
+
+
+def test_readme_explains_the_call_numbers_as_explain_does():
+    from conftest import ROOT
+
+    from nccl_logsift.call_numbers import EXPLANATION
+
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count(EXPLANATION) == 1, "README: paste `logsift explain --numbering` once"
+
+
+MARKUP = re.compile(r"``|:[a-z]+:`|(?<![\w*])\*\w[^*]*\*(?![\w*])")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[r.code] for r in ALL_RULES] + [[], ["--all"], ["--policy"], ["--numbering"]],
+    ids=[r.code for r in ALL_RULES] + ["overview", "all", "policy", "numbering"],
+)
+def test_explain_reads_whole_at_80_columns_without_markup(args):
+    from click.testing import CliRunner
+
+    from nccl_logsift.cli import cli
+
+    result = CliRunner().invoke(cli, ["explain", *args], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80, max(lines, key=len)
+    assert not MARKUP.search(result.output), MARKUP.search(result.output).group()
+    if args and args[0].startswith("LS"):
+        rule = rule_for(args[0])
+        assert lines[0].startswith(f"{rule.code} {rule.name} · {rule.severity.label}")
+        assert [h for h in HEADINGS if f"\n{h}:\n" in result.output] == list(HEADINGS)
+
+
+def test_explain_names_the_kind_only_where_it_differs_from_the_name(run_cli):
+    overview = run_cli("explain").output
+    assert "LS701 flight-recorder-mismatch · critical · kind collective_mismatch" in overview
+    assert "LS101 rank-behind · critical\n" in overview and "rank_behind" not in overview.split("LS102")[0]

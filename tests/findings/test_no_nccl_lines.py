@@ -7,9 +7,11 @@ import pytest
 
 from nccl_logsift.findings.context import load_job
 from nccl_logsift.pipeline import analyze
+from nccl_logsift.render.html import render_html
 from nccl_logsift.render.json import to_dict
 from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.simulate import Options, write
+from tests.render.dom import parse
 
 WATCHDOG = (
     "[rank{r}]:[E602 14:30:00.{r}23456789 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
@@ -85,3 +87,40 @@ def test_simulated_jobs_without_nccl_lines_are_diagnosed_per_their_truth(tmp_pat
     primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
     wanted = [(f["kind"], f["ranks"]) for f in sim.truth["faults"] if f["primary"]]
     assert primaries == wanted
+
+
+# Without NCCL lines no Init line ties a process to its host: the hosts are those the launcher names, in its
+# exit reports (srun -l, torchrun's failure summary, mpirun) or its line prefixes (pdsh), cut to the short
+# name NCCL would print.
+@pytest.mark.parametrize(
+    "scenario,layout,named",
+    [
+        ("rank-stall", "srun", 2),  # srun reports the aborted tasks of both nodes
+        ("rank-stall", "torchrun", 2),  # each node's agent writes a failure summary
+        ("segfault", "mpirun", 1),  # mpirun reports the first process that died, on one node
+    ],
+)
+def test_the_job_summary_counts_the_hosts_the_launcher_names(tmp_path, scenario, layout, named):
+    out, truth = tmp_path / "job.log", tmp_path / "truth.json"
+    options = Options(scenario=scenario, layout=layout, ranks=16, nccl_debug=False, seed=0)
+    sim = write(options, str(out), str(truth))
+    report = analyze([str(out)])
+    assert len(report.job.hosts) == named and set(report.job.hosts) <= set(sim.truth["hosts"])
+    facts = parse(render_html(report)).by_id("facts")
+    assert f"{named} host(s)" in " ".join(facts.text.split())
+
+
+def test_pdsh_prefixes_name_the_hosts_of_a_deepspeed_job(tmp_path):
+    report = analyze([deepspeed_log(tmp_path)])
+    assert report.job.hosts == ("gpu-a", "gpu-b")
+    assert "3 rank(s) on 2 host(s)" not in report.verdict  # a failed job's verdict gives no counts
+    assert report.diagnosis.cause.ranks == (2,)
+
+
+def test_an_address_in_an_exit_report_is_not_counted_as_a_host(tmp_path):
+    log = tmp_path / "mpirun.log"
+    log.write_text(
+        "mpirun noticed that process rank 3 with PID 55120 on node 10.0.4.17 exited on signal 9 (Killed).\n"
+        "srun: error: gpu-d02.cluster.local: task 1: Exited with exit code 1\n"
+    )
+    assert analyze([str(log)]).job.hosts == ("gpu-d02",)

@@ -291,3 +291,41 @@ def test_ls501_ras_dead_peers_that_had_torn_down_their_communicators_are_not_dea
     prefix = f"0: {p0['host']}:{p0['pid']}:{p0['pid'] + 77} [0] NCCL INFO"
     out.write_text(text + f"{prefix} RAS declaring peer {ip}<41234> as DEAD; rasDeadPeersHash 0x1f\n")
     assert [f for f in ProcessExit().check(load_job([str(out)])) if "RAS" in f.title] == []
+
+
+# ------------------------------------------------------------------------ a rank named by its absence
+@pytest.mark.parametrize("layout", ["interleaved", "per-rank"])
+@pytest.mark.parametrize("nodes,seed", [(1, 1), (2, 0), (2, 3)])
+def test_an_unlabelled_top_level_exception_belongs_to_the_world_ranks_missing_from_init(
+    tmp_path, layout, nodes, seed
+):
+    """No launcher report, no rank label: k processes died of an ImportError before NCCL init and k world
+    ranks never logged an Init line, so those ranks are the ones that died (the root cause), not merely
+    absent."""
+    from nccl_logsift.pipeline import analyze
+    from nccl_logsift.render.json import to_dict
+
+    out, truth = tmp_path / "job", tmp_path / "truth.json"
+    options = Options(scenario="import-error", layout=layout, nccl_version="2.27", nodes=nodes, seed=seed)
+    write(options, str(out), str(truth))
+    wanted = [
+        (f["kind"], sorted(f["ranks"])) for f in json.loads(truth.read_text())["faults"] if f["primary"]
+    ]
+    report = to_dict(analyze([str(out)]))
+    assert [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]] == wanted
+
+
+def test_unlabelled_exceptions_are_not_given_ranks_when_the_counts_disagree(tmp_path):
+    init = (
+        "n0:{pid}:{pid} [{r}] NCCL INFO ncclCommInitRankConfig comm 0x55{pid}0 rank {r} nranks 4 cudaDev {r} "
+        "nvmlDev {r} busId {r}8000 commId 0xabc - Init START"
+    )
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "/workspace/train.py", line 12, in <module>',
+        "    import apex",
+        "ModuleNotFoundError: No module named 'apex'",
+    ]
+    lines = [init.format(pid=700 + r, r=r) for r in range(3)] + traceback + traceback
+    deaths = [f for f in ProcessExit().check(job_of(tmp_path, lines)) if "ModuleNotFoundError" in f.title]
+    assert deaths and all(f.ranks == () for f in deaths)

@@ -105,3 +105,41 @@ def test_ls102_mismatch_on_a_communicator_that_was_torn_down_is_only_a_warning(t
     out.write_text("\n".join(lines) + "\n")
     finding = next(f for f in CollectiveMismatch().check(load_job([str(out)])))
     assert finding.severity.label == "warning" and "no sign of a hang" in finding.title
+
+
+def nccl_only_mismatch_lines(tmp_path, banner_version: str) -> list[str]:
+    """The NCCL INFO lines of an interleaved 4-rank mismatch log with no teardown line, its banner saying
+    ``banner_version``."""
+    out = mismatch_log(tmp_path, ranks=4, version="2.27", layout="interleaved", seed=3)
+    lines = [line for line in out.read_text().splitlines() if " NCCL INFO " in line and "Abort" not in line]
+    return [re.sub(r"NCCL version 2\.27\.\d+", f"NCCL version {banner_version}", line) for line in lines]
+
+
+def test_ls102_mismatch_in_one_stream_without_teardown_lines_of_nccl_2_30_is_only_a_warning(tmp_path):
+    """From NCCL 2.30.3 Destroy/Abort lines need DESTROY in NCCL_DEBUG_SUBSYS: a run that ended normally shows
+    none either, so calls that stop near the divergence do not show a hang when a line can have been lost in
+    the interleaved output (the same log with a 2.27 banner is critical, above)."""
+    from nccl_logsift.findings.progress import CollectiveMismatch
+
+    out = tmp_path / "one-stream.log"
+    out.write_text("\n".join(nccl_only_mismatch_lines(tmp_path, "2.30.7")) + "\n")
+    finding = next(f for f in CollectiveMismatch().check(load_job([str(out)])))
+    assert finding.severity.label == "warning" and "no sign of a hang" in finding.title
+
+
+def test_ls102_mismatch_in_per_process_files_without_teardown_lines_of_nccl_2_30_stays_critical(tmp_path):
+    """One NCCL_DEBUG_FILE per process: no line can be lost to interleaving, so the divergence is real and the
+    calls stopping right after it show the hang, teardown lines or not."""
+    from nccl_logsift.findings.progress import CollectiveMismatch
+
+    by_process: dict[str, list[str]] = {}
+    for line in nccl_only_mismatch_lines(tmp_path, "2.30.7"):
+        by_process.setdefault(line.split(" ", 1)[0].rsplit(":", 1)[0], []).append(line)
+    paths = []
+    for i, lines in enumerate(by_process.values()):
+        path = tmp_path / f"nccl.{i}.log"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(str(path))
+    assert len(paths) == 4
+    finding = next(f for f in CollectiveMismatch().check(load_job(paths)))
+    assert finding.severity.label == "critical" and "no sign of a hang" not in finding.title

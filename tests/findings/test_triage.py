@@ -1,11 +1,14 @@
-"""triage.verdict: the paragraph that leads the report, and the counts it gives."""
+"""triage.verdict and triage.diagnose: the paragraph that leads the report, the counts it gives, and the parts
+(cause, consequences, next step) it is written from."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import polars as pl
 from builders import job_of
 
-from nccl_logsift.findings.triage import CAUSAL_TIER, triage, verdict
+from nccl_logsift.findings.triage import CAUSAL_TIER, diagnose, triage, verdict
 from nccl_logsift.model import Finding, Kind, Severity
 
 
@@ -153,3 +156,28 @@ def test_first_time_reads_nccl_and_pytorch_timestamps(tmp_path):
 def test_every_kind_has_a_causal_tier():
     # A kind without a tier passes its rule's tests and then fails the first analyze that triages it.
     assert [kind for kind in Kind if kind not in CAUSAL_TIER] == []
+
+
+def test_diagnosis_splits_the_cause_from_its_consequences_and_takes_the_causes_advice():
+    cause = dataclasses.replace(net_error(first_seen=5, first_time=None, rank=3), advice="Check the link.")
+    timeout = error_finding(Kind.WATCHDOG_TIMEOUT, 9)
+    found = triage([timeout, socket_warning(), cause])
+    diagnosis = diagnose(found)
+    assert not diagnosis.healthy
+    assert diagnosis.cause.code == "LS302" and diagnosis.cause.ranks == (3,)
+    assert [f.kind for f in diagnosis.consequences] == [Kind.WATCHDOG_TIMEOUT]  # the warning is neither
+    assert diagnosis.next_step == "Check the link."
+    # The paragraph says what the parts say.
+    text = verdict(found, 8, 1)
+    assert text.startswith("Root cause: IB completion error on rank 3.")
+    assert "Consequences reported after it: watchdog timeout." in text and text.endswith(
+        "Next: Check the link."
+    )
+
+
+def test_diagnosis_of_a_working_job_has_no_cause_and_keeps_warnings_apart_from_notes():
+    diagnosis = diagnose(triage([info_note(), socket_warning()]))
+    assert diagnosis.healthy and diagnosis.cause is None and diagnosis.consequences == ()
+    assert [f.severity for f in diagnosis.warnings] == [Severity.WARNING]
+    assert [f.severity for f in diagnosis.notes] == [Severity.INFO]
+    assert diagnosis.next_step == ""

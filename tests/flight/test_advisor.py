@@ -60,7 +60,7 @@ def test_advisor_asks_for_dump_on_timeout_only_when_a_timeout_left_no_dump(tmp_p
     log.parent.mkdir()
     write(Options(scenario="rank-stall", ranks=4, seed=1), str(log), flight_dir=str(tmp_path / "new" / "fr"))
     on_timeout = lambda report: [
-        a for a in report.next_run if a.setting.startswith("TORCH_NCCL_DUMP_ON_TIMEOUT=1")
+        a for a in report.next_run if a.setting.startswith("TORCH_FR_DUMP_ON_TIMEOUT=1")
     ]
     shared_prefix = lambda report: [
         a for a in report.next_run if a.setting.startswith("TORCH_FR_DUMP_TEMP_FILE=")

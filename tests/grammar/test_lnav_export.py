@@ -140,6 +140,7 @@ def test_every_sample_level_is_what_its_pattern_captures(fmt):
         ("F", "fatal"),
         ("ERROR", "error"),
         ("WARNING", "warning"),
+        ("ATTN", "notice"),
     ],
 )
 def test_nccl_and_glog_levels_map_to_one_lnav_level(fmt, printed, level):

@@ -98,6 +98,23 @@ def test_nul_padding_that_a_crash_leaves_ends_a_rank_file_without_dropping_it(ru
     assert f"note: {victim}: 4,096 NUL bytes" in stderr
 
 
+def test_a_hole_of_nul_bytes_inside_a_line_is_left_out_and_the_lines_around_it_still_parse(tmp_path):
+    """A file a crash left a hole in: a line cut short, NUL bytes to where writing resumed, and the next
+    line's tail. The NUL bytes made the line plain text and nothing said so; now they are counted and the
+    line that resumed after them is read."""
+    lines = [line + b"\n" for line in STALL.read_bytes().split(b"\n")[:-1]]  # a lone CR is no line end
+    at = next(i for i, line in enumerate(lines) if b"NCCL INFO" in line and b"opCount" not in line and i > 20)
+    cut = lines[at].index(b"NCCL INFO")
+    holed = lines[at][:cut] + b"\0" * 512 + lines[at][cut:]  # the hole inside the line
+    path = tmp_path / "holed.log"
+    path.write_bytes(b"".join([*lines[:at], holed, *lines[at + 1 :]]))
+    holed_report, whole = analyze([str(path)], views=False), analyze([str(STALL)], views=False)
+    (entry,) = holed_report.inputs
+    assert entry.lines == len(lines)
+    assert [(p.kind.value, p.bytes) for p in entry.problems] == [("nul_padded", 512)]
+    assert entry.unparsed_lines == 0 and holed_report.verdict == whole.verdict
+
+
 @pytest.mark.parametrize("damage", ["nul_run", "binary_block"])
 def test_a_damaged_block_near_the_start_costs_its_own_lines_not_the_log(run_cli, tmp_path, damage):
     text = STALL.read_bytes()

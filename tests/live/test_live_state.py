@@ -202,6 +202,16 @@ def test_warn_is_a_finding_at_once_and_the_same_warn_from_another_rank_is_not_re
     assert finding.evidence[0].line == len(startup()) + 1
 
 
+def test_an_ib_device_warn_is_named_by_the_rule_analyze_reports_it_under(tmp_path, state, clock):
+    """It was LS901 live and LS302 in analyze: both now read the owner from grammars/nccl/errors.toml."""
+    device = (
+        f"{host(1)}:40001:40101 [1] transport/net_ib.cc:139 NCCL WARN NET/IB : Unable to open device mlx5_1"
+    )
+    (event,) = feed(state, clock, step_batches(tmp_path, [startup(), [device]]), seconds_apart=0.1)
+    finding = event.finding
+    assert (finding.code, finding.kind, finding.severity) == ("LS302", Kind.NET_ERROR, Severity.WARNING)
+
+
 def test_warnings_hands_out_warns_at_once_and_leaves_stalls_to_the_timed_check(tmp_path, state, clock):
     steps = [startup(), calls(0), calls(1, ranks=[0, 1, 2]), [ib_warn(0, 59644)]]
     *before, warn = step_batches(tmp_path, steps)

@@ -48,9 +48,9 @@ class Loaded:
     console: str  # what the browser logged: CSP violations show up here
 
 
-def load(page: Path, budget_ms: int = 3000, fragment: str = "") -> Loaded:
-    """Open ``page`` from disk (with ``#fragment``) and return its DOM once scripts ran (virtual time, so it
-    does not wait)."""
+def load(page: Path, budget_ms: int = 3000, fragment: str = "", width: int = 1400) -> Loaded:
+    """Open ``page`` from disk (with ``#fragment``) in a window ``width`` pixels wide and return its DOM once
+    scripts ran (virtual time, so it does not wait)."""
     with tempfile.TemporaryDirectory(prefix="logsift-chromium-") as profile:
         done = subprocess.run(
             [
@@ -58,6 +58,7 @@ def load(page: Path, budget_ms: int = 3000, fragment: str = "") -> Loaded:
                 *FLAGS,
                 f"--user-data-dir={profile}",
                 f"--virtual-time-budget={budget_ms}",
+                f"--window-size={width},1000",
                 "--enable-logging=stderr",
                 "--v=0",
                 "--dump-dom",

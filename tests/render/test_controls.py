@@ -76,17 +76,36 @@ def test_the_report_written_with_o_carries_no_control_character_either(hostile_l
     assert [c for c in RAW if c in out.read_text()] == []
 
 
-def test_the_live_view_shows_controls_in_hosts_ops_titles_and_notes():
+def test_the_html_report_shows_the_controls_of_log_text_instead_of_carrying_them(hostile_log, tmp_path):
+    """Escaped, a bidi override still drew text backwards in the page (a host name spelled in reverse)."""
+    out = tmp_path / "report.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "report", str(hostile_log), "-o", str(out)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    island = page.index('<script type="application/json"')  # the findings contract: JSON escapes its own
+    shown = page[:island] + page[page.index("</script>", island) :]
+    assert [c for c in RAW if c in shown] == []
+    assert "&lt;U+202E&gt;evil&lt;U+202C&gt;" in shown and "Got completion ^[[2J^[[H" in shown
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["one-line", "full"])
+def test_the_live_view_shows_controls_in_hosts_ops_titles_and_notes(full):
     from render.test_live_view import STALL, row, snapshot
 
     hostile = replace(row(0, 7), host=f"node{PAYLOAD}", op=f"AllReduce{PAYLOAD}", comm=f"0x1{PAYLOAD}")
-    finding = replace(STALL, title=f"stalled {PAYLOAD}")
+    finding = replace(STALL, title=f"stalled {PAYLOAD}", advice=f"look {PAYLOAD}")
     events = (
         LiveEvent(EventKind.FINDING, 1.0, finding),
         LiveEvent(EventKind.RECOVERED, 2.0, finding, PAYLOAD),
     )
     console = Console(file=io.StringIO(), width=400, color_system=None)
-    console.print(live_view(snapshot(rows=(hostile,), events=events), height=40))
+    console.print(live_view(snapshot(rows=(hostile,), events=events), 40, 400, full=full))
     text = console.file.getvalue()
     assert [c for c in RAW if c in text] == []
-    assert text.count("^[[2J") == 5  # host, op, comm, the finding's title and the recovery's note
+    # host, op, comm, the finding's title and the recovery's note; the advice too when shown whole
+    assert text.count("^[[2J") == 5 + full

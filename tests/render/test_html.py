@@ -9,12 +9,14 @@ import re
 import pytest
 from markupsafe import escape
 
-from nccl_logsift.model import CellState
+from nccl_logsift.model import CellState, RankRole, Report, Severity
 from nccl_logsift.render.html import render_html
-from tests.conftest import FIXTURES
+from tests.conftest import CORPUS_ABSENT, FIXTURES
+from tests.render.dom import parse
 from tests.render.reports import (
     PATH_PAYLOAD,
     PAYLOADS,
+    corpus,
     fixture_truth,
     hostile_log,
     primary_ranks,
@@ -126,3 +128,117 @@ def test_cli_report_writes_one_file(run_cli, tmp_path):
     assert again.exit_code == 0 and again.stdout.startswith("<!DOCTYPE html>")
     failing = run_cli("report", str(FIXTURES / "rank_stall_8ranks.log"), "-o", str(out), "--fail-on", "error")
     assert failing.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "name, collective", [("ib_error_4ranks", None), ("rank_stall_8ranks", "AllReduce #8")]
+)
+def test_verdict_is_laid_out_as_cause_consequences_and_next_step(name, collective):
+    report = report_of(str(FIXTURES / f"{name}.log"))
+    verdict = parse(render_html(report)).by_id("verdict")
+    lead = report.findings[0]
+    assert lead.primary
+    cause = verdict.by_id("verdict-cause")
+    link = cause.find("a", cls="code")
+    assert (link.attrs["href"], link.text) == ("#finding-1", lead.code)
+    who = cause.find("span", cls="who").text
+    assert who.startswith("rank(s) " + ", ".join(map(str, primary_ranks(fixture_truth(name)))))
+    assert all(host in who for host in lead.hosts)
+    assert collective is None or collective in who
+    # Every other finding at error or worse, each linked to its place among the findings; nothing less.
+    links = verdict.by_id("verdict-consequences").find_all("a", cls="code")
+    expected = [
+        (f"#finding-{i}", f.code)
+        for i, f in enumerate(report.findings, 1)
+        if not f.primary and f.severity >= Severity.ERROR
+    ]
+    assert expected and [(a.attrs["href"], a.text) for a in links] == expected
+    assert " ".join(verdict.by_id("verdict-next").find("dd").text.split()) == " ".join(lead.advice.split())
+    assert verdict.by_id("verdict-text") is None  # the one paragraph that mixed them is gone
+
+
+@pytest.mark.parametrize("name", ["healthy_8ranks", "socket_fallback_4ranks"])
+def test_a_healthy_verdict_says_so_and_shows_no_cause(name):
+    report = report_of(str(FIXTURES / f"{name}.log"))
+    dom = parse(render_html(report))
+    verdict = dom.by_id("verdict")
+    assert "the job looks healthy" in verdict.by_id("verdict-text").text
+    for part in ("verdict-cause", "verdict-consequences", "verdict-next", "culprits"):
+        assert verdict.by_id(part) is None, part
+    assert not dom.find_all("span", cls="root") and not dom.find_all("tr", cls="culprit")
+    legend = dom.by_id("grid-legend")  # nothing to tell a culprit from a consequence by
+    assert legend is None or legend.find("span", cls="culprit") is legend.find("span", cls="s-held") is None
+
+
+def _roles(report: Report) -> tuple[set[int], set[int]]:
+    """The ranks the verdict blames and those its consequences name (and it does not blame)."""
+    culprits = {r for f in report.diagnosis.causes for r in f.ranks}
+    return culprits, {r for f in report.diagnosis.consequences for r in f.ranks} - culprits
+
+
+@pytest.mark.parametrize("name", ["ib_error_4ranks", "rank_stall_8ranks"])
+def test_grid_rows_take_the_roles_the_verdict_gives_their_ranks(name):
+    report = report_of(str(FIXTURES / f"{name}.log"))
+    culprits, consequences = _roles(report)
+    assert culprits == set(primary_ranks(fixture_truth(name))) and consequences
+    for grid in report.views.grids:
+        roles = {row.ranks[0]: row.role for row in grid.rows}
+        assert {r for r, role in roles.items() if role is RankRole.ROOT_CAUSE} == culprits & set(roles)
+        assert {r for r, role in roles.items() if role is RankRole.CONSEQUENCE} == consequences & set(roles)
+        # Where the culprit stopped, its cells and the waiting ranks' cells differ, and no waiting rank is
+        # painted as a laggard.
+        (culprit,) = (row for row in grid.rows if row.culprit)
+        for row in grid.rows:
+            if row.role is RankRole.CONSEQUENCE:
+                assert CellState.MISSING not in row.cells
+                if culprit.behind:
+                    assert any(a != b for a, b in zip(culprit.cells, row.cells))
+
+
+def test_a_rank_behind_that_the_verdict_makes_a_consequence_is_held_not_missing(tmp_path):
+    """A 16-rank mismatch: rank 2 stops short on a sub-communicator, and the verdict lists that (LS101) as
+    a consequence of the mismatch; its missing call is drawn as held up, the page's legend says so."""
+    log = simulate(tmp_path / "mismatch.log", "-s", "collective-mismatch", "--ranks", "16")
+    report = report_of(str(log))
+    culprits, consequences = _roles(report)
+    rows = [row for g in report.views.grids for row in g.rows]
+    held = [row for row in rows if CellState.HELD in row.cells]
+    assert held and all(row.role is RankRole.CONSEQUENCE and set(row.ranks) <= consequences for row in held)
+    assert not [row for row in rows if CellState.MISSING in row.cells and not row.culprit]
+    dom = parse(render_html(report))
+    legend = dom.by_id("grid-legend")
+    assert (
+        legend.find("span", cls="s-held") is not None and legend.find("span", cls="consequence") is not None
+    )
+    drawn = [tr for tr in dom.find_all("tr") if tr.find("td", cls="s-held") is not None]
+    assert drawn and all(
+        tr.attrs["data-role"] == "consequence" and "consequence" in tr.classes for tr in drawn
+    )
+    assert all(int(tr.attrs["data-ranks"]) in consequences - culprits for tr in drawn)
+
+
+def test_a_real_ib_error_paints_only_its_culprit_as_a_laggard():
+    """The real IB error (status 12 on one link) whose grid read as the opposite of its verdict: 14 of 16
+    ranks short of the front, 13 of them drawn as laggards."""
+    path = corpus("sparticlesteve__pytorch-nccl-test__slurm-nccl-416593")
+    if path is None:
+        pytest.skip(CORPUS_ABSENT)
+    report = report_of(str(path))
+    (grid,) = report.views.grids
+    missing = [row.ranks for row in grid.rows if CellState.MISSING in row.cells]
+    held = [row.ranks for row in grid.rows if CellState.HELD in row.cells]
+    assert missing == [(10,)] and len(held) == 13
+    assert {row.ranks: row.role for row in grid.rows}[(10,)] is RankRole.ROOT_CAUSE
+
+
+def test_the_grid_and_the_rank_table_say_what_a_call_number_counts():
+    from nccl_logsift.call_numbers import LEGEND
+
+    report = report_of(str(FIXTURES / "rank_stall_8ranks.log"))
+    dom = parse(render_html(report))
+    notes = [p.text for p in dom.find_all("p", cls="call-numbers")]
+    assert notes == [LEGEND, LEGEND]  # under the grids' legend, and under the rank table
+    # Both sources name a call the same way: PyTorch's SeqNum 8 is call #8, as NCCL's 8th call is.
+    (torch,) = (g for g in report.views.grids if g.source == "pytorch")
+    column = next(i for i, c in enumerate(torch.columns) if c.position == 8)
+    assert all("call #8" in row.notes[column] and "SeqNum" not in row.notes[column] for row in torch.rows)

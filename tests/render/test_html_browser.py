@@ -41,7 +41,11 @@ def _check_page(report, page: Path, loaded, dom, culprits: list[int]) -> None:
     html = dom.find("html")
     assert html.attrs.get("data-js") == "ready", "the page's own script did not run"
     assert "Refused to" not in loaded.console, loaded.console  # no CSP violation by our own style or script
-    assert " ".join(dom.by_id("verdict-text").text.split()) == " ".join(report.verdict.split())
+    if report.diagnosis.healthy:
+        assert " ".join(dom.by_id("verdict-text").text.split()) == " ".join(report.verdict.split())
+    else:  # laid out: the cause, then what followed, then the next step
+        parts = [dom.by_id(f"verdict-{part}") for part in ("cause", "consequences")]
+        assert all(parts) and report.diagnosis.cause.title in " ".join(parts[0].text.split())
     if report.views.grids:
         grid = dom.find("table", cls="grid")
         assert grid is not None and grid.find_all("td")
@@ -118,6 +122,32 @@ def test_real_log_report_in_chromium(tmp_path, prefix):
     page, loaded, dom = _open(report, tmp_path)
     _check_page(report, page, loaded, dom, REAL[prefix])
     assert len(page.read_bytes()) < 5_000_000
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+@pytest.mark.parametrize(
+    "log",
+    [
+        FIXTURES / "ib_error_4ranks.log",
+        FIXTURES / "rank_stall_8ranks.log",
+        "sparticlesteve__pytorch-nccl-test__slurm-nccl-416593",  # 16 ranks, long evidence paths
+    ],
+    ids=lambda log: getattr(log, "stem", str(log)[:24]),
+)
+def test_the_page_fits_the_window_and_shows_every_evidence_location_whole(tmp_path, width, log):
+    """At 1280 and 1920 pixels wide nothing runs wider than the window, and no path:line is cut (the page's
+    script measures both, every finding open, into ``data-layout``)."""
+    path = log if isinstance(log, Path) else corpus(log)
+    if path is None:
+        pytest.skip(CORPUS_ABSENT)
+    deep = tmp_path / ("a-directory-name-as-long-as-a-cluster-scratch-path-" * 3)
+    deep.mkdir()
+    copy = deep / path.name
+    copy.write_bytes(path.read_bytes())
+    page = tmp_path / "report.html"
+    page.write_text(render_html(report_of(str(copy))), encoding="utf-8")
+    layout = parse(browser.load(page, width=width).dom).find("html").attrs.get("data-layout")
+    assert layout == "fits cut-locations-0"
 
 
 def test_hostile_log_runs_nothing_in_chromium(tmp_path):

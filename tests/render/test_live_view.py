@@ -103,3 +103,57 @@ def test_view_says_when_nccl_block_buffers_its_lines_and_how_to_see_every_line()
     plain, buffered = render(live_view(snapshot(), 40)), render(live_view(snapshot(block_buffered=True), 40))
     assert "4 KiB blocks" not in plain
     assert "4 KiB blocks" in buffered and "stdbuf -oL" in buffered
+
+
+LONG = Finding(
+    code="LS302",
+    name="net-error",
+    kind=Kind.NET_ERROR,
+    severity=Severity.CRITICAL,
+    title=(
+        "IB completion error on rank 1 (trn-node-a, pid 40001, GPU 1) sending to 10.0.1.11<51730> = "
+        "trn-node-b, rank 2: status 12 IBV_WC_RETRY_EXC_ERR, retries exhausted, the peer never acknowledged"
+    ),
+    ranks=(1,),
+    hosts=("trn-node-a",),
+    advice="Check the link and switch port of both NICs (ibstat, perfquery, dmesg for link flaps).",
+)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_full_view_shows_each_finding_whole_with_its_advice_within_the_width():
+    view = snapshot(events=(LiveEvent(EventKind.FINDING, 20.5, LONG),))
+    cut, whole = render(live_view(view, 40), width=80), render(live_view(view, 40, 80, full=True), width=80)
+    assert flat(LONG.title) not in flat(cut)  # one line, cut at the edge
+    assert flat(f"20.5 s LS302 critical {LONG.title}") in flat(whole)
+    assert flat(f"= help: {LONG.advice}") in flat(whole)
+    lines = whole.splitlines()
+    assert max(map(len, lines)) <= 80
+    first = next(i for i, line in enumerate(lines) if "LS302 critical" in line)
+    assert lines[first].startswith("   20.5 s  LS302 critical  IB completion")
+    assert lines[first + 1].startswith(" " * 11) and lines[first + 1].strip()  # wrapped under its text
+
+
+def test_full_view_keeps_three_table_rows_and_the_newest_finding():
+    events = tuple(LiveEvent(EventKind.FINDING, float(t), LONG) for t in range(1, 7))
+    text = render(live_view(snapshot(events=events), 16, 80, full=True), width=80)
+    table_rows = [line for line in text.splitlines() if "0x7c3e91a5" in line and line.startswith("│")]
+    assert len(table_rows) == 3 and "1 more" in text
+    assert "    6.0 s  LS302" in text and "    5.0 s  LS302" not in text  # the older ones made room
+    assert len(text.splitlines()) <= 16
+
+
+def test_watch_full_draws_the_live_findings_whole(tmp_path):
+    from nccl_logsift.cli.watch import LiveScreen
+
+    class State:
+        def snapshot(self):
+            return snapshot(events=(LiveEvent(EventKind.FINDING, 20.5, LONG),))
+
+    console = Console(file=io.StringIO(), width=80, height=40, color_system=None)
+    screen, short = LiveScreen(console, full=True), LiveScreen(console)
+    assert flat(LONG.advice) in flat(render(screen.view(State()), width=80))
+    assert flat(LONG.advice) not in flat(render(short.view(State()), width=80))

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
 
+from nccl_logsift.call_numbers import LEGEND
 from nccl_logsift.cli import cli
 from nccl_logsift.render.controls import visible
 
@@ -139,3 +140,10 @@ def test_a_path_longer_than_the_width_overflows_on_one_line(tmp_path):
     lines = text_report(log, 40, "option").splitlines()
     arrows = [line for line in lines if line.startswith("  --> ")]
     assert arrows and all(re.fullmatch(rf"  --> {re.escape(str(log))}:\d+", line) for line in arrows)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_rank_table_ends_with_what_its_call_numbers_count(width):
+    lines = text_report(STALL, width, "columns").splitlines()
+    below = lines.index(next(line for line in lines if line.startswith("└"))) + 1
+    assert lines[below].rstrip() == LEGEND  # one line, even at 80 columns

@@ -269,6 +269,18 @@ def test_an_nccl_tests_failure_is_printed_by_the_failing_ranks_host_without_nccl
     assert "Process name: [[" in text and f",1],{culprit}]" in text
 
 
+def test_a_store_host_absent_leaves_rank_0_silent_and_the_others_timing_out_on_its_store(tmp_path):
+    out, truth, tables = _setup(tmp_path, "store-host-absent", layout="srun", nodes=2)
+    store_host = proc_of(truth, 0)[0]
+    missing = {p["rank"] for p in truth["processes"] if p["host"] == store_host}
+    timeouts = tables["torch"].filter(pl.col("event") == "store_connect_timeout")
+    assert set(timeouts["store_host"].to_list()) == {store_host}
+    assert set(timeouts["task"].to_list()) == set(range(8)) - missing
+    text = out.read_text()
+    assert not any(line.startswith(f"{r}: ") for r in missing for line in text.splitlines())
+    assert " NCCL " not in text
+
+
 def test_every_scenario_has_an_evidence_test():
     covered = {
         "rank-stall",
@@ -294,5 +306,6 @@ def test_every_scenario_has_an_evidence_test():
         "debug-mismatch",
         "gpu-fault",
         "nccl-tests-failure",
+        "store-host-absent",
     }
     assert covered == set(SCENARIOS)

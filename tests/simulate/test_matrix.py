@@ -15,7 +15,7 @@ from nccl_logsift.simulate import LAYOUTS, SCENARIOS
 from nccl_logsift.simulate.truth import KINDS
 from nccl_logsift.simulate.versions import nccl_profile, version_key
 
-VERSIONS = ("2.10", "2.14", "2.18", "2.21", "2.26", "2.27", "2.28", "2.29")
+VERSIONS = ("2.10", "2.14", "2.18", "2.21", "2.26", "2.27", "2.28", "2.29", "2.30")
 TORCH = {
     "2.10": ("1.13", "2.0"),
     "2.14": ("2.0", "2.2"),
@@ -25,6 +25,7 @@ TORCH = {
     "2.27": ("2.8", "2.5"),
     "2.28": ("2.8", "2.7"),
     "2.29": ("2.7", "2.8"),
+    "2.30": ("2.13", "2.6"),
 }
 
 # NCCL shapes the simulator writes that no grammar family parses yet: none today. Add

@@ -51,5 +51,13 @@
     });
     filter();
   }
+  // How the page lays out at this window's width, for its tests (tests/render/test_html_browser.py): whether
+  // it runs wider than the window, and how many evidence locations (path:line) would be cut, every finding open.
+  var closed = all("details:not([open])");
+  closed.forEach(function (d) { d.open = true; });
+  var wide = document.documentElement.scrollWidth > window.innerWidth;
+  var cut = all(".evidence .loc").filter(function (el) { return el.scrollWidth > el.clientWidth + 1; }).length;
+  closed.forEach(function (d) { d.open = false; });
+  document.documentElement.setAttribute("data-layout", (wide ? "overflows" : "fits") + " cut-locations-" + cut);
   document.documentElement.setAttribute("data-js", "ready");
 })();

@@ -59,6 +59,7 @@ _MODULES = (
     "debug_mismatch",
     "gpu_fault",
     "nccl_tests_failure",
+    "store_host_absent",
 )
 
 

@@ -1,0 +1,212 @@
+"""An analysis keeps the first lines of each content and counts the repeats, so memory stays flat over a log
+that says the same NCCL lines again and again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import FIXTURES
+
+from nccl_logsift.pipeline import ParseOptions, TableStream, analyze
+from nccl_logsift.tables import DIAGNOSIS_COLUMNS, Repeats
+
+
+def frame(rows: list[dict], **schema) -> pl.DataFrame:
+    base = {
+        "source_id": pl.UInt16,
+        "line_no": pl.UInt32,
+        "part": pl.UInt8,
+        "host": pl.String,
+        "pid": pl.Int64,
+    }
+    return pl.DataFrame(
+        [{"source_id": 0, "part": 0, "host": "h", "pid": 1, **row} for row in rows], schema={**base, **schema}
+    )
+
+
+def lines(rows: list[dict]) -> pl.DataFrame:
+    return frame(rows, producer=pl.String, family=pl.String, ts=pl.String, text=pl.String)
+
+
+def network(rows: list[dict]) -> pl.DataFrame:
+    return frame(rows, ts=pl.String, pattern=pl.String, ifname=pl.String)
+
+
+def test_repeats_keep_the_first_of_each_content_across_batches_with_their_lines():
+    repeats = Repeats(DIAGNOSIS_COLUMNS, kept=2)
+    said = "h:1:1 [0] NCCL INFO NET/IB : Using interface ib0"
+    first = repeats.fold(
+        {
+            "network": network(
+                [
+                    {"line_no": n, "ts": f"10:00:0{n}", "pattern": "ib-devices", "ifname": name}
+                    for n, name in [(1, "ib0"), (2, "ib0"), (3, "ib1"), (4, "ib0")]
+                ]
+            ),
+            "lines": lines(
+                [{"line_no": n, "producer": "nccl", "family": "network", "text": said} for n in (1, 2, 3, 4)]
+            ),
+        }
+    )
+    # Times differ, content does not: the third ib0 line is a repeat; ib1 is new.
+    assert first["network"]["line_no"].to_list() == [1, 2, 3]
+    assert first["lines"]["line_no"].to_list() == [1, 2, 3]
+    second = repeats.fold(
+        {
+            "network": network(
+                [{"line_no": 9, "pattern": "ib-devices", "ifname": name} for name in ("ib1", "ib0")]
+            ),
+            "lines": lines([{"line_no": 9, "producer": "nccl", "family": "network", "text": said}]),
+        }
+    )
+    assert second["network"]["ifname"].to_list() == ["ib1"]  # ib0 was seen twice in the batch before
+    assert repeats.folded == 2
+
+
+def test_another_process_or_source_is_another_content():
+    repeats = Repeats(DIAGNOSIS_COLUMNS, kept=1)
+    rows = [
+        {"line_no": 1, "pattern": "p", "ifname": "ib0"},
+        {"line_no": 2, "pattern": "p", "ifname": "ib0", "pid": 2},
+        {"line_no": 1, "pattern": "p", "ifname": "ib0", "source_id": 1},
+        {"line_no": 3, "pattern": "p", "ifname": "ib0"},
+    ]
+    assert repeats.fold({"network": network(rows)})["network"].height == 3
+
+
+def test_init_rows_of_communicators_are_never_folded():
+    repeats = Repeats(DIAGNOSIS_COLUMNS, kept=1)
+    comms = frame(
+        [{"line_no": n, "what": what, "phase": "COMPLETE", "comm": "0x1"} for n, what in enumerate("IIDD")],
+        what=pl.String,
+        phase=pl.String,
+        comm=pl.String,
+    ).with_columns(pl.col("what").replace({"I": "Init", "D": "Destroy"}))
+    assert repeats.fold({"comms": comms})["comms"]["line_no"].to_list() == [0, 1, 2]
+
+
+def test_enveloped_lines_no_family_parsed_fold_on_their_text_without_times():
+    repeats = Repeats(DIAGNOSIS_COLUMNS, kept=1)
+    texts = [
+        "2026-11-26T10:00:01.5Z h:1:1 [0] NCCL INFO proxy progress 7",
+        "2026-11-26T10:00:02.5Z h:1:1 [0] NCCL INFO proxy progress 7",
+        "2026-11-26T10:00:03.5Z h:1:1 [0] NCCL INFO proxy progress 8",
+        "step 1 loss 2.5",  # not enveloped: PlainLines' business, never folded here
+        "step 1 loss 2.5",
+    ]
+    rows = [
+        {
+            "line_no": n,
+            "producer": "nccl" if "NCCL" in t else None,
+            "family": None if "NCCL" in t else "text",
+            "text": t,
+        }
+        for n, t in enumerate(texts)
+    ]
+    assert repeats.fold({"lines": lines(rows)})["lines"]["line_no"].to_list() == [0, 2, 3, 4]
+    assert repeats.folded == 1
+
+
+def test_counters_every_line_advances_are_not_content():
+    repeats = Repeats(DIAGNOSIS_COLUMNS, kept=1)
+    tuning = frame(
+        [{"line_no": n, "opcount": n, "op": "AllReduce", "bytes": 1024} for n in range(5)],
+        opcount=pl.Int64,
+        op=pl.String,
+        bytes=pl.Int64,
+    )
+    assert repeats.fold({"tuning": tuning})["tuning"]["line_no"].to_list() == [0]
+
+
+@pytest.mark.parametrize("log", sorted(p.name for p in FIXTURES.glob("*.log")))
+def test_the_diagnosis_of_a_fixture_is_the_same_when_each_content_is_kept_once(log, monkeypatch):
+    """The strictest fold (one row of each content) changes no verdict, finding or quoted line."""
+    path = [str(FIXTURES / log)]
+    whole = analyze(path, ParseOptions(workers=1), views=False)
+    monkeypatch.setattr("nccl_logsift.tables.REPEATS_KEPT", 1)
+    once = analyze(path, ParseOptions(workers=1), views=False)
+    assert once.verdict == whole.verdict
+    assert [f.title for f in once.findings] == [f.title for f in whole.findings]
+    quoted = [[[e.text for e in f.evidence] for f in report.findings] for report in (once, whole)]
+    assert quoted[0] == quoted[1]
+
+
+def test_folded_lines_are_counted_in_the_summary():
+    text = (FIXTURES / "healthy_8ranks.log").read_text()
+    chatter = "".join(line for line in text.splitlines(True) if "NET/IB" in line)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "chatter.log"
+        path.write_text(text + chatter * 100)
+        from nccl_logsift.pipeline import Analysis
+
+        analysis = Analysis(TableStream([str(path)], ParseOptions(workers=1, every_line=False)))
+        for batch in analysis.stream:
+            analysis.add(batch)
+        summary, _ = analysis.job()
+    assert summary.repeats_folded >= chatter.count("\n") * 100 - 64 * chatter.count("\n")
+    # Every line is still read and counted by its family.
+    assert summary.lines == text.count("\n") + chatter.count("\n") * 100
+    said = summary.family_counts["network"] + summary.family_counts["transport"]
+    assert said >= chatter.count("\n") * 101
+
+
+def test_an_analysis_keeps_nothing_more_of_a_log_that_repeats_itself(tmp_path, monkeypatch):
+    """Past the first repeats, a batch adds no row to what an analysis keeps: not to its tables, not to the
+    Init/Destroy rows the numbering of calls holds (merged, their repeated ends dropped)."""
+    monkeypatch.setattr("nccl_logsift.resolve.progress.COMPACT_ROWS", 256)
+    monkeypatch.setattr("nccl_logsift.parse.chunks.REST_LINES", 2000)  # batches of 2000 lines
+    text = (FIXTURES / "healthy_8ranks.log").read_bytes()  # as is: the fixture holds a lone CR
+    said = [line for line in text.splitlines(True) if b" NCCL INFO " in line and b"opCount" not in line]
+    chatter = b"".join(line for line in said if b" Init " not in line)  # teardown lines included
+    path = tmp_path / "chatter.log"
+    path.write_bytes(text + chatter * 300)  # each line 300 times: past the first 64, nothing more is kept
+    from nccl_logsift.pipeline import Analysis
+
+    options = ParseOptions(workers=1, every_line=False, chunk_bytes=1 << 17)
+    analysis = Analysis(TableStream([str(path)], options))
+    kept, numbering = [], analysis.stream.numbering
+    for batch in analysis.stream:
+        analysis.add(batch)
+        parts = analysis.sink._parts.values()
+        kept.append(sum(frame.height for frames in parts for frame in frames))
+    assert len(kept) > 20
+    assert kept[-1] == kept[len(kept) // 2]
+    assert sum(frame.height for frame in numbering._comms) < 3 * 256
+    alone = Analysis(TableStream([str(FIXTURES / "healthy_8ranks.log")], options))
+    for batch in alone.stream:
+        alone.add(batch)
+    columns = ["host", "pid", "comm", "generation", "ended", "end_seq", "global_rank"]
+    assert numbering.instances.select(columns).equals(alone.stream.numbering.instances.select(columns))
+
+
+_PINNED = """
+import sys
+import polars as pl
+from nccl_logsift.memory import detached
+
+keep = []
+for batch_no in range(24):
+    batch = pl.DataFrame({"text": [f"line {n} of batch {batch_no} " + "x" * 150 for n in range(50_000)]})
+    row = batch.filter(pl.col("text").str.starts_with("line 7 "))
+    keep.append(detached(row) if sys.argv[1] == "detached" else row)
+    del batch, row
+print(int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) // 1024)
+"""
+
+
+def test_a_detached_row_does_not_hold_the_batch_it_was_filtered_from():
+    """One kept line held its whole batch's text (its column a view into the batch's buffers): 24 batches
+    of 8 MB pinned ~200 MB for 24 rows."""
+    env = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}  # polars' allocator: freed is freed
+    run = lambda how: int(
+        subprocess.run(
+            [sys.executable, "-c", _PINNED, how], capture_output=True, text=True, check=True, env=env
+        ).stdout
+    )
+    pinned, detached = run("pinned"), run("detached")
+    assert detached < pinned - 120, f"{detached} MB detached, {pinned} MB pinned"
