@@ -68,21 +68,40 @@ def _libc_function(name: str, argtypes: tuple):
 
 
 def detached(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with each text column copied into a buffer of its own: for a frame kept across batches.
+    """``frame`` with each text column that shares far larger buffers copied into a buffer of its own: for a
+    frame kept across batches.
 
     A polars text column is a list of views into byte buffers, and a filtered or sliced column shares the
     buffers of the column it came from, whole. The ``text`` of a line is a view into the 4 MB chunk it was
     read from (``io/lines.py``), and the host of a family's row into the host column of its whole batch:
     one kept line of a batch held that batch's buffers until the end, so an analysis grew with its input
-    (a 10 GB log, ~1 GB of chunks retained for a few lines each). Copied, a kept row costs its own bytes.
+    (a 10 GB log, ~1 GB of chunks retained for a few lines each). A column is copied when its buffers hold
+    more than twice the bytes its rows use (and 1 MiB more): a table that keeps most of its batch (a
+    4096-rank job's init lines) is left as it is, which saves a second copy at the peak.
     """
     import polars as pl
     import pyarrow as pa
 
-    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
-    if not text or frame.is_empty():
+    if frame.is_empty():
+        return frame
+    shared = [
+        name for name, dtype in frame.schema.items() if dtype == pl.String and _shares(frame.get_column(name))
+    ]
+    if not shared:
         return frame
     # Through Arrow: a cast to large_string writes the values out contiguously; polars' own casts keep views.
-    return frame.with_columns(
-        pl.from_arrow(frame.get_column(name).to_arrow().cast(pa.large_string())).alias(name) for name in text
-    )
+    copies = [frame.get_column(name).to_arrow().cast(pa.large_string()) for name in shared]
+    return frame.with_columns(pl.from_arrow(copy).alias(name) for name, copy in zip(shared, copies))
+
+
+def _shares(column: pl.Series) -> bool:
+    """Whether the text buffers behind ``column`` (seen through a zero-copy Arrow export of its views) are far
+    larger than what its rows use."""
+    import polars as pl
+
+    exported = column.to_arrow(compat_level=pl.CompatLevel.newest())
+    chunks = exported.chunks if hasattr(exported, "chunks") else [exported]
+    # A view array's buffers: validity, the 16-byte views, then the data buffers the views point into.
+    held = sum(buffer.size for chunk in chunks for buffer in chunk.buffers()[2:] if buffer is not None)
+    used = column.str.len_bytes().sum() or 0
+    return held > 2 * used + (1 << 20)

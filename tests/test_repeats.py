@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from conftest import FIXTURES
 
+from nccl_logsift.memory import detached
 from nccl_logsift.pipeline import ParseOptions, TableStream, analyze
 from nccl_logsift.tables import DIAGNOSIS_COLUMNS, Repeats
 
@@ -197,6 +198,16 @@ for batch_no in range(24):
     del batch, row
 print(int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) // 1024)
 """
+
+
+def test_only_a_column_that_shares_far_larger_buffers_is_copied():
+    batch = pl.DataFrame({"text": [f"line {n} " + "x" * 150 for n in range(50_000)], "n": range(50_000)})
+    assert detached(batch) is batch  # kept whole: nothing to copy
+    most = batch.filter(pl.col("n") > 1_000)
+    assert detached(most) is most  # most of the batch: its buffers are its own text
+    one = batch.filter(pl.col("n") == 7)
+    copied = detached(one)
+    assert copied is not one and copied.equals(one)
 
 
 def test_a_detached_row_does_not_hold_the_batch_it_was_filtered_from():
