@@ -396,7 +396,10 @@ class RankBehind(Rule):
         Per communicator, the last COLL line of every member is compared by call number (``logsift explain
         --numbering``); members whose last call number is lower than the others' are behind.
         From PyTorch lines: the ranks of a process group whose watchdog did not fire while most others timed
-        out at the same SeqNum, or whose "last enqueued" work is lower than their peers'. A minority only:
+        out at the same SeqNum, or whose "last enqueued" work is lower than their peers'. When a member of a
+        sub-group (tensor or pipeline parallel) is stuck, its peers time out in that group and the other
+        ranks later in theirs, so no group holds most of the world: then the few ranks of the world that
+        timed out nowhere and raised nothing of their own are the ones the others wait for. A minority only:
         when most ranks are behind, the few ahead are not a hang's cause. Without any sign of a failure
         (watchdog, abort, WARN, non-zero exit) a gap of one call at the end of a log is treated as the normal
         tail of a run and not reported.
@@ -504,6 +507,7 @@ class RankBehind(Rule):
         if timed_out.is_empty() and states.is_empty():
             return
         waiting = set(timed_out["job_rank"].drop_nulls().to_list()) if not timed_out.is_empty() else set()
+        named = False
         for (pg,), group in _by_pg(timed_out, states):
             t_rows, s_rows = group
             reporters = set(t_rows["job_rank"].drop_nulls().to_list()) | set(
@@ -557,6 +561,7 @@ class RankBehind(Rule):
                 f"{names} never joined {where} of process group {pg}; {len(reporters)} rank(s) timed out "
                 "waiting"
             )
+            named = True
             yield self.finding(
                 job,
                 title,
@@ -567,6 +572,61 @@ class RankBehind(Rule):
                 seq=seq,
                 op=op,
             )
+        if not named:
+            yield from self._silent_across_groups(job, timed_out, waiting, reported)
+
+    def _silent_across_groups(
+        self, job: Job, timed_out: pl.DataFrame, waiting: set[int], reported: set[int]
+    ) -> Iterator[Finding]:
+        """The member of a stuck sub-group who never reports. Its group's peers time out in that group
+        (tensor or pipeline parallel), the ranks of the other groups later in another one, so no single
+        process group holds most of the world; but nearly every rank of the world timed out somewhere,
+        and the few that did not, though they logged, raised nothing of their own: they are the ranks the
+        others wait for, stuck outside NCCL (a data loader, I/O). Evidence: the first timeouts, in the
+        group where they came first."""
+        world = job.world_size
+        if not world or timed_out.is_empty() or len(waiting) * 2 <= world:
+            return
+        silent = set(rank_range(world)) - waiting - reported - _failed_on_their_own(job)
+        # Alive: it logged, or the world group's timeouts came after calls every rank had joined.
+        seen = set(job.torch_ranks["rank"].to_list()) if not job.torch_ranks.is_empty() else set()
+        world_seq = timed_out.filter(pl.col("pg").str.split(" ").list.first() == DEFAULT_PG)["seq"].max()
+        joined = isinstance(world_seq, int) and world_seq > 1
+        if not silent or len(silent) > max(1, world // 8) or not (joined or silent <= seen):
+            return
+        ranks = sorted(silent)
+        first = timed_out.sort("source_id", "line_no", "part").row(0, named=True)
+        groups = timed_out["pg"].drop_nulls().unique(maintain_order=True).to_list()
+        names = ", ".join(describe_rank(job, r) for r in ranks)
+        title = (
+            f"{names} never joined the collective its group waits in: {len(waiting)} of {world} ranks hit "
+            f"the watchdog timeout (first in process group {first['pg']}, then "
+            f"{len(groups) - 1} other group(s)), and {'it' if len(ranks) == 1 else 'they'} reported none"
+        )
+        early = timed_out.filter(pl.col("pg") == first["pg"]).select("source_id", "line_no", "part")
+        yield self.finding(
+            job,
+            title,
+            evidence_rows=early.head(3),
+            ranks=ranks,
+            advice=stack_advice(job, ranks),
+            pg=first["pg"],
+            seq=first.get("seq"),
+            op=first.get("op_type"),
+        )
+
+
+def _failed_on_their_own(job: Job) -> set[int]:
+    """Ranks with a failure of their own in the logs: an exception, a NCCL WARN, an exit that was not the
+    launcher's kill. A silent rank is none of these."""
+    from nccl_logsift.findings.process import with_job_rank  # process imports this module
+
+    failed: set[int] = set()
+    for name in ("app_errors", "errors"):
+        rows = job.table(name)
+        if not rows.is_empty():
+            failed |= set(with_job_rank(job, rows)["job_rank"].drop_nulls().to_list())
+    return failed
 
 
 def _next_op(job: Job, uid: str, position: int) -> str | None:

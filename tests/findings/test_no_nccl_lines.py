@@ -89,6 +89,32 @@ def test_simulated_jobs_without_nccl_lines_are_diagnosed_per_their_truth(tmp_pat
     assert primaries == wanted
 
 
+# A rank stuck outside NCCL in a job of tensor/pipeline/data-parallel groups: its group's peers time out in
+# their group, the other groups' ranks later in theirs, and no group holds most of the world. The silent
+# member is the rank of the world that timed out nowhere (it was named in none of these before).
+@pytest.mark.parametrize(
+    "layout,nccl,seed",
+    [("interleaved", "2.21", 1), ("interleaved", "2.27", 3), ("srun", "2.27", 2), ("torchrun", "2.27", 5)],
+)
+def test_the_silent_member_of_a_stuck_sub_group_is_the_root_cause(tmp_path, layout, nccl, seed):
+    out, truth = tmp_path / "job.log", tmp_path / "truth.json"
+    options = Options(
+        scenario="rank-stall",
+        layout=layout,
+        nccl_version=nccl,
+        ranks=16,
+        nodes=2,
+        nccl_debug=False,
+        seed=seed,
+    )
+    sim = write(options, str(out), str(truth))
+    report = to_dict(analyze([str(out)]))
+    primaries = [(f["kind"], f["ranks"]) for f in report["findings"] if f["primary"]]
+    assert primaries == [(f["kind"], f["ranks"]) for f in sim.truth["faults"] if f["primary"]]
+    # Its peers' timeouts are still reported, as consequences.
+    assert any(f["code"] == "LS103" and not f["primary"] for f in report["findings"])
+
+
 # Without NCCL lines no Init line ties a process to its host: the hosts are those the launcher names, in its
 # exit reports (srun -l, torchrun's failure summary, mpirun) or its line prefixes (pdsh), cut to the short
 # name NCCL would print.
