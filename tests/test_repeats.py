@@ -124,7 +124,21 @@ def test_counters_every_line_advances_are_not_content():
     assert repeats.fold({"tuning": tuning})["tuning"]["line_no"].to_list() == [0]
 
 
-@pytest.mark.parametrize("log", sorted(p.name for p in FIXTURES.glob("*.log")))
+# The fixtures whose logs say something again: init and channel lines of every rank, retried connects, IB and
+# socket WARNs, watchdog lines (the others fold nothing that these do not).
+FOLDED = [
+    "healthy_8ranks.log",
+    "rank_stall_8ranks.log",
+    "ib_error_4ranks.log",
+    "socket_fallback_4ranks.log",
+    "bootstrap_failure_4ranks.log",
+    "collective_mismatch_4ranks.log",
+    "segfault_4ranks.log",
+    "init_hang_4ranks.log",
+]
+
+
+@pytest.mark.parametrize("log", FOLDED)
 def test_the_diagnosis_of_a_fixture_is_the_same_when_each_content_is_kept_once(log, monkeypatch):
     """The strictest fold (one row of each content) changes no verdict, finding or quoted line."""
     path = [str(FIXTURES / log)]
@@ -165,7 +179,7 @@ def test_an_analysis_keeps_nothing_more_of_a_log_that_repeats_itself(tmp_path, m
     said = [line for line in text.splitlines(True) if b" NCCL INFO " in line and b"opCount" not in line]
     chatter = b"".join(line for line in said if b" Init " not in line)  # teardown lines included
     path = tmp_path / "chatter.log"
-    path.write_bytes(text + chatter * 300)  # each line 300 times: past the first 64, nothing more is kept
+    path.write_bytes(text + chatter * 160)  # each line 160 times: past the first 64, nothing more is kept
     from nccl_logsift.pipeline import Analysis
 
     options = ParseOptions(workers=1, every_line=False, chunk_bytes=1 << 17)
@@ -175,8 +189,8 @@ def test_an_analysis_keeps_nothing_more_of_a_log_that_repeats_itself(tmp_path, m
         analysis.add(batch)
         parts = analysis.sink._parts.values()
         kept.append(sum(frame.height for frames in parts for frame in frames))
-    assert len(kept) > 20
-    assert kept[-1] == kept[len(kept) // 2]
+    assert len(kept) > 12
+    assert kept[-1] == kept[len(kept) * 2 // 3]
     assert sum(frame.height for frame in numbering._comms) < 3 * 256
     alone = Analysis(TableStream([str(FIXTURES / "healthy_8ranks.log")], options))
     for batch in alone.stream:

@@ -124,15 +124,15 @@ def test_real_log_report_in_chromium(tmp_path, prefix):
     assert len(page.read_bytes()) < 5_000_000
 
 
-@pytest.mark.parametrize("width", [1280, 1920])
 @pytest.mark.parametrize(
-    "log",
+    "log,width",
     [
-        FIXTURES / "ib_error_4ranks.log",
-        FIXTURES / "rank_stall_8ranks.log",
-        "sparticlesteve__pytorch-nccl-test__slurm-nccl-416593",  # 16 ranks, long evidence paths
+        (FIXTURES / "ib_error_4ranks.log", 1280),
+        (FIXTURES / "rank_stall_8ranks.log", 1920),
+        ("sparticlesteve__pytorch-nccl-test__slurm-nccl-416593", 1280),  # 16 ranks, long evidence lines
+        ("sparticlesteve__pytorch-nccl-test__slurm-nccl-416593", 1920),
     ],
-    ids=lambda log: getattr(log, "stem", str(log)[:24]),
+    ids=lambda value: str(value) if isinstance(value, int) else getattr(value, "stem", str(value)[:24]),
 )
 def test_the_page_fits_the_window_and_shows_every_evidence_location_whole(tmp_path, width, log):
     """At 1280 and 1920 pixels wide nothing runs wider than the window, and no path:line is cut (the page's
