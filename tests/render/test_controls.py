@@ -48,15 +48,18 @@ def hostile_log(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", [["analyze"], ["watch", "--format", "text"]])
-def test_the_terminal_report_carries_no_control_character_of_the_log(hostile_log, command):
+def logsift(*args: str) -> subprocess.CompletedProcess:
+    """``logsift ARGS`` in a process of its own, from the repository root; it must succeed."""
     proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", *command, str(hostile_log)],
-        capture_output=True,
-        cwd=ROOT,
-        timeout=120,
+        [sys.executable, "-m", "nccl_logsift", *args], capture_output=True, cwd=ROOT, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["watch", "--format", "text"]])
+def test_the_terminal_report_carries_no_control_character_of_the_log(hostile_log, command):
+    proc = logsift(*command, str(hostile_log))
     text = proc.stdout.decode()
     assert [c for c in RAW if c in text] == []
     # What they were is still shown: the WARN in the evidence, the file's name in the evidence's path.
@@ -66,26 +69,15 @@ def test_the_terminal_report_carries_no_control_character_of_the_log(hostile_log
 
 def test_the_report_written_with_o_carries_no_control_character_either(hostile_log, tmp_path):
     out = tmp_path / "report.txt"
-    proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "analyze", str(hostile_log), "-o", str(out)],
-        capture_output=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 0 and "^[[8mhidden" in out.read_text()
+    logsift("analyze", str(hostile_log), "-o", str(out))
+    assert "^[[8mhidden" in out.read_text()
     assert [c for c in RAW if c in out.read_text()] == []
 
 
 def test_the_html_report_shows_the_controls_of_log_text_instead_of_carrying_them(hostile_log, tmp_path):
     """Escaped, a bidi override still drew text backwards in the page (a host name spelled in reverse)."""
     out = tmp_path / "report.html"
-    proc = subprocess.run(
-        [sys.executable, "-m", "nccl_logsift", "report", str(hostile_log), "-o", str(out)],
-        capture_output=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    logsift("report", str(hostile_log), "-o", str(out))
     page = out.read_text()
     island = page.index('<script type="application/json"')  # the findings contract: JSON escapes its own
     shown = page[:island] + page[page.index("</script>", island) :]
