@@ -373,8 +373,9 @@ REPEATS_KEPT = 64
 POSITION = ("line_no", "part", "byte_offset", "ts", "collector_ts", "tms")
 COUNTERS: dict[str, tuple[str, ...]] = {"tuning": ("opcount",)}
 LINE_KEY = ("source_id", "line_no", "part")
-# Never folded: COLL calls (the digest reduces them), and the Init rows of the comms table, each of which
-# opens a communicator instance that the numbering of calls refers to (resolve/communicators.py).
+# Never folded as a table: COLL calls (the digest reduces them) and ``lines``, whose rows go with their
+# family's rows (Repeats._lines). Nor are the Init rows of the comms table, each of which opens a communicator
+# instance that the numbering of calls refers to (resolve/communicators.py).
 UNFOLDED = frozenset({"calls", "collectives", "lines"})
 # Dates and times inside a line's text, which repeats of a line do not share: an enveloped line that no
 # family parsed is folded on its text without them.

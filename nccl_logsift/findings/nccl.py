@@ -20,7 +20,14 @@ import polars as pl
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job
-from nccl_logsift.findings.process import locations, names, nccl_tests_failures, ranks_text, with_job_rank
+from nccl_logsift.findings.process import (
+    FAILURE_EVENTS,
+    locations,
+    names,
+    nccl_tests_failures,
+    ranks_text,
+    with_job_rank,
+)
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
@@ -54,17 +61,6 @@ OWNED = vocabulary.owned_elsewhere()
 TEARDOWN_KINDS = vocabulary.with_role("teardown")
 TEARDOWN_TEXT = r"\[Service thread\]|operation Close from rank|\[Proxy Service UDS\]"
 CHAIN_WINDOW = 40  # lines: a chain belongs to a WARN of its process this close (printed before or after it)
-FAILURE_EVENTS = (
-    "watchdog_timeout",
-    "blocking_wait_timeout",
-    "timeout_at_work",
-    "exception_at_work",
-    "failure_at_work",
-    "ops_failed",
-    "taking_down",
-    "watchdog_terminated",
-    "heartbeat_timeout",
-)
 
 
 def result_name(code: int | None) -> str:

@@ -33,8 +33,8 @@ LOCATION = ["source_id", "line_no", "part"]
 CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 # Signals a launcher, the scheduler or a user sends to stop a process.
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-# PyTorch events that say the process is tearing itself down after a watchdog timeout or an NCCL error.
-TEARDOWN_TORCH_EVENTS = (
+# PyTorch events that say a collective failed or timed out (findings/nccl.py: a job with them failed).
+FAILURE_EVENTS = (
     "watchdog_timeout",
     "blocking_wait_timeout",
     "timeout_at_work",
@@ -44,6 +44,10 @@ TEARDOWN_TORCH_EVENTS = (
     "taking_down",
     "watchdog_terminated",
     "heartbeat_timeout",
+)
+# PyTorch events that say the process is tearing itself down after a watchdog timeout or an NCCL error.
+TEARDOWN_TORCH_EVENTS = (
+    *FAILURE_EVENTS,
     "heartbeat_kill",
     "watchdog_stuck",
     "comm_aborted",

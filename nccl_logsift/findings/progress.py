@@ -263,20 +263,7 @@ def members_last_calls(job: Job) -> pl.DataFrame:
         coll.sort("ordinal", "source_id", "line_no", "part")
         .group_by("comm_uid", "rank")
         .agg(pl.all().last())
-        .select(
-            "comm_uid",
-            "rank",
-            "global_rank",
-            "ordinal",
-            "op",
-            "source_id",
-            "line_no",
-            "part",
-            "host",
-            "pid",
-            "dev",
-            "nranks",
-        )
+        .select(c for c in kept if c != "opcount")
     )
     if not comms.is_empty():
         # Members that initialised a communicator with calls but never logged one of them: ordinal -1.
