@@ -15,6 +15,7 @@ finding's ``#n`` is position + 1, or the SeqNum: nccl_logsift/call_numbers.py sa
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -43,26 +44,66 @@ DEFAULT_PG = "0"
 
 
 def pg_key() -> pl.Expr:
-    """A process-group key that is equal across ranks and PyTorch versions: the PG id ("0" is the default
-    group), else its description; lines without any PG prefix belong to the default group."""
+    """A process-group key equal across the ranks of one group and different between groups: the GUID
+    (PyTorch 2.5+ ``[PG ID i PG GUID g(desc) Rank r]``, and 2.13's ``[PG GUID g(desc) Rank r]``), else the
+    number of the older ``[PG n Rank r]`` prefixes, else the description; lines without a PG prefix belong
+    to the default group ("0").
+
+    Never the PG ID when a GUID is there: the ID counts the groups *this process* created
+    (ProcessGroupNCCL's ``local_id_``), so the tensor-parallel group of ranks 0-3 and that of ranks 4-7
+    both print ``PG ID 1``; the GUID is the group's name, unique in the job (ProcessGroupNCCL.cpp,
+    ``createLogPrefix`` and the comment above it)."""
     desc = pl.col("pg_desc")
     return pl.coalesce(
+        pl.col("pg_guid"),
         pl.col("pg_id").cast(pl.String),
         pl.when(desc == "default_pg").then(pl.lit(DEFAULT_PG)).otherwise(desc),
         pl.lit(DEFAULT_PG),
     )
 
 
-def pg_labels(*frames: pl.DataFrame) -> dict[str, str]:
-    """PG key → what to show: "2 (PIPELINE_MODEL_PARALLEL_GROUP)" when PyTorch printed a description."""
-    labels: dict[str, str] = {}
-    for frame in frames:
-        if frame.is_empty() or "pg_desc" not in frame.columns:
-            continue
-        for key, desc in frame.select("pg", "pg_desc").drop_nulls().unique(maintain_order=True).iter_rows():
-            if desc != key:
-                labels.setdefault(key, f"{key} ({desc})")
-    return labels
+def _prefixed() -> pl.Expr:
+    """Rows whose line carried a PG prefix (any of its forms)."""
+    return pl.any_horizontal(pl.col("pg_guid", "pg_id", "pg_desc").is_not_null())
+
+
+@per_job
+def pg_groups(job: Job) -> pl.DataFrame:
+    """One row per process group the PyTorch lines name: its key (:func:`pg_key`), GUID, PG ID and
+    description, the ``label`` to show for it, the same in every table of the job ("2
+    (PIPELINE_MODEL_PARALLEL_GROUP)"), and its ``family``: the label without the GUID, shared by the groups
+    that print the same PG ID and description. Where one ID names several groups, the label adds the GUID
+    ("1 (GUID 5, TENSOR_MODEL_PARALLEL_GROUP)")."""
+    torch = job.table("torch")
+    schema = {"key": pl.String, "label": pl.String, "family": pl.String}
+    if torch.is_empty() or "pg_desc" not in torch.columns:
+        return pl.DataFrame(schema=schema)
+    groups = (
+        torch.filter(_prefixed())
+        .group_by(key=pg_key())
+        .agg(
+            guid=pl.col("pg_guid").drop_nulls().first(),
+            id=pl.col("pg_id").drop_nulls().mode().sort().first(),
+            desc=pl.col("pg_desc").drop_nulls().first(),
+        )
+        .sort("key")
+    )
+    shared = {i for i, n in Counter(groups["id"].drop_nulls().to_list()).items() if n > 1}
+    rows = []
+    for key, guid, pg_id, desc in groups.iter_rows():
+        shown = key if guid is None else str(pg_id) if pg_id is not None else f"GUID {guid}"
+        described = [desc] if desc is not None and desc != shown else []
+        family = f"{shown} ({desc})" if described else shown
+        notes = [f"GUID {guid}"] if guid is not None and pg_id in shared else []
+        label = f"{shown} ({', '.join(notes + described)})" if notes + described else shown
+        rows.append((key, label, family))
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def pg_labels(job: Job) -> dict[str, str]:
+    """PG key → its label (see :func:`pg_groups`), for the keys whose label differs."""
+    groups = pg_groups(job).filter(pl.col("key") != pl.col("label"))
+    return dict(zip(groups["key"].to_list(), groups["label"].to_list(), strict=True))
 
 
 @per_job
@@ -97,13 +138,11 @@ def timeouts(job: Job) -> pl.DataFrame:
         )
     else:
         rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
-    # PyTorch 2.13 prefixes WorkNCCL's timeout with the group's GUID and description but not its PG ID
-    # ("[PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1]", pytorch PR #191440): the work-state line after it
-    # gives the ID the other lines of that group are keyed by.
-    guid_only = pl.col("pg_id").is_null() & pl.col("pg_guid").is_not_null()
-    prefix = (pl.col("pg_desc").is_not_null() | pl.col("pg_id").is_not_null()) & ~guid_only
-    rows = rows.with_columns(pg=pl.when(prefix).then(pg_key()).otherwise(pl.coalesce("next_pg", pg_key())))
-    return _labelled(rows, pg_labels(rows, states))
+    # PyTorch 2.13 prefixes WorkNCCL's timeout with the group's GUID ("[PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP)
+    # Rank 1]", pytorch PR #191440), the key of its group's other lines too.
+    own = pl.when(_prefixed()).then(pg_key())
+    rows = rows.with_columns(pg=own.otherwise(pl.coalesce("next_pg", pg_key())))
+    return _labelled(rows, pg_labels(job))
 
 
 def _labelled(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
@@ -117,7 +156,7 @@ def _labelled(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
 def work_states(job: Job) -> pl.DataFrame:
     """Work-state rows with PG keys turned into labels (see :func:`_work_states`)."""
     rows = _work_states(job)
-    return rows if rows.is_empty() else _labelled(rows, pg_labels(rows))
+    return rows if rows.is_empty() else _labelled(rows, pg_labels(job))
 
 
 @per_job
@@ -1027,8 +1066,10 @@ class WatchdogTimeout(Rule):
 
     How it is detected:
         ``Watchdog caught collective operation timeout: WorkNCCL(SeqNum=…, OpType=…, …, Timeout(ms)=…)``
-        and the blocking-wait variant, grouped by process group and SeqNum, with the "last enqueued / last
-        completed" work of the same ranks when PyTorch printed them.
+        and the blocking-wait variant, grouped by process group (its GUID where PyTorch prints one: groups
+        of different ranks share a PG ID) and SeqNum, with the "last enqueued / last completed" work of the
+        same ranks when PyTorch printed them. Groups of one kind (the same PG ID and description) that
+        timed out at the same SeqNums are reported together.
 
     Example:
         ``[rank3]:[E1003 18:37:01.832146912 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective
@@ -1052,20 +1093,21 @@ class WatchdogTimeout(Rule):
         if rows.is_empty():
             return
         states = work_states(job)
-        for (pg,), group in rows.group_by("pg", maintain_order=True):
+        for pg, groups, group in _alike_groups(job, rows):
             ranks = sorted(group["job_rank"].drop_nulls().unique().to_list())
             seqs = sorted(group["seq"].drop_nulls().unique().to_list())
             ops = sorted(group["op_type"].drop_nulls().unique().to_list())
             timeout = group["timeout_ms"].drop_nulls()
             seq_text = f"#{seqs[0]}" if len(seqs) == 1 else f"#{seqs[0]}–#{seqs[-1]}" if seqs else ""
+            which = f"process group {pg}" if len(groups) == 1 else f"{len(groups)} process groups {pg}"
             title = (
-                f"{len(ranks)} rank(s) of process group {pg} hit the watchdog timeout"
+                f"{len(ranks)} rank(s) of {which} hit the watchdog timeout"
                 f"{f' of {timeout.max() / 1000:g} s' if timeout.len() else ''} in "
                 f"{'/'.join(ops) or 'a collective'} {seq_text}"
             ).rstrip()
             notes = ""
             if not states.is_empty():
-                mine = states.filter(pl.col("pg") == pg)
+                mine = states.filter(pl.col("pg").is_in(groups))
                 if mine.height and mine["implausible"].any():
                     notes = (
                         " Some 'last completed' values PyTorch printed are uninitialised memory: treated as "
@@ -1090,6 +1132,22 @@ class WatchdogTimeout(Rule):
                     "flight-recorder dump."
                 ),
             )
+
+
+def _alike_groups(job: Job, rows: pl.DataFrame) -> Iterator[tuple[str, list[str], pl.DataFrame]]:
+    """The timeouts by process group, where groups of one family (the same PG ID and description, e.g.
+    the eight data-parallel groups) that timed out at the same SeqNums are taken together: (the group's label,
+    or the family's for several, the groups, their rows)."""
+    family = dict(pg_groups(job).select("label", "family").iter_rows())
+    alike: dict[tuple, list[tuple[str, pl.DataFrame]]] = {}
+    for (pg,), group in rows.group_by("pg", maintain_order=True):
+        seqs = tuple(group["seq"].unique().sort(nulls_last=True).to_list())
+        alike.setdefault((family.get(pg, pg), seqs), []).append((pg, group))
+    for (name, _), members in alike.items():
+        if len(members) == 1:
+            yield members[0][0], [members[0][0]], members[0][1]
+        else:
+            yield name, [pg for pg, _ in members], pl.concat([g for _, g in members])
 
 
 def _ranks_text(ranks: list[int]) -> str:
