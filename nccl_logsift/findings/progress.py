@@ -138,8 +138,8 @@ def timeouts(job: Job) -> pl.DataFrame:
         )
     else:
         rows = rows.with_columns(next_pg=pl.lit(None, pl.String))
-    # PyTorch 2.13 prefixes WorkNCCL's timeout with the group's GUID ("[PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP)
-    # Rank 1]", pytorch PR #191440), the key of its group's other lines too.
+    # PyTorch 2.13 prefixes WorkNCCL's timeout with the group's GUID
+    # ("[PG GUID 5(PIPELINE_MODEL_PARALLEL_GROUP) Rank 1]", pytorch PR #191440): its group's key.
     own = pl.when(_prefixed()).then(pg_key())
     rows = rows.with_columns(pg=own.otherwise(pl.coalesce("next_pg", pg_key())))
     return _labelled(rows, pg_labels(job))
