@@ -23,6 +23,12 @@ from dataclasses import dataclass, field
 from nccl_logsift.simulate.cluster import Cluster
 from nccl_logsift.simulate.program import Item, Op
 
+# The items that stop a process's program, each its run's state: "stall" (waits forever outside NCCL),
+# "crash" (killed by a signal), "vanish" (the node is gone: no exit, no report, its GPU work lost), "raise"
+# (an uncaught Python exception, or an abort; exit code 1, text in story.raised), "store_wait" (waits in
+# init_process_group's store barrier, then gives up) and "exit".
+STOPS = ("stall", "crash", "vanish", "raise", "store_wait", "exit")
+
 
 @dataclass(slots=True)
 class Issue:
@@ -202,39 +208,9 @@ class Engine:
                 if it.fail == "net_error":
                     self.faults.broken[(op.comm, issue.pos)] = (rank, self.faults.net_peer.get(rank, -1))
                 self._check(op.comm, issue.pos)
-            elif it.kind == "stall":
+            elif it.kind in STOPS:
                 run.t += it.gap
-                run.state = "stall"
-                run.pc += 1
-                return
-            elif it.kind == "crash":
-                run.t += it.gap
-                run.state = "crash"
-                run.pc += 1
-                return
-            elif it.kind == "vanish":  # the node is gone: no exit, no report, its GPU work is lost
-                run.t += it.gap
-                run.state = "vanish"
-                run.pc += 1
-                return
-            elif it.kind == "raise":  # an uncaught Python exception ends the process (exit code 1)
-                run.t += it.gap
-                run.state = "raise"
-                run.pc += 1
-                return
-            elif it.kind == "store_wait":  # waits in init_process_group's store barrier, then gives up
-                run.t += it.gap
-                run.state = "store_wait"
-                run.pc += 1
-                return
-            elif it.kind == "raise":  # the script raises (or the process aborts) here: text in story.raised
-                run.t += it.gap
-                run.state = "raise"
-                run.pc += 1
-                return
-            elif it.kind == "exit":
-                run.t += it.gap
-                run.state = "exit"
+                run.state = it.kind
                 run.pc += 1
                 return
             elif it.kind == "print":

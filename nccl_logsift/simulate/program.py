@@ -88,6 +88,21 @@ def _coll(
     return Op(comm.index, name, count, dtype, 0, root, TORCH_OP[name], numel_in, numel_out, slot, dur, label)
 
 
+def _op(
+    comm: Communicator,
+    name: str,
+    count: int,
+    dtype: int,
+    gap: float,
+    dur: float,
+    slot: str,
+    label: str,
+    root: int = 0,
+) -> Item:
+    """A collective of the program, ``gap`` host seconds after the item before it."""
+    return Item("op", _coll(comm, name, count, dtype, root=root, slot=slot, dur=dur, label=label), gap=gap)
+
+
 def build_programs(
     cluster: Cluster, steps: int, rng: random.Random, step_time: float, *, sharded: bool = False
 ) -> tuple[dict[int, list[Item]], StepShape]:
@@ -116,179 +131,53 @@ def build_programs(
         prog: list[Item] = []
         # DDP's constructor: verify parameter shapes, then broadcast the weights from rank 0.
         dcomm = comm_of.get((data_kind, rank), world)
-        prog.append(
-            Item(
-                "op",
-                _coll(
-                    world, "AllGather", 1, INT64, slot="shape", dur=0.001, label="DDP parameter-shape check"
-                ),
-                gap=1.5,
-            )
-        )
+        prog.append(_op(world, "AllGather", 1, INT64, 1.5, 0.001, "shape", "DDP parameter-shape check"))
         for i, count in enumerate(buckets[:2]):
-            prog.append(
-                Item(
-                    "op",
-                    _coll(
-                        dcomm,
-                        "Broadcast",
-                        count,
-                        FLOAT32,
-                        slot=f"b{i}",
-                        dur=0.01,
-                        label="DDP weight broadcast",
-                    ),
-                    gap=0.01,
-                )
-            )
+            prog.append(_op(dcomm, "Broadcast", count, FLOAT32, 0.01, 0.01, f"b{i}", "DDP weight broadcast"))
         prog.append(Item("sync", gap=0.05))
         stage = (rank // (par.tp * par.dp)) if par.pp > 1 else 0
+        width = par.tp * par.dp  # ranks per pipeline stage
+        before = p2p[(rank - width, rank)] if par.pp > 1 and stage > 0 else None
+        after = p2p[(rank, rank + width)] if par.pp > 1 and stage < par.pp - 1 else None
+        tp = comm_of[("tp", rank)] if par.tp > 1 else None
+        activation, tp_count = seq_tokens * hidden // 4, seq_tokens * hidden // 2
         step_items: list[Item] = []
-        for _ in range(micro):
-            if par.pp > 1 and stage > 0:
-                c = p2p[(rank - par.tp * par.dp, rank)]
+        for _ in range(micro):  # forward: activations in, the tensor-parallel layers, activations out
+            if before is not None:
                 step_items.append(
-                    Item(
-                        "op",
-                        replace(
-                            _coll(
-                                c,
-                                "Recv",
-                                seq_tokens * hidden // 4,
-                                BF16,
-                                root=0,
-                                slot="act",
-                                dur=0.004,
-                                label="pipeline activation recv",
-                            )
-                        ),
-                        gap=0.01,
-                    )
+                    _op(before, "Recv", activation, BF16, 0.01, 0.004, "act", "pipeline activation recv")
                 )
-            if par.tp > 1:
-                c = comm_of[("tp", rank)]
-                for _ in range(tp_layers):
-                    step_items.append(
-                        Item(
-                            "op",
-                            _coll(
-                                c,
-                                "AllReduce",
-                                seq_tokens * hidden // 2,
-                                BF16,
-                                slot="tpf",
-                                dur=0.003,
-                                label="tensor-parallel forward all-reduce",
-                            ),
-                            gap=0.04,
-                        )
-                    )
-            if par.pp > 1 and stage < par.pp - 1:
-                c = p2p[(rank, rank + par.tp * par.dp)]
+            if tp is not None:
+                label = "tensor-parallel forward all-reduce"
+                step_items += [
+                    _op(tp, "AllReduce", tp_count, BF16, 0.04, 0.003, "tpf", label) for _ in range(tp_layers)
+                ]
+            if after is not None:
+                label = "pipeline activation send"
+                step_items.append(_op(after, "Send", activation, BF16, 0.05, 0.004, "act", label, root=1))
+        for _ in range(micro):  # backward: gradients the other way
+            if after is not None:
+                label = "pipeline gradient recv"
+                step_items.append(_op(after, "Recv", activation, BF16, 0.02, 0.004, "grad", label, root=1))
+            if tp is not None:
+                label = "tensor-parallel backward all-reduce"
+                step_items += [
+                    _op(tp, "AllReduce", tp_count, BF16, 0.06, 0.003, "tpb", label) for _ in range(tp_layers)
+                ]
+            if before is not None:
                 step_items.append(
-                    Item(
-                        "op",
-                        _coll(
-                            c,
-                            "Send",
-                            seq_tokens * hidden // 4,
-                            BF16,
-                            root=1,
-                            slot="act",
-                            dur=0.004,
-                            label="pipeline activation send",
-                        ),
-                        gap=0.05,
-                    )
-                )
-        for _ in range(micro):
-            if par.pp > 1 and stage < par.pp - 1:
-                c = p2p[(rank, rank + par.tp * par.dp)]
-                step_items.append(
-                    Item(
-                        "op",
-                        _coll(
-                            c,
-                            "Recv",
-                            seq_tokens * hidden // 4,
-                            BF16,
-                            root=1,
-                            slot="grad",
-                            dur=0.004,
-                            label="pipeline gradient recv",
-                        ),
-                        gap=0.02,
-                    )
-                )
-            if par.tp > 1:
-                c = comm_of[("tp", rank)]
-                for _ in range(tp_layers):
-                    step_items.append(
-                        Item(
-                            "op",
-                            _coll(
-                                c,
-                                "AllReduce",
-                                seq_tokens * hidden // 2,
-                                BF16,
-                                slot="tpb",
-                                dur=0.003,
-                                label="tensor-parallel backward all-reduce",
-                            ),
-                            gap=0.06,
-                        )
-                    )
-            if par.pp > 1 and stage > 0:
-                c = p2p[(rank - par.tp * par.dp, rank)]
-                step_items.append(
-                    Item(
-                        "op",
-                        _coll(
-                            c,
-                            "Send",
-                            seq_tokens * hidden // 4,
-                            BF16,
-                            root=0,
-                            slot="grad",
-                            dur=0.004,
-                            label="pipeline gradient send",
-                        ),
-                        gap=0.06,
-                    )
+                    _op(before, "Send", activation, BF16, 0.06, 0.004, "grad", "pipeline gradient send")
                 )
         if sharded:
             step_items += _sharded_step(world, hidden)
         elif dcomm.nranks > 1:
             for i, count in enumerate(buckets):
+                gap = 0.08 if i == 0 else 0.01
                 step_items.append(
-                    Item(
-                        "op",
-                        _coll(
-                            dcomm,
-                            "AllReduce",
-                            count,
-                            FLOAT32,
-                            slot=f"b{i}",
-                            dur=0.02,
-                            label="DDP gradient all-reduce",
-                        ),
-                        gap=0.08 if i == 0 else 0.01,
-                    )
+                    _op(dcomm, "AllReduce", count, FLOAT32, gap, 0.02, f"b{i}", "DDP gradient all-reduce")
                 )
         step_items.append(
-            Item(
-                "op",
-                _coll(
-                    world,
-                    "AllReduce",
-                    1,
-                    FLOAT32,
-                    slot="loss",
-                    dur=0.001,
-                    label="loss all-reduce for logging",
-                ),
-                gap=0.01,
-            )
+            _op(world, "AllReduce", 1, FLOAT32, 0.01, 0.001, "loss", "loss all-reduce for logging")
         )
         # Spread the rest of the step's compute over the items so that a step takes about step_time.
         spent = sum(i.gap for i in step_items)
@@ -303,13 +192,7 @@ def build_programs(
             for it in step_items:
                 prog.append(replace(it, step=s, op=it.op))
             prog.append(Item("sync", gap=0.002, step=s))
-        prog.append(
-            Item(
-                "op",
-                _coll(world, "AllReduce", 1, FLOAT32, slot="barrier", dur=0.001, label="barrier before exit"),
-                gap=0.2,
-            )
-        )
+        prog.append(_op(world, "AllReduce", 1, FLOAT32, 0.2, 0.001, "barrier", "barrier before exit"))
         prog.append(Item("sync", gap=0.01))
         prog.append(Item("exit", gap=0.1))
         programs[rank] = prog
@@ -325,28 +208,25 @@ def _sharded_step(world: Communicator, hidden: int) -> list[Item]:
     AllGather, ReduceScatter and AllReduce calls alternate op by op."""
     shard = hidden * hidden // world.nranks
     items: list[Item] = []
-    for layer in range(SHARDED_LAYERS):
-        op = _coll(world, "AllGather", shard, BF16, slot=f"ag{layer}", dur=0.004, label="FSDP forward gather")
-        items.append(Item("op", op, gap=0.03))
+    items = [
+        _op(world, "AllGather", shard, BF16, 0.03, 0.004, f"ag{layer}", "FSDP forward gather")
+        for layer in range(SHARDED_LAYERS)
+    ]
     for layer in reversed(range(SHARDED_LAYERS)):
-        gather = _coll(
-            world, "AllGather", shard, BF16, slot=f"ag{layer}", dur=0.004, label="FSDP backward gather"
-        )
-        items.append(Item("op", gather, gap=0.02))
-        grads = _coll(
-            world,
-            "ReduceScatter",
-            shard,
-            FLOAT32,
-            slot=f"rs{layer}",
-            dur=0.006,
-            label="FSDP gradient reduce-scatter",
-        )
-        items.append(Item("op", grads, gap=0.04))
-        norm = _coll(
-            world, "AllReduce", 1, FLOAT32, slot="norm", dur=0.001, label="FSDP gradient-norm all-reduce"
-        )
-        items.append(Item("op", norm, gap=0.005))
+        items += [
+            _op(world, "AllGather", shard, BF16, 0.02, 0.004, f"ag{layer}", "FSDP backward gather"),
+            _op(
+                world,
+                "ReduceScatter",
+                shard,
+                FLOAT32,
+                0.04,
+                0.006,
+                f"rs{layer}",
+                "FSDP gradient reduce-scatter",
+            ),
+            _op(world, "AllReduce", 1, FLOAT32, 0.005, 0.001, "norm", "FSDP gradient-norm all-reduce"),
+        ]
     return items
 
 

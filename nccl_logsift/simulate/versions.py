@@ -172,8 +172,21 @@ _BASE_SITES = {
 }
 
 
-def _sites(**lines: int) -> dict[str, str]:
-    return {k: _BASE_SITES[k].format(n=v) for k, v in lines.items()}
+_SITE_LINES = {  # series → the line of each _BASE_SITES file, in its order
+    "2.10": (195, 414, 213, 860, 73, 98, 425, 537, 1123, 622),
+    "2.14": (189, 537, 229, 1299, 65, 111, 478, 687, 1261, 939),
+    "2.18": (246, 49, 76, 1374, 64, 148, 628, 691, 1295, 1021),
+    "2.21": (153, 62, 81, 1505, 74, 183, 762, 1051, 1696, 1264),
+    "2.26": (231, 69, 94, 1713, 75, 197, 816, 1187, 2244, 1380),
+    "2.27": (244, 79, 96, 1790, 75, 204, 864, 1233, 2283, 1421),
+}
+
+
+def _sites(series: str) -> dict[str, str]:
+    """The ``file:line`` each WARN of ``series`` is printed from."""
+    return {
+        k: site.format(n=n) for (k, site), n in zip(_BASE_SITES.items(), _SITE_LINES[series], strict=True)
+    }
 
 
 _V2_10 = NcclProfile(
@@ -235,18 +248,7 @@ _V2_10 = NcclProfile(
     async_tag=False,
     remote_error=2,
     long_error_strings=False,
-    sites=_sites(
-        alloc=195,
-        socket=414,
-        bootstrap=213,
-        init=860,
-        group=73,
-        transport=98,
-        p2p=425,
-        net=537,
-        net_ib=1123,
-        proxy=622,
-    ),
+    sites=_sites("2.10"),
 )
 
 _V2_14 = replace(
@@ -271,18 +273,7 @@ _V2_14 = replace(
     async_tag=True,
     remote_error=6,
     ib_site="transport/net_ib.cc:1261",
-    sites=_sites(
-        alloc=189,
-        socket=537,
-        bootstrap=229,
-        init=1299,
-        group=65,
-        transport=111,
-        p2p=478,
-        net=687,
-        net_ib=1261,
-        proxy=939,
-    ),
+    sites=_sites("2.14"),
 )
 
 _V2_18 = replace(
@@ -314,18 +305,7 @@ _V2_18 = replace(
     connect_refused="socketStartConnect: exceeded retries ({retries})",
     connect_timeout="socketStartConnect: Connect to {addr} failed : {err}",
     long_error_strings=True,
-    sites=_sites(
-        alloc=246,
-        socket=49,
-        bootstrap=76,
-        init=1374,
-        group=64,
-        transport=148,
-        p2p=628,
-        net=691,
-        net_ib=1295,
-        proxy=1021,
-    ),
+    sites=_sites("2.18"),
 )
 
 _V2_21 = replace(
@@ -354,18 +334,7 @@ _V2_21 = replace(
     ib_site="transport/net_ib.cc:1696",
     progress_thread="[Progress Thread]",
     cuda_oom="Cuda failure 2 'out of memory'",
-    sites=_sites(
-        alloc=153,
-        socket=62,
-        bootstrap=81,
-        init=1505,
-        group=74,
-        transport=183,
-        p2p=762,
-        net=1051,
-        net_ib=1696,
-        proxy=1264,
-    ),
+    sites=_sites("2.21"),
 )
 
 _V2_26 = replace(
@@ -402,18 +371,7 @@ _V2_26 = replace(
     ),
     connect_refused="socketStartConnect: connect returned {err}, exceeded error retry count ({retries})",
     connect_timeout="socketPollConnect: Connect to {addr} failed : {err}",
-    sites=_sites(
-        alloc=231,
-        socket=69,
-        bootstrap=94,
-        init=1713,
-        group=75,
-        transport=197,
-        p2p=816,
-        net=1187,
-        net_ib=2244,
-        proxy=1380,
-    ),
+    sites=_sites("2.26"),
 )
 
 _V2_27 = replace(
@@ -441,18 +399,7 @@ _V2_27 = replace(
         "exceeded error retry count after {attempts} attempts"
     ),
     connect_timeout="socketPollConnect: connect to {addr} failed : {err}",
-    sites=_sites(
-        alloc=244,
-        socket=79,
-        bootstrap=96,
-        init=1790,
-        group=75,
-        transport=204,
-        p2p=864,
-        net=1233,
-        net_ib=2283,
-        proxy=1421,
-    ),
+    sites=_sites("2.27"),
 )
 
 # 2.28.9 as the real H200 jobs of ../shared/corpus/gpu-h200 print it: the ENV and NET plugin probes without a
