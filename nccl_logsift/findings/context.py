@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 import os
-import weakref
 from dataclasses import dataclass
 
 import polars as pl
 
 from nccl_logsift.io.lines import COMPRESSED_MAGIC, MAX_LINE_BYTES
 from nccl_logsift.model import Evidence
+from nccl_logsift.resolve.cache import cached as cached  # re-exported: the rules import it from here
+from nccl_logsift.resolve.cache import per_job as per_job
 from nccl_logsift.resolve.communicators import MAX_RANKS, with_seq
+from nccl_logsift.resolve.ranks import default_group, identity, with_job_rank
 
 TORCH_PRODUCERS = ("torch_cpp", "torch_py")
 
@@ -167,11 +169,7 @@ class Job:
             frames.append(lines.select(pl.col("torch_rank").alias("rank")).drop_nulls())
         torch = self.table("torch")
         if not torch.is_empty() and "pg_rank" in torch.columns:
-            frames.append(
-                torch.filter(pl.col("pg_id").fill_null(0) == 0)
-                .select(pl.col("pg_rank").alias("rank"))
-                .drop_nulls()
-            )
+            frames.append(torch.filter(default_group()).select(pl.col("pg_rank").alias("rank")).drop_nulls())
         if not frames:
             return pl.DataFrame(schema={"rank": pl.Int64})
         return pl.concat([f.cast(pl.Int64) for f in frames]).unique().sort("rank")
@@ -189,14 +187,13 @@ class Job:
         return match.row(0, named=True) if match.height else None
 
     def ranked(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """Add ``job_rank``: the global rank of each row from its process, or a PyTorch/MPI label on the
-        line."""
-        if frame.is_empty():
-            return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
-        candidates = [c for c in ("global_rank", "torch_rank", "mpi_rank") if c in frame.columns]
-        if not candidates:
-            return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
-        return frame.with_columns(job_rank=pl.coalesce(*[pl.col(c).cast(pl.Int64) for c in candidates]))
+        """Add ``job_rank``: the world rank of each row (:func:`nccl_logsift.resolve.ranks.with_job_rank`)."""
+        return with_job_rank(self, frame)
+
+    @property
+    def ranks(self) -> pl.DataFrame:
+        """Who is who: the rank-identity table (:func:`nccl_logsift.resolve.ranks.identity`)."""
+        return identity(self)
 
 
 def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
@@ -235,35 +232,8 @@ def load_job(paths) -> Job:
     return parse_job(paths)[1]
 
 
-# --------------------------------------------------------------------------------------------- derived tables
-_CACHE: dict[int, tuple[weakref.ref, dict]] = {}
-
-
-def cached(job: Job, key: str, compute):
-    """Memoise a derived table per Job (rules are values; the Job is read-only, so this is only a cache)."""
-    ref, values = _CACHE.get(id(job), (None, None))
-    if ref is None or ref() is not job:
-        for k in [k for k, (r, _) in _CACHE.items() if r() is None]:
-            del _CACHE[k]
-        values = {}
-        _CACHE[id(job)] = (weakref.ref(job), values)
-    if key not in values:
-        values[key] = compute()
-    return values[key]
-
-
 def _named(table: pl.DataFrame, keys: pl.DataFrame, column: str) -> pl.DataFrame:
     """The key columns and ``column`` of the rows of ``table`` whose line number ``keys`` names: what a join
     on ``keys`` can match, without hashing every row of a large table (590k lines on 4096 ranks)."""
     named = table.select("source_id", "line_no", "part", column)
     return named.filter(pl.col("line_no").is_in(keys["line_no"].unique().implode()))
-
-
-def per_job(fn):
-    """Decorator: compute a one-argument helper once per Job."""
-
-    @functools.wraps(fn)
-    def wrapper(job: Job):
-        return cached(job, f"{fn.__module__}.{fn.__qualname__}", lambda: fn(job))
-
-    return wrapper

@@ -26,12 +26,12 @@ from nccl_logsift.findings.process import (
     names,
     nccl_tests_failures,
     ranks_text,
-    with_job_rank,
 )
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.ranks import with_job_rank
 
 # ncclResult_t, grammar §7.
 RESULT = {

@@ -27,7 +27,6 @@ from nccl_logsift.findings.startup import (
     PROC,
     evidence,
     interfaces,
-    known_ranks,
     lifecycle_instances,
     names,
     per_job,
@@ -37,6 +36,7 @@ from nccl_logsift.findings.startup import (
 )
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.ranks import known_ranks
 
 # CUDA error strings that are teardown noise, not a failure: the process is already exiting.
 BENIGN_CUDA = ("driver shutting down",)

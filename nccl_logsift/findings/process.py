@@ -25,6 +25,7 @@ from nccl_logsift.findings.progress import describe_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
 from nccl_logsift.resolve.hosts import nccl_host, nccl_host_expr
+from nccl_logsift.resolve.ranks import label_maps, with_job_rank
 from nccl_logsift.tables import MODULE_FRAME
 
 LOCATION = ["source_id", "line_no", "part"]
@@ -65,88 +66,6 @@ GAVE_UP_WAITING = (
 
 
 # --------------------------------------------------------------------------------------------- shared helpers
-# Launcher labels that number processes, not ranks: an srun task (``srun -l``) or an MPI rank is a global
-# rank only while each process holds one GPU. PyTorch's own ``[rankN]:`` is the rank.
-PROCESS_LABELS = ("task", "mpi_rank")
-
-
-@per_job
-def label_maps(job: Job) -> dict[str, dict[int, int] | None]:
-    """Per launcher label of PROCESS_LABELS, how a label names a rank: None when its value is the rank, else
-    label → the (first) global rank of the process that carries it.
-
-    The NCCL lines of a labelled process say which process a label is (host and pid) and so which ranks it
-    holds. Where every label so proven equals its process's rank (one GPU a process, the usual case), or
-    nothing proves anything (no NCCL Init line), the value is taken as the rank. Where one is not (a task
-    that drives several GPUs: task 1 holds ranks 2 and 3), the proven labels map to their process's rank and
-    the others to none, never to the rank that happens to share their number on another host.
-    """
-    maps: dict[str, dict[int, int] | None] = dict.fromkeys(PROCESS_LABELS)
-    lines, procs = job.lines, job.processes
-    if lines.is_empty() or procs.is_empty() or not {"host", "pid"} <= set(lines.columns):
-        return maps
-    first = procs.group_by("host", "pid").agg(
-        rank=pl.col("global_rank").min().cast(pl.Int64), ranks=pl.col("global_rank").n_unique()
-    )
-    for column in PROCESS_LABELS:
-        if column not in lines.columns:
-            continue
-        proven = (
-            lines.select("host", "pid", label=pl.col(column).cast(pl.Int64))
-            .drop_nulls()
-            .unique()
-            .join(first, on=["host", "pid"], how="inner")
-        )
-        if proven.is_empty():
-            continue
-        if proven.filter((pl.col("label") != pl.col("rank")) | (pl.col("ranks") > 1)).is_empty():
-            continue  # every proven label is its process's one rank
-        named = proven.group_by("label").agg(pl.col("rank").min(), processes=pl.len())
-        maps[column] = dict(named.filter(pl.col("processes") == 1).select("label", "rank").iter_rows())
-    return maps
-
-
-def label_rank(job: Job, column: str) -> pl.Expr:
-    """The global rank a launcher label names (see :func:`label_maps`)."""
-    value = pl.col(column).cast(pl.Int64)
-    mapping = label_maps(job).get(column)
-    return value if mapping is None else value.replace_strict(mapping, default=None, return_dtype=pl.Int64)
-
-
-def with_job_rank(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
-    """Add ``job_rank``: the global rank of each row's process.
-
-    In order: the process's world rank (rows with a host:pid envelope), the PyTorch ``[rankN]:`` label, the
-    MPI rank tag and the Slurm task id (``srun -l``) as :func:`label_rank` reads them, and on a single-host
-    job the torchrun local rank (the process whose CUDA device is that local rank).
-    """
-    if frame.is_empty():
-        return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
-    labels = [
-        label_rank(job, c) if c in PROCESS_LABELS else pl.col(c).cast(pl.Int64)
-        for c in ("global_rank", "torch_rank", "mpi_rank", "task")
-        if c in frame.columns
-    ]
-    out = frame.with_columns(job_rank=pl.coalesce(labels) if labels else pl.lit(None, pl.Int64))
-    procs = job.processes
-    # One host in the processes table is a single-host job only when it holds every rank: the ranks of a node
-    # that died before NCCL init print no Init line, and their local ranks are not this host's.
-    whole = job.world_size is None or procs.height >= job.world_size
-    if "local_rank" in out.columns and not procs.is_empty() and procs["host"].n_unique() == 1 and whole:
-        by_dev = (
-            procs.select(
-                pl.col("cuda_dev").cast(pl.Int64).alias("local_rank"), pl.col("global_rank").alias("_by_dev")
-            )
-            .drop_nulls()
-            .unique("local_rank", keep="none")
-        )
-        out = out.with_columns(pl.col("local_rank").cast(pl.Int64)).join(
-            by_dev, on="local_rank", how="left", maintain_order="left"
-        )
-        out = out.with_columns(job_rank=pl.coalesce("job_rank", "_by_dev")).drop("_by_dev")
-    return out
-
-
 def launcher_hosts(job: Job) -> frozenset[str]:
     """The hosts the launcher names: in its exit reports (``srun: error: HOST: task N``, torchrun's failure
     summary, mpirun's and PALS's, slurmstepd's cancellation) and in the prefixes pdsh puts on each line,

@@ -24,6 +24,7 @@ import polars as pl
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
 from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.ranks import with_job_rank
 from nccl_logsift.resolve.releases import teardown_is_logged
 
 # PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
@@ -645,8 +646,6 @@ class RankBehind(Rule):
 def _failed_on_their_own(job: Job) -> set[int]:
     """Ranks with a failure of their own in the logs: an exception, a NCCL WARN, an exit that was not the
     launcher's kill. A silent rank is none of these."""
-    from nccl_logsift.findings.process import with_job_rank  # process imports this module
-
     failed: set[int] = set()
     for name in ("app_errors", "errors"):
         rows = job.table(name)

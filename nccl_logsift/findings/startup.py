@@ -29,18 +29,13 @@ import polars as pl
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job, rank_range
-from nccl_logsift.findings.process import (
-    PROCESS_LABELS,
-    label_rank,
-    launcher_hosts,
-    unranked_exits,
-)
+from nccl_logsift.findings.process import launcher_hosts, unranked_exits
 from nccl_logsift.findings.transport import address_hosts, logged_hosts, n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import instances as build_instances
 from nccl_logsift.resolve.communicators import with_seq
-from nccl_logsift.resolve.exits import assemble_exits
-from nccl_logsift.resolve.hosts import nccl_host, nccl_host_expr
+from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.ranks import known_ranks, label_rank, with_job_rank
 
 PROC = ["host", "pid"]
 EVIDENCE = ["source_id", "line_no", "part"]
@@ -147,117 +142,6 @@ def _no_instances(job: Job) -> pl.DataFrame:
             }
         )
     )
-
-
-@per_job
-def known_ranks(job: Job) -> pl.DataFrame:
-    """(host, pid) → global rank from every source that names it: Init lines, rank labels, torchrun's
-    summary."""
-    frames = []
-    procs = job.processes
-    if not procs.is_empty():
-        frames.append(
-            procs.select(*PROC, pl.col("global_rank").cast(pl.Int64).alias("rank"), pl.lit(0).alias("prio"))
-        )
-    lines = job.lines
-    if not lines.is_empty() and set(PROC) <= set(lines.columns):
-        labels = [_label(job, c) for c in ("torch_rank", "mpi_rank", "task") if c in lines.columns]
-        if labels:
-            # Columns first, then rows: filtering the whole table would copy every column of every line.
-            labelled = (
-                lines.select(*PROC, pl.coalesce(*labels).alias("rank"))
-                .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
-                .drop_nulls("rank")
-            )
-            if labelled.height:
-                frames.append(
-                    labelled.group_by(PROC)
-                    .agg(pl.col("rank").mode().sort().first())
-                    .with_columns(prio=pl.lit(1))
-                )
-    exits = job.table("exits")
-    if not exits.is_empty():
-        try:
-            done = assemble_exits(exits)
-        except Exception:  # a malformed summary must not hide the other sources
-            done = pl.DataFrame()
-        if not done.is_empty():
-            done = done.filter(pl.col("pid").is_not_null() & pl.col("rank").is_not_null())
-            if done.height:
-                frames.append(
-                    done.select(nccl_host_expr(pl.col("host")).alias("host"), "pid", "rank").with_columns(
-                        prio=pl.lit(2)
-                    )
-                )
-    trees = _tree_ranks(job)
-    if not trees.is_empty():
-        frames.append(trees.with_columns(prio=pl.lit(3)))
-    if not frames:
-        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "rank": pl.Int64})
-    merged = pl.concat(
-        [
-            f.select(
-                pl.col("host").cast(pl.String),
-                pl.col("pid").cast(pl.Int64),
-                pl.col("rank").cast(pl.Int64),
-                pl.col("prio").cast(pl.Int32),
-            )
-            for f in frames
-        ]
-    )
-    return (
-        merged.drop_nulls()
-        .sort("prio", maintain_order=True)
-        .unique(PROC, keep="first", maintain_order=True)
-        .drop("prio")
-    )
-
-
-def _tree_ranks(job: Job) -> pl.DataFrame:
-    """The rank in the first ``Trees … ->me->`` line of processes that never logged an Init line.
-
-    Before NCCL 2.18.3 a rank that fails during init prints no Init line at all, but it may print its
-    Trees line first. Its first communicator is taken for the world communicator (PyTorch creates the
-    default process group's communicator first), so that communicator rank is its global rank.
-    """
-    topo = job.table("topology")
-    if topo.is_empty() or "event" not in topo.columns or "trees" not in topo.columns:
-        return pl.DataFrame()
-    rows = topo.filter(
-        (pl.col("event") == "trees") & pl.col("host").is_not_null() & pl.col("trees").is_not_null()
-    )
-    if rows.is_empty():
-        return pl.DataFrame()
-    inst = job.table("comms")
-    if not inst.is_empty():
-        rows = rows.join(inst.filter(pl.col("what") == "Init").select(*PROC).unique(), on=PROC, how="anti")
-    rows = rows.with_columns(
-        rank=pl.col("trees").str.extract(r"->(-?\d+)->", 1).cast(pl.Int64, strict=False)
-    ).drop_nulls("rank")
-    if rows.is_empty():
-        return pl.DataFrame()
-    return with_seq(rows).sort("seq").group_by(PROC).agg(pl.col("rank").first())
-
-
-def with_ranks(job: Job, frame: pl.DataFrame, ranks: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Add ``job_rank`` to a frame with host/pid: the process's known rank, else a label on the line."""
-    ranks = known_ranks(job) if ranks is None else ranks
-    if frame.is_empty():
-        return frame.with_columns(job_rank=pl.lit(None, pl.Int64))
-    out = frame
-    if set(PROC) <= set(frame.columns):
-        out = out.join(ranks.rename({"rank": "_known"}), on=PROC, how="left", maintain_order="left")
-    else:
-        out = out.with_columns(_known=pl.lit(None, pl.Int64))
-    # The row's own global rank first: a process that drives several GPUs is known by its first rank only.
-    own = [pl.col("global_rank").cast(pl.Int64)] if "global_rank" in frame.columns else []
-    labels = [_label(job, c) for c in ("torch_rank", "mpi_rank", "task") if c in frame.columns]
-    return out.with_columns(job_rank=pl.coalesce(*own, pl.col("_known"), *labels)).drop("_known")
-
-
-def _label(job: Job, column: str) -> pl.Expr:
-    """The rank a launcher label on a row names: srun tasks and MPI ranks as label_rank proves them."""
-    return label_rank(job, column) if column in PROCESS_LABELS else pl.col(column).cast(pl.Int64)
 
 
 @per_job
@@ -399,7 +283,7 @@ def unranked_failures(job: Job) -> dict[tuple[str, int], int]:
 
 def resolve_rows(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
     """``job_rank`` for rows of a table, including inferred ranks of processes that failed before Init."""
-    out = with_ranks(job, frame)
+    out = with_job_rank(job, frame)
     guess = unranked_failures(job)
     if guess and set(PROC) <= set(out.columns):
         g = pl.DataFrame(
@@ -495,7 +379,9 @@ def absent_at_init(job: Job) -> Absence | None:
     default_pg = pl.col("barrier_key").fill_null("0") == "0"
     waited = apps.filter((pl.col("event") == "unique_id_store_error") & default_pg)
     if waited.height:
-        who = with_ranks(job, waited).select(pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64)))
+        who = with_job_rank(job, waited).select(
+            pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64))
+        )
         waiting = sorted({int(r) for r in who.to_series().drop_nulls()})
         if waiting and 0 not in waiting and 0 not in _at_rendezvous(job):
             detail = waited["detail"].drop_nulls()
@@ -556,7 +442,7 @@ def _store_never_listened(job: Job, rows: pl.DataFrame) -> Absence | None:
     process (or node 0's agent). Clients that time out connecting to it (socket.cpp ``The client socket has
     timed out after T while trying to connect to (host, port).``) while rank 0 printed nothing at all never
     had a store to join. When no line comes from the store's host either, its node never came up."""
-    waiting = sorted({int(r) for r in with_ranks(job, rows)["job_rank"].drop_nulls()})
+    waiting = sorted({int(r) for r in with_job_rank(job, rows)["job_rank"].drop_nulls()})
     stores = rows.select("store_host", "store_port").unique()
     if 0 in waiting or 0 in _seen_ranks(job) or stores.height != 1:
         return None  # rank 0 was there (a firewall, a wrong MASTER_ADDR), or the ranks disagree on the store
@@ -934,10 +820,10 @@ class InitIncomplete(Rule):
             .select(PROC)
             .unique()
         )
-        waiting = with_ranks(job, stuck.join(failed, on=PROC, how="anti"))
+        waiting = with_job_rank(job, stuck.join(failed, on=PROC, how="anti"))
         if waiting.is_empty():
             return  # every process that began init failed: their own errors say why
-        failed = with_ranks(job, failed)
+        failed = with_job_rank(job, failed)
         ranks = sorted(int(r) for r in waiting["job_rank"].drop_nulls())
         hosts = sorted(set(waiting["host"].to_list()))
         none_completed = inst.is_empty()
@@ -1066,7 +952,7 @@ class BootstrapFailure(Rule):
         for rows in frames:
             if rows.is_empty():
                 continue
-            rows = with_ranks(job, rows)
+            rows = with_job_rank(job, rows)
             if "barrier_rank" in rows.columns:
                 rows = rows.with_columns(
                     job_rank=pl.coalesce("job_rank", pl.col("barrier_rank").cast(pl.Int64))
@@ -1467,7 +1353,7 @@ class InterfaceMisconfig(Rule):
         for users, keys in by_users.items():
             used = [u for k in keys for u in bad[k]]
             frame = _iface_lines(used)
-            frame = with_ranks(job, frame, ranks_of)
+            frame = with_job_rank(job, frame, ranks=ranks_of)
             ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
             hosts = sorted({u.host for u in used})
             addresses = [a for _, a, _ in keys if a]
@@ -1600,7 +1486,7 @@ class InterfaceMisconfig(Rule):
             else pl.DataFrame()
         )
         frame = _iface_lines(used)
-        frame = with_ranks(job, frame)
+        frame = with_job_rank(job, frame)
         ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
         nets = ", ".join(sorted(str(n) for n in counts))
         title = (

@@ -20,11 +20,12 @@ import polars as pl
 
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.context import Job, per_job
-from nccl_logsift.findings.process import locations, names, ranks_text, with_job_rank
+from nccl_logsift.findings.process import locations, names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.ranks import with_job_rank
 
 # ibv_wc_status (libibverbs), grammar §6.1.
 IB_STATUS = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nccl_logsift.findings.context import load_job
-from nccl_logsift.findings.process import label_maps
 from nccl_logsift.pipeline import analyze
+from nccl_logsift.resolve.ranks import label_maps
 from tests.simulate.simhelp import run as simulate
 
 
