@@ -57,7 +57,7 @@ def test_importing_the_cli_imports_no_command_module_nor_the_heavy_libraries():
                 *NOT_FOR_ANALYZE,
                 "polars",
                 "pyarrow",
-                "nccl_logsift._kernels",
+                "nccl_logsift.accel._kernels",
                 "nccl_logsift.pipeline",
             }
         )
@@ -67,7 +67,7 @@ def test_importing_the_cli_imports_no_command_module_nor_the_heavy_libraries():
 
 def test_version_imports_no_command_module():
     loaded = imported_after("sys.argv = ['logsift', '--version']; from nccl_logsift.cli import main; main()")
-    assert sorted(loaded & {*COMMAND_MODULES, "polars", "nccl_logsift._kernels"}) == []
+    assert sorted(loaded & {*COMMAND_MODULES, "polars", "nccl_logsift.accel._kernels"}) == []
 
 
 def test_version_is_the_installed_packages():

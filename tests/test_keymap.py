@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nccl_logsift.keymap import KeyMap, grown
+from nccl_logsift.accel.keymap import KeyMap, grown
 
 
 def first_sight(keys: list[int], known: dict[int, int]) -> list[int]:

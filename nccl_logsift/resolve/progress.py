@@ -18,8 +18,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from nccl_logsift import _kernels, keymap
-from nccl_logsift.keymap import KeyMap
+from nccl_logsift import accel
+from nccl_logsift.accel import keymap
+from nccl_logsift.accel.keymap import KeyMap
 from nccl_logsift.memory import detached
 from nccl_logsift.parse.calls import (
     NO_GENERATION,
@@ -106,7 +107,7 @@ class CollectiveNumbering:
         starts = self._starts
         seq = calls["seq"]
         # Batches come in line order, so this is usually the identity.
-        order = np.arange(len(seq)) if _kernels.calls_ascending(seq) else np.argsort(seq, kind="stable")
+        order = np.arange(len(seq)) if accel.calls_ascending(seq) else np.argsort(seq, kind="stable")
         keys = instance_keys(calls["process"], calls["comm"])
         group = self._groups.ids(keys)
         self._group = keymap.grown(self._group, self._groups.count)  # new groups: epoch 0, never searched
@@ -115,7 +116,7 @@ class CollectiveNumbering:
         counts.reserve(len(starts.seq) + self._groups.count)
         self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
         numbered = _numbered_columns(len(seq))
-        counts.count = _kernels.calls_number(
+        counts.count = accel.calls_number(
             keys,
             group,
             seq,
@@ -169,7 +170,7 @@ class _Starts:
         self.lo = first.astype(np.int64)
         self.hi = np.r_[first[1:], len(key)][: len(first)].astype(np.int64)
         self.map = KeyMap(len(first))
-        _kernels.keymap_fill(
+        accel.keymap_fill(
             self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64)
         )
         self.map.count = len(first)
