@@ -59,7 +59,7 @@ def _int(value: Any, name: str) -> int:
     except TypeError:
         raise TypeError(f"{name}: expected an integer") from None
     if not INT64_MIN <= number <= INT64_MAX:
-        raise OverflowError("Python int too large to convert to C long")
+        raise OverflowError("int too big to convert")
     return number
 
 

@@ -10,6 +10,8 @@ from nccl_logsift import accel
 from nccl_logsift.io.lines import ByteView
 from nccl_logsift.parse.collscan import ByteTable
 
+pytestmark = pytest.mark.usefixtures("loops")  # the compiled and the pure-Python loops
+
 
 def spans(texts: list[bytes]) -> tuple[ByteView, np.ndarray, np.ndarray]:
     view = ByteView(b"".join(texts))
