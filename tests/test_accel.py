@@ -7,6 +7,9 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from nccl_logsift.parse import collscan
 from nccl_logsift.parse.collscan import ByteTable
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import render_json
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 PACKAGE = Path(accel.__file__).parent.parent
 COMPILED = accel.compiled()
@@ -345,3 +348,15 @@ def test_padding_is_what_the_words_view_needs():
     assert len(view.words) == len(view.raw) + 8
     assert view.words.__array_interface__["data"][0] == view.raw.ctypes.data
     assert len(padded(5)) == 5
+
+
+def test_version_says_when_the_loops_are_pure_python():
+    pure = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, accel.PURE_PYTHON_VARIABLE: "1"},
+        timeout=60,
+    )
+    assert pure.returncode == 0 and pure.stdout.endswith(" (pure-Python loops: several times slower)\n")

@@ -7,7 +7,7 @@ on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
 A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
 address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
 per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
-(``calls_number`` in ``csrc/calls.c``) over the calls' (host, pid, comm) group slots (one
+(``calls_number`` in ``accel/csrc/calls.c``) over the calls' (host, pid, comm) group slots (one
 :meth:`KeyMap.ids` pass): a group remembers the instance of its last call and the span of lines where that
 instance holds, and each instance keeps a running count. The instance starts are searched only when a call
 leaves that span (a new init of the same address) or the starts changed.
@@ -39,8 +39,8 @@ from nccl_logsift.resolve.communicators import (
     instances,
 )
 
-# What numbering remembers per (host, pid, comm) group between batches (csrc/calls.c: the instance of its
-# last call and where it was found, and the span of lines where that instance holds).
+# What numbering remembers per (host, pid, comm) group between batches (accel/csrc/calls.c: the instance of
+# its last call and where it was found, and the span of lines where that instance holds).
 _GROUP_FIELDS = 6
 # Rows of Init/Destroy/Abort lines observed before they are merged and their repeated ends dropped.
 COMPACT_ROWS = 1 << 16
