@@ -53,6 +53,16 @@ def test_the_facade_names_every_entry_point_of_both():
         assert sorted(accel.ENTRY_POINTS) == sorted(n for n in dir(COMPILED) if not n.startswith("_"))
 
 
+def test_without_the_compiled_module_or_when_asked_the_pure_python_loops_are_bound(monkeypatch):
+    assert accel.implementation() is (COMPILED or fallback)
+    monkeypatch.setenv(accel.PURE_PYTHON_VARIABLE, "1")
+    assert accel.implementation() is fallback
+    monkeypatch.setenv(accel.PURE_PYTHON_VARIABLE, "0")
+    monkeypatch.delattr(accel, "_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "nccl_logsift.accel._kernels", None)  # as if it were not built
+    assert accel.compiled() is None and accel.implementation() is fallback
+
+
 # ------------------------------------------------------------------ running both on the same inputs
 def copied(value):
     """A deep copy of a kernel's arguments that keeps every words view a view of its (copied) bytes."""

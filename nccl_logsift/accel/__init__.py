@@ -65,7 +65,8 @@ def pure_python_requested() -> bool:
     return os.environ.get(PURE_PYTHON_VARIABLE, "") not in ("", "0")
 
 
-def _implementation() -> ModuleType:
+def implementation() -> ModuleType:
+    """The module whose loops are bound here: the compiled one unless it is absent or not wanted."""
     native = None if pure_python_requested() else compiled()
     if native is not None:
         return native
@@ -74,7 +75,7 @@ def _implementation() -> ModuleType:
     return fallback
 
 
-_loops = _implementation()
+_loops = implementation()
 NATIVE: bool = _loops.__name__ != "nccl_logsift.accel.fallback"
 
 split_newlines = _loops.split_newlines
