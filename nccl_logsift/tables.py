@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import polars as pl
 
+from nccl_logsift.accel.keymap import KeyMap, grown
 from nccl_logsift.errors import OutputError
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.keymap import KeyMap, grown
 from nccl_logsift.memory import detached
 from nccl_logsift.parse import schema
 from nccl_logsift.parse.calls import ADDED

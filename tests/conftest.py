@@ -1,4 +1,5 @@
-"""Shared test helpers: paths to fixtures and to the real corpus, and a CLI runner.
+"""Shared test helpers: paths to fixtures and to the real corpus, a CLI runner, and the compiled or the
+pure-Python loops (``loops``).
 
 The real logs live outside the repository, in the project's shared folder. Tests find it through one setting,
 ``LOGSIFT_SHARED`` (default: ``../shared`` beside the checkout). Tests that need it skip with a reason when it
@@ -42,6 +43,21 @@ def run_cli():
         return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
 
     return run
+
+
+@pytest.fixture(params=["compiled", "pure-python"])
+def loops(request, monkeypatch):
+    """Run the test with each implementation of the loops behind nccl_logsift.accel in turn (the compiled one
+    is skipped where it is not built)."""
+    from nccl_logsift import accel
+    from nccl_logsift.accel import fallback
+
+    implementation = fallback if request.param == "pure-python" else accel.compiled()
+    if implementation is None:
+        pytest.skip("the compiled loops are not built")
+    for name in accel.ENTRY_POINTS:
+        monkeypatch.setattr(accel, name, getattr(implementation, name))
+    return implementation
 
 
 def corpus_files() -> list[Path]:

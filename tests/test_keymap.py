@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from nccl_logsift.keymap import KeyMap, grown
+from nccl_logsift.accel.keymap import KeyMap, grown
+
+pytestmark = pytest.mark.usefixtures("loops")  # the compiled and the pure-Python loops
 
 
 def first_sight(keys: list[int], known: dict[int, int]) -> list[int]:

@@ -101,9 +101,12 @@ def cli(verbose: int, debug: bool) -> None:
 
 def _version(ctx: click.Context, shown: bool) -> None:
     if shown and not ctx.resilient_parsing:
-        from nccl_logsift import __version__
+        from nccl_logsift import __version__, accel
 
-        click.echo(f"logsift, version {__version__}")
+        # The per-line loops: compiled, or their pure-Python versions (no C compiler at install, or
+        # LOGSIFT_PURE_PYTHON=1), which give the same results several times slower.
+        loops = "" if accel.NATIVE else " (pure-Python loops: several times slower)"
+        click.echo(f"logsift, version {__version__}{loops}")
         ctx.exit()
 
 

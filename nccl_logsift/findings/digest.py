@@ -29,9 +29,10 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 
-from nccl_logsift import _kernels, keymap
+from nccl_logsift import accel
+from nccl_logsift.accel import keymap
+from nccl_logsift.accel.keymap import KeyMap
 from nccl_logsift.findings.progress import P2P_OPS, positioned
-from nccl_logsift.keymap import KeyMap
 from nccl_logsift.parse.calls import LOCATION, NO_RANK, Calls, nullable
 
 BUDGET_ROWS = 200_000  # the window is trimmed when it holds more than twice this
@@ -269,7 +270,7 @@ class _State:
         [comm hash, position] of each newly divergent communicator)."""
         n = len(slot)
         new_members, where = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        added, self.instances, self.comms.count = _kernels.digest_fold_calls(
+        added, self.instances, self.comms.count = accel.digest_fold_calls(
             slot,
             comm,
             in_comm,
@@ -306,7 +307,7 @@ class _State:
         )
         window, keep = np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.bool_)
         diverged = np.empty((self.comms.count, 2), dtype=np.uint64)  # at most one row per communicator
-        found, still_open = _kernels.digest_fold_positions(
+        found, still_open = accel.digest_fold_positions(
             slot,
             at,
             where,
@@ -343,7 +344,7 @@ class _State:
         """Whether each call ``row`` (of instance ``slot``) is among the log's ``recent`` last calls or its
         instance's last ``min_window``."""
         alive = np.empty(len(row), dtype=np.bool_)
-        _kernels.digest_alive(slot, row, total, recent, self.ring, self.pushed, alive)
+        accel.digest_alive(slot, row, total, recent, self.ring, self.pushed, alive)
         return alive
 
 
@@ -358,4 +359,4 @@ def _keep_highest(position, aggregate, open_keys, open_slots, count, limit):
     order = np.sort(
         np.argsort(position[:count], kind="stable")[count - limit :]
     )  # ascending: the kept move down
-    return _kernels.digest_keep_highest(open_keys, open_slots, position, aggregate, order)
+    return accel.digest_keep_highest(open_keys, open_slots, position, aggregate, order)

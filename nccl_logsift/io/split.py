@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nccl_logsift import _kernels
+from nccl_logsift import accel
 
 _BLOCK = 1 << 14  # bytes the pass scans between checks that the positions have room (csrc/split.c BLOCK)
 _HIGH = 0x8080808080808080
@@ -27,7 +27,7 @@ def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int]:
     newlines = np.empty(len(data) // 64 + _BLOCK, dtype=np.int64)
     at = count = high = 0
     while True:
-        at, count, high = _kernels.split_newlines(data, newlines, at, count, high)
+        at, count, high = accel.split_newlines(data, newlines, at, count, high)
         if at == len(data):
             break
         bigger = np.empty(2 * len(newlines), dtype=np.int64)
@@ -36,15 +36,15 @@ def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int]:
     after_last = newlines[count - 1] + 1 if count else 0
     lines = count + (1 if after_last < len(data) else 0)  # a last line without "\n"
     starts, ends = np.empty(lines, dtype=np.int64), np.empty(lines, dtype=np.int64)
-    nul_bytes = _kernels.split_bounds(data, newlines, count, starts, ends)
+    nul_bytes = accel.split_bounds(data, newlines, count, starts, ends)
     return starts, ends, not high & _HIGH, nul_bytes
 
 
 def last_newline(data, start: int, stop: int) -> int:
     """Where the last "\\n" of ``data[start:stop]`` is, or -1."""
-    return _kernels.split_last_newline(data, start, stop)
+    return accel.split_last_newline(data, start, stop)
 
 
 def next_newline(data, start: int) -> int:
     """Where the first "\\n" at or after ``start`` is, or -1."""
-    return _kernels.split_next_newline(data, start)
+    return accel.split_next_newline(data, start)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from nccl_logsift import _kernels
+from nccl_logsift import accel
 
 if TYPE_CHECKING:
     from nccl_logsift.io.lines import ByteView, RawChunk
@@ -126,14 +126,14 @@ def signatures(
     """A hash of each call's (op, count, datatype, redop, root): equal calls, equal hashes (int64).
     ``op`` holds :class:`Names` ids (int32), the others int64."""
     out = np.empty(len(op), dtype=np.int64)
-    _kernels.calls_signatures(op, count, datatype, redop, root, out)
+    accel.calls_signatures(op, count, datatype, redop, root, out)
     return out
 
 
 def instance_keys(process: np.ndarray, comm: np.ndarray) -> np.ndarray:
     """The (host, pid, comm) key of each call or instance start (uint64, from two uint64 columns)."""
     out = np.empty(len(process), dtype=np.uint64)
-    _kernels.calls_instance_keys(process, comm, out)
+    accel.calls_instance_keys(process, comm, out)
     return out
 
 

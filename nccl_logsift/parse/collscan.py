@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nccl_logsift import _kernels
+from nccl_logsift import accel
 
 # Rows of the integer outputs (int64: the line, its fields, where its prefix ends and where its op name
 # is) and of the addresses (uint64).
@@ -52,7 +52,7 @@ def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids
     ``ByteTable.arrays``. Column ``j`` of every output describes the ``j``-th line taken;
     ``integers[LINE]`` is its index. Runs without the GIL.
     """
-    return _kernels.collscan_scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids)
+    return accel.collscan_scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids)
 
 
 # ---------------------------------------------------------------------- the table of distinct strings
@@ -129,14 +129,14 @@ class ByteTable:
         if not missing.any():
             return
         self._reserve(int(missing.sum()), int((stops - starts)[missing].sum()))
-        _kernels.collscan_add(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
+        accel.collscan_add(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
 
     def lookup(
         self, data: np.ndarray, words: np.ndarray, starts: np.ndarray, stops: np.ndarray
     ) -> np.ndarray:
         """The id of each string ``data[start:stop]`` (int32), -1 for one the table lacks."""
         ids = np.empty(len(starts), dtype=np.int32)
-        _kernels.collscan_find(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
+        accel.collscan_find(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
         return ids
 
     def _reserve(self, strings: int, nbytes: int) -> None:
@@ -149,7 +149,7 @@ class ByteTable:
             self.slots = np.full(slots, _EMPTY, dtype=np.int32)
             self.hashes = _grown(self.hashes, slots // 2)
             self.offsets = _grown(self.offsets, slots // 2 + 1)
-            _kernels.collscan_rehash(self.slots, self.hashes, count)
+            accel.collscan_rehash(self.slots, self.hashes, count)
         if len(self.store) - _PAD < used + nbytes:
             self._set_store(_grown(self.store, max(used + nbytes, 2 * (len(self.store) - _PAD)) + _PAD))
 

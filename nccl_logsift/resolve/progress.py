@@ -7,7 +7,7 @@ on single-node P2P communicators from 2.27 (grammar §5.2, §9.7).
 A call belongs to the latest instance of its (host, pid, comm) whose init started before it (a comm
 address is reused after ncclCommDestroy); calls of a comm whose init was never logged form one instance
 per (host, pid, comm) with a null generation. The per-call work is one compiled loop over the batch
-(``calls_number`` in ``csrc/calls.c``) over the calls' (host, pid, comm) group slots (one
+(``calls_number`` in ``accel/csrc/calls.c``) over the calls' (host, pid, comm) group slots (one
 :meth:`KeyMap.ids` pass): a group remembers the instance of its last call and the span of lines where that
 instance holds, and each instance keeps a running count. The instance starts are searched only when a call
 leaves that span (a new init of the same address) or the starts changed.
@@ -18,8 +18,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from nccl_logsift import _kernels, keymap
-from nccl_logsift.keymap import KeyMap
+from nccl_logsift import accel
+from nccl_logsift.accel import keymap
+from nccl_logsift.accel.keymap import KeyMap
 from nccl_logsift.memory import detached
 from nccl_logsift.parse.calls import (
     NO_GENERATION,
@@ -38,8 +39,8 @@ from nccl_logsift.resolve.communicators import (
     instances,
 )
 
-# What numbering remembers per (host, pid, comm) group between batches (csrc/calls.c: the instance of its
-# last call and where it was found, and the span of lines where that instance holds).
+# What numbering remembers per (host, pid, comm) group between batches (accel/csrc/calls.c: the instance of
+# its last call and where it was found, and the span of lines where that instance holds).
 _GROUP_FIELDS = 6
 # Rows of Init/Destroy/Abort lines observed before they are merged and their repeated ends dropped.
 COMPACT_ROWS = 1 << 16
@@ -106,7 +107,7 @@ class CollectiveNumbering:
         starts = self._starts
         seq = calls["seq"]
         # Batches come in line order, so this is usually the identity.
-        order = np.arange(len(seq)) if _kernels.calls_ascending(seq) else np.argsort(seq, kind="stable")
+        order = np.arange(len(seq)) if accel.calls_ascending(seq) else np.argsort(seq, kind="stable")
         keys = instance_keys(calls["process"], calls["comm"])
         group = self._groups.ids(keys)
         self._group = keymap.grown(self._group, self._groups.count)  # new groups: epoch 0, never searched
@@ -115,7 +116,7 @@ class CollectiveNumbering:
         counts.reserve(len(starts.seq) + self._groups.count)
         self._next = keymap.grown(self._next, counts.count + len(starts.seq) + self._groups.count)
         numbered = _numbered_columns(len(seq))
-        counts.count = _kernels.calls_number(
+        counts.count = accel.calls_number(
             keys,
             group,
             seq,
@@ -169,7 +170,7 @@ class _Starts:
         self.lo = first.astype(np.int64)
         self.hi = np.r_[first[1:], len(key)][: len(first)].astype(np.int64)
         self.map = KeyMap(len(first))
-        _kernels.keymap_fill(
+        accel.keymap_fill(
             self.map.keys, self.map.slots, key[first] if len(key) else np.zeros(0, dtype=np.uint64)
         )
         self.map.count = len(first)

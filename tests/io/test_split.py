@@ -10,6 +10,8 @@ from nccl_logsift.io import split
 from nccl_logsift.io.lines import PADDING, ByteView, LineReader, ReadStats, padded, split_lines
 from nccl_logsift.io.sources import expand_paths
 
+pytestmark = pytest.mark.usefixtures("loops")  # the compiled and the pure-Python loops
+
 REPLACEMENT = "\ufffd".encode()
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nccl_logsift import _kernels
+from nccl_logsift import accel
 from nccl_logsift.io.lines import ByteView
 from nccl_logsift.parse.collscan import ByteTable
+
+pytestmark = pytest.mark.usefixtures("loops")  # the compiled and the pure-Python loops
 
 
 def spans(texts: list[bytes]) -> tuple[ByteView, np.ndarray, np.ndarray]:
@@ -83,9 +85,7 @@ def test_the_loops_refuse_strings_outside_the_data_and_a_table_without_room():
     with pytest.raises(ValueError, match="outside the data"):
         table.lookup(view.raw, view.words, starts, stops + 1)
     with pytest.raises(ValueError, match="no room"):  # add() makes room first (the store holds 64 bytes)
-        _kernels.collscan_add(
-            table.arrays, view.raw, view.words, starts, stops, np.full(1, -1, dtype=np.int32)
-        )
+        accel.collscan_add(table.arrays, view.raw, view.words, starts, stops, np.full(1, -1, dtype=np.int32))
     assert len(table) == 0
     with pytest.raises(TypeError, match="ids"):
-        _kernels.collscan_find(table.arrays, view.raw, view.words, starts, stops, np.zeros(1, dtype=np.int64))
+        accel.collscan_find(table.arrays, view.raw, view.words, starts, stops, np.zeros(1, dtype=np.int64))

@@ -44,7 +44,7 @@ def test_every_coll_sample_takes_the_scan_unless_it_says_it_does_not(tmp_path, s
     path = tmp_path / "sample.log"
     path.write_text(sample.line + "\n")
     assert taken(path) == (int(sample.fast), 1), (
-        "the compiled COLL scan does not take this sample: teach csrc/collscan.c its form, or mark the "
+        "the compiled COLL scan does not take this sample: teach accel/csrc/collscan.c its form, or mark the "
         "sample `fast = false` with the reason"
         if sample.fast
         else "the scan takes a sample marked `fast = false`: drop the mark"

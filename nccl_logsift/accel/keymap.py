@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nccl_logsift import _kernels
+from nccl_logsift import accel
 
 EMPTY = -1
 
@@ -39,7 +39,7 @@ class KeyMap:
         out = np.empty(len(keys), dtype=np.int64)
         done = 0
         while True:
-            done, self.count = _kernels.keymap_ids(self.keys, self.slots, keys, self.count, out, done)
+            done, self.count = accel.keymap_ids(self.keys, self.slots, keys, self.count, out, done)
             if done == len(keys):
                 return out
             self.reserve(1)
@@ -51,7 +51,7 @@ class KeyMap:
             return
         size = 1 << (need - 1).bit_length()
         keys, slots = np.zeros(size, dtype=np.uint64), np.full(size, EMPTY, dtype=np.int64)
-        _kernels.keymap_rehash(self.keys, self.slots, keys, slots)
+        accel.keymap_rehash(self.keys, self.slots, keys, slots)
         self.keys, self.slots = keys, slots
 
     def clear(self) -> None:

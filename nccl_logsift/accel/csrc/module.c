@@ -1,4 +1,4 @@
-/* nccl_logsift._kernels: the per-line and per-call loops, in C, run without the GIL.
+/* nccl_logsift.accel._kernels: the per-line and per-call loops, in C, run without the GIL.
  *
  * Each source file holds the loops of one Python module and a table of its entry points:
  *   split.c     io/split.py          the lines of a chunk
@@ -26,7 +26,7 @@ static PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "nccl_logsift._kernels",
+    .m_name = "nccl_logsift.accel._kernels",
     .m_doc = "The per-line and per-call loops of nccl-logsift, in C, run without the GIL.",
     .m_size = 0,
     .m_slots = slots,

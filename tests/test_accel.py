@@ -1,0 +1,372 @@
+"""The pure-Python loops (nccl_logsift/accel/fallback.py) against the compiled ones: the same outputs on
+crafted edge cases, the same arguments refused, the same findings JSON; and only accel/ imports the
+compiled module."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nccl_logsift import accel
+from nccl_logsift.accel import fallback
+from nccl_logsift.io.lines import ByteView, padded
+from nccl_logsift.parse import collscan
+from nccl_logsift.parse.collscan import ByteTable
+from nccl_logsift.pipeline import analyze
+from nccl_logsift.render.json import render_json
+from tests.conftest import FIXTURES, ROOT
+
+PACKAGE = Path(accel.__file__).parent.parent
+COMPILED = accel.compiled()
+needs_compiled = pytest.mark.skipif(COMPILED is None, reason="the compiled loops are not built")
+
+
+def test_only_accel_imports_the_compiled_module():
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if "_kernels" not in text:
+            continue
+        for node in ast.walk(ast.parse(text, str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            if any(name.split(".")[-1] == "_kernels" for name in names):
+                importers.append(path.relative_to(PACKAGE).as_posix())
+    assert importers == ["accel/__init__.py"]
+
+
+def test_the_facade_names_every_entry_point_of_both():
+    for name in accel.ENTRY_POINTS:
+        assert callable(getattr(fallback, name)) and getattr(accel, name) is not None
+    if COMPILED is not None:
+        assert sorted(accel.ENTRY_POINTS) == sorted(n for n in dir(COMPILED) if not n.startswith("_"))
+
+
+def test_without_the_compiled_module_or_when_asked_the_pure_python_loops_are_bound(monkeypatch):
+    assert accel.implementation() is (COMPILED or fallback)
+    monkeypatch.setenv(accel.PURE_PYTHON_VARIABLE, "1")
+    assert accel.implementation() is fallback
+    monkeypatch.setenv(accel.PURE_PYTHON_VARIABLE, "0")
+    monkeypatch.delattr(accel, "_kernels", raising=False)
+    monkeypatch.setitem(sys.modules, "nccl_logsift.accel._kernels", None)  # as if it were not built
+    assert accel.compiled() is None and accel.implementation() is fallback
+
+
+# ------------------------------------------------------------------ running both on the same inputs
+def copied(value):
+    """A deep copy of a kernel's arguments that keeps every words view a view of its (copied) bytes."""
+    if isinstance(value, tuple):
+        return _with_words(tuple(copied(item) for item in value), value)
+    if isinstance(value, list):
+        return _with_words([copied(item) for item in value], value)
+    return value.copy() if isinstance(value, np.ndarray) else copy.copy(value)
+
+
+def _is_words(array) -> bool:
+    return isinstance(array, np.ndarray) and array.ndim == 1 and array.itemsize == 8 and array.strides == (1,)
+
+
+def _with_words(copies, originals):
+    """Each words view among ``originals`` rebuilt over the copy of the byte array it views (padding kept)."""
+    out = list(copies)
+    for k, words in enumerate(originals):
+        if not _is_words(words):
+            continue
+        at = words.__array_interface__["data"][0]
+        for j, data in enumerate(originals):
+            if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ctypes.data == at:
+                buffer = np.zeros(max(len(data), len(words) + 7), dtype=np.uint8)
+                buffer[: len(data)] = data
+                out[j] = buffer[: len(data)]
+                out[k] = np.ndarray(shape=words.shape, dtype="<u8", buffer=buffer, strides=(1,))
+    return type(copies)(out)
+
+
+def arrays_of(args) -> list[np.ndarray]:
+    found = []
+    for value in args:
+        if isinstance(value, tuple | list):
+            found.extend(arrays_of(value))
+        elif isinstance(value, np.ndarray) and not _is_words(value):
+            found.append(value)
+    return found
+
+
+def both(name: str, *args, columns: int | None = None):
+    """Run entry point ``name`` of each implementation on its own copy of ``args``: the results and every
+    array afterwards must be equal (for collscan_scan, the first ``columns`` columns of its outputs, the
+    result when None). Returns the result."""
+    outcomes = []
+    for implementation in (fallback, COMPILED):
+        mine = copied(args)
+        try:
+            result = getattr(implementation, name)(*mine)
+        except (TypeError, ValueError) as error:
+            result = (type(error), str(error))
+        except OverflowError:  # its wording is the interpreter's
+            result = OverflowError
+        outcomes.append((result, mine))
+    (result, mine), (expected, theirs) = outcomes
+    assert result == expected, name
+    taken = result if columns is None else columns
+    for got, want in zip(arrays_of(mine), arrays_of(theirs)):
+        if name == "collscan_scan" and got.ndim == 2:
+            got, want = got[:, :taken], want[:, :taken]
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    return result
+
+
+# ------------------------------------------------------------------ split
+SPLIT_CASES = [
+    b"",
+    b"\n",
+    b"a",
+    b"a\nb\n",
+    b"a\r\nb \t\r\r\n\nlast",
+    b"\x00\x00line\x00\x00\n\x00\x00\x00\n",
+    b"torn \xef\xbf\xbd\nall \xef\xbf\xbd\xef\xbf\xbd \n\xbf\xbd\n\xef\xbf\xbd",
+    b"x" * 31 + b"\n" + b"y" * 40 + b"\n\xc3\xa9t\xc3\xa9 " * 3,
+    b"".join(b"line %d  \n" % i for i in range(3000)) + b"\xff" * 50,
+]
+
+
+@needs_compiled
+@pytest.mark.parametrize("data", SPLIT_CASES, ids=range(len(SPLIT_CASES)))
+def test_split_gives_the_same_lines(data):
+    raw = np.frombuffer(data, dtype=np.uint8)
+    for room in (0, 40, 1 << 14, (1 << 14) + 64):  # room for no block, the tail only, one block, all
+        newlines = np.zeros(room, dtype=np.int64)
+        for at, count in ((0, 0), (32, 0), (64, 3)):
+            both("split_newlines", raw, newlines, at, min(count, room), 0)
+    newlines = np.flatnonzero(raw == 10).astype(np.int64)
+    count = len(newlines)
+    lines = count + (1 if (newlines[-1] + 1 if count else 0) < len(raw) else 0)
+    both("split_bounds", raw, newlines, count, np.zeros(lines, np.int64), np.zeros(lines, np.int64))
+    for start in range(0, len(raw) + 2, max(1, len(raw) // 7)):
+        both("split_next_newline", raw, start)
+        for stop in (start - 1, start, start + 1, len(raw)):
+            both("split_last_newline", raw, start, stop)
+
+
+# ------------------------------------------------------------------ keymap
+@needs_compiled
+def test_keymap_gives_the_same_tables():
+    rng = np.random.default_rng(3)
+    keys, slots = np.zeros(16, np.uint64), np.full(16, -1, np.int64)
+    batch = (rng.integers(0, 40, 30).astype(np.uint64) << np.uint64(40)) | np.uint64(7)
+    out = np.zeros(30, np.int64)
+    done, count = both("keymap_ids", keys, slots, batch, 0, out, 0)  # stops when the table is half full
+    COMPILED.keymap_ids(keys, slots, batch, 0, out, 0)
+    bigger = np.zeros(64, np.uint64), np.full(64, -1, np.int64)
+    both("keymap_rehash", keys, slots, *bigger)
+    COMPILED.keymap_rehash(keys, slots, *bigger)
+    both("keymap_ids", *bigger, batch, count, out, done)
+    both("keymap_fill", np.zeros(32, np.uint64), np.full(32, -1, np.int64), np.unique(batch))
+    both("keymap_fill", np.zeros(4, np.uint64), np.full(4, -1, np.int64), np.unique(batch))  # no room
+
+
+# ------------------------------------------------------------------ calls
+@needs_compiled
+def test_call_keys_and_signatures_are_the_same():
+    rng = np.random.default_rng(4)
+    n = 200
+    op = rng.integers(-1, 9, n).astype(np.int32)
+    count, datatype, redop, root = (rng.integers(-(1 << 62), 1 << 62, n) for _ in range(4))
+    both("calls_signatures", op, count, datatype, redop, root, np.zeros(n, np.int64))
+    process, comm = (rng.integers(0, 1 << 63, n).astype(np.uint64) * np.uint64(3) for _ in range(2))
+    both("calls_instance_keys", process, comm, np.zeros(n, np.uint64))
+    for seq in ([], [5], [1, 1, 2], [2, 1], [-(1 << 63), 1 << 62]):
+        both("calls_ascending", np.array(seq, dtype=np.int64))
+
+
+# ------------------------------------------------------------------ collscan
+LINE = (
+    b"gpu7:31842:31842 [3] NCCL INFO AllReduce: opCount 1a4 sendbuff 0x7f3a1c000000 recvbuff (nil) count "
+    b"4194304 datatype 7 op 0 root -1 comm 0x55d2e4b1a6c0 [nranks=16] stream 0x55d2e3f0c900"
+)
+COLL_LINES = [
+    LINE,
+    LINE.replace(b"opCount 1a4", b"opCount 7fffffffffffffff"),
+    LINE.replace(b"opCount 1a4", b"opCount 8000000000000000"),  # beyond int64
+    LINE.replace(b"opCount 1a4", b"opCount 1A4"),
+    LINE.replace(b"opCount 1a4", b"opCount 00000000000000001"),  # 17 digits
+    LINE.replace(b"count 4194304", b"count 000000000000000000000000004194304"),
+    LINE.replace(b"count 4194304", b"count 9223372036854775807"),
+    LINE.replace(b"count 4194304", b"count 9223372036854775808"),
+    LINE.replace(b"count 4194304", b"count 123456789012345678"),
+    LINE.replace(b"count 4194304", b"count 1234567890123456789"),
+    LINE.replace(b"root -1", b"root -9223372036854775808"),
+    LINE.replace(b"root -1", b"root -9223372036854775809"),
+    LINE.replace(b"root -1", b"root -0"),
+    LINE.replace(b"root -1", b"root -"),
+    LINE.replace(b"root -1", b"root --1"),
+    LINE.replace(b"op 0 root", b"op -1 root"),
+    LINE.replace(b"comm 0x55d2e4b1a6c0", b"comm (nil)"),
+    LINE.replace(b"stream 0x55d2e3f0c900", b"stream (nil)"),
+    LINE.replace(b"stream 0x55d2e3f0c900", b"stream 0x"),
+    LINE.replace(b"stream 0x55d2e3f0c900", b"stream 0x12345678901234567"),
+    LINE.replace(b"[nranks=16]", b"[nranks=]"),
+    LINE.replace(b"[nranks=16]", b"[nranks=16"),
+    LINE.replace(b"[nranks=16]", b"[nranks=\xd9\xa1]"),  # a digit of another script
+    LINE.replace(b"AllReduce:", b"All-Reduce:"),
+    LINE.replace(b"AllReduce:", b":"),
+    LINE + b" ",
+    LINE + b" task 0",
+    LINE[:-1],
+    LINE[: LINE.index(b"stream") - 1],
+    b"\x1b[32m" + LINE,
+    b"noise NCCL INFO x" + LINE,
+    b"x NCCL INFO " + LINE[LINE.index(b"AllReduce") :],
+    LINE.replace(b"gpu7:31842:31842 [3] ", b""),
+    LINE.replace(b"gpu7:31842:31842 [3]", b"gpu7:31842:31843 [0]").replace(b"AllReduce", b"Send"),
+    b" NCCL INFO ",
+    b" NCCL INFO x",
+    b"",
+]
+
+
+def spans(lines: list[bytes]) -> tuple[ByteView, np.ndarray, np.ndarray]:
+    view = ByteView(b"\n".join(lines) + b"\n")
+    lengths = np.array([len(line) for line in lines], dtype=np.int64)
+    starts = np.cumsum(np.r_[0, lengths[:-1] + 1]).astype(np.int64)
+    return view, starts, starts + lengths
+
+
+@needs_compiled
+def test_the_coll_scan_takes_the_same_lines_and_reads_the_same_values():
+    view, starts, ends = spans(COLL_LINES)
+    prefixes, ops = ByteTable(slots=2), ByteTable(hash_mask=0)  # every op name collides
+    # Lines outside the data are skipped.
+    starts, ends = np.r_[starts, -1, 0].astype(np.int64), np.r_[ends, 5, len(view.raw) + 1].astype(np.int64)
+    for _ in range(2):  # with empty tables, then with the strings of the first scan added
+        outputs = collscan.outputs(len(starts))
+        taken = both(
+            "collscan_scan", view.raw, view.words, starts, ends, prefixes.arrays, ops.arrays, *outputs
+        )
+        assert 0 < taken < len(COLL_LINES)
+        COMPILED.collscan_scan(view.raw, view.words, starts, ends, prefixes.arrays, ops.arrays, *outputs)
+        integers, _, _, ids = (output[:, :taken] for output in outputs)
+        rows = integers[collscan.LINE]
+        for table, first, last, row in (
+            (prefixes, starts[rows], integers[collscan.PREFIX_STOP], collscan.PREFIX_ID),
+            (ops, integers[collscan.OP_START], integers[collscan.OP_STOP], collscan.OP_ID),
+        ):
+            missing = ids[row] < 0
+            table._reserve(int(missing.sum()), int((last - first)[missing].sum()))
+            both("collscan_add", table.arrays, view.raw, view.words, first, last, ids[row].copy())
+            both("collscan_find", table.arrays, view.raw, view.words, first, last, ids[row].copy())
+            table.add(view.raw, view.words, first, last, ids[row].copy())
+    unpadded = np.frombuffer(view.raw.tobytes(), dtype=np.uint8)  # its words view is not the data's
+    outputs = collscan.outputs(len(starts))
+    both(
+        "collscan_scan", unpadded, view.words, starts, ends, prefixes.arrays, ops.arrays, *outputs, columns=0
+    )
+    both("collscan_rehash", np.full(32, -1, np.int32), prefixes.hashes, len(prefixes))
+    both("collscan_rehash", np.full(2, -1, np.int32), prefixes.hashes, len(prefixes))  # too small
+
+
+# ------------------------------------------------------------------ refusals (tests/test_kernels.py's)
+@needs_compiled
+def test_both_refuse_the_same_arguments_with_the_same_message():
+    keys, slots = np.zeros(16, np.uint64), np.full(16, -1, np.int64)
+    out, batch = np.zeros(3, np.int64), np.arange(3, dtype=np.uint64)
+    readonly = np.zeros(3, np.int64)
+    readonly.flags.writeable = False
+    for args in (
+        (keys, slots, np.arange(3, dtype=np.int64), 0, out, 0),
+        (keys, slots, np.arange(6, dtype=np.uint64)[::2], 0, out, 0),
+        (keys, slots, batch, 0, readonly, 0),
+        (keys, slots, batch, "0", out, 0),
+        (keys, slots, batch, 1 << 70, out, 0),
+        (keys, slots),
+        (keys, slots, np.arange(4, dtype=np.uint64), 0, out, 0),
+        (keys[:3], slots[:3], batch, 0, out, 0),
+        (keys.reshape(4, 4), slots, batch, 0, out, 0),
+        (b"not an array", slots, batch, 0, out, 0),
+    ):
+        both("keymap_ids", *args)
+    data = np.frombuffer(b"a\nb\n", dtype=np.uint8)
+    both("split_bounds", data, np.array([1, 3]), 2, np.zeros(1, np.int64), np.zeros(1, np.int64))
+    both("split_last_newline", data, 0, 5)
+    both("split_last_newline", data, np.uint32(0), np.int16(3))
+    both("split_next_newline", data, np.int64(2))
+    both("split_next_newline", b"a\nb\n", -1)
+    both("split_newlines", data, np.zeros(64, np.int64), 3, 0, 0)
+    both("split_newlines", data, np.zeros(64, np.int64), 0, 0, -1)
+    view, starts, stops = spans([b"x" * 100])
+    table = ByteTable()
+    both("collscan_find", table.arrays, view.raw, view.words, starts, stops + 1, np.zeros(1, np.int32))
+    both("collscan_find", table.arrays, view.raw, view.words, starts, stops, np.zeros(1, np.int64))
+    both("collscan_find", table.arrays[:5], view.raw, view.words, starts, stops, np.zeros(1, np.int32))
+    both("collscan_add", table.arrays, view.raw, view.words, starts, stops, np.full(1, -1, np.int32))
+
+
+# ------------------------------------------------------------------ a whole analysis, recorded and replayed
+class Recorder:
+    """Each compiled entry point's calls through the facade, with a copy of their arguments."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[tuple[str, tuple]] = []
+        for name in accel.ENTRY_POINTS:
+            monkeypatch.setattr(accel, name, self._recording(name, getattr(COMPILED, name)))
+
+    def _recording(self, name, function):
+        def call(*args):
+            self.calls.append((name, copied(args)))
+            return function(*args)
+
+        return call
+
+
+def findings(path: Path) -> str:
+    return render_json(analyze([str(path)], views=False))
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", ["collective_mismatch_4ranks.log", "rank_stall_8ranks.log"])
+def test_the_pure_python_loops_give_the_same_findings_and_outputs(monkeypatch, name):
+    """The findings JSON of a fixture, byte for byte, with the compiled loops and with the pure-Python
+    ones (the facade's names pointed at them, as LOGSIFT_PURE_PYTHON=1 does); and every call the analysis
+    made, replayed on both, leaves the same arrays."""
+    path = FIXTURES / name
+    with monkeypatch.context() as patched:
+        recorder = Recorder(patched)
+        native = findings(path)
+    assert {name for name, _ in recorder.calls} >= {"collscan_scan", "calls_number", "digest_fold_positions"}
+    for name, args in recorder.calls:
+        both(name, *args)
+    for name in accel.ENTRY_POINTS:
+        monkeypatch.setattr(accel, name, getattr(fallback, name))
+    assert findings(path) == native
+    assert json.loads(native)["findings"]
+
+
+def test_padding_is_what_the_words_view_needs():
+    """The C loops read up to 8 bytes past a string through ``words``: ByteView and padded() give them."""
+    view = ByteView(b"abc")
+    assert len(view.words) == len(view.raw) + 8
+    assert view.words.__array_interface__["data"][0] == view.raw.ctypes.data
+    assert len(padded(5)) == 5
+
+
+def test_version_says_when_the_loops_are_pure_python():
+    pure = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, accel.PURE_PYTHON_VARIABLE: "1"},
+        timeout=60,
+    )
+    assert pure.returncode == 0 and pure.stdout.endswith(" (pure-Python loops: several times slower)\n")
