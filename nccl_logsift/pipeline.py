@@ -549,9 +549,26 @@ def analyze(
 ) -> Report:
     """Read the logs, resolve ranks, run every rule, triage, and return the Report (with the HTML page's
     views unless ``views`` is False: the grid, timeline and topology of a 4096-rank job take seconds)."""
+    return _streamed(paths, options, progress).report(views)
+
+
+def read_job(
+    paths: Sequence[str],
+    options: ParseOptions = ParseOptions(),
+    progress: Callable[[int], None] | None = None,
+):
+    """Read the logs into a Job (its tables and resolved ranks) without diagnosing it: the parse summary
+    and the Job."""
+    return _streamed(paths, options, progress).job()
+
+
+def _streamed(
+    paths: Sequence[str], options: ParseOptions, progress: Callable[[int], None] | None
+) -> Analysis:
+    """Every batch of the logs, added to an Analysis."""
     analysis = Analysis(TableStream(paths, replace(options, every_line=False)))
     for batch in analysis.stream:
         analysis.add(batch)
         if progress is not None:
             progress(batch.bytes_read)
-    return analysis.report(views)
+    return analysis

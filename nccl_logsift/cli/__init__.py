@@ -27,6 +27,7 @@ COMMANDS = {
     "explain": "nccl_logsift.cli.explain:explain",
     "grammar": "nccl_logsift.cli.grammar:grammar",
     "parse": "nccl_logsift.cli.parse:parse",
+    "ranks": "nccl_logsift.cli.ranks:ranks",
     "report": "nccl_logsift.cli.analyze:report",
     "simulate": "nccl_logsift.cli.simulate:simulate",
     "tables": "nccl_logsift.cli.tables:tables",

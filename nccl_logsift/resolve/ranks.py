@@ -231,12 +231,16 @@ def identity(job: Job) -> pl.DataFrame:
     table = pl.concat([gpus, others], how="diagonal_relaxed")
     table = table.join(groups.select("rank", "groups"), on="rank", how="left", nulls_equal=False)
     table = table.join(labels.select("rank", "labels"), on="rank", how="left", nulls_equal=False)
-    return table.select(
-        [
-            pl.col(c).cast(t) if c in table.columns else pl.lit(None, t).alias(c)
-            for c, t in IDENTITY_SCHEMA.items()
-        ]
-    ).sort("rank", "host", "pid", "cuda_dev", nulls_last=True)
+    columns = [
+        pl.col(c).cast(t) if c in table.columns else pl.lit(None, t).alias(c)
+        for c, t in IDENTITY_SCHEMA.items()
+    ]
+    lists = [c for c, t in IDENTITY_SCHEMA.items() if isinstance(t, pl.List)]
+    return (
+        table.select(columns)
+        .with_columns(pl.col(c).fill_null(pl.lit([], IDENTITY_SCHEMA[c])) for c in lists)
+        .sort("rank", "host", "pid", "cuda_dev", nulls_last=True)
+    )
 
 
 def _gpus(job: Job) -> pl.DataFrame:
