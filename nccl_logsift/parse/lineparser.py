@@ -71,6 +71,9 @@ class ParseState:
     # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
     # known, so a parser that started mid-file (parse/parallel.py) reports them to be checked.
     unknown_glued_hosts: set[str] = field(default_factory=set)
+    # Lines not parsed because they repeat a line whose rows the analysis's fold of repeats drops
+    # (parse/repeats.py): counted in ParseSummary.repeats_folded.
+    repeats_skipped: int = 0
 
     def absorb(self, other: ParseState) -> None:
         """Add what another parser found (a worker's part of the same input) to this state."""
@@ -84,6 +87,7 @@ class ParseState:
         self.glued_uncut += other.glued_uncut
         self.values_out_of_range += other.values_out_of_range
         self.long_lines_cut += other.long_lines_cut
+        self.repeats_skipped += other.repeats_skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +164,11 @@ class LineParser:
         self.state = ParseState()
         self._launchers = [_Prefix.of(g, p) for g in grammars.layer(Layer.LAUNCHER) for p in g.patterns]
         self._envelopes = [_Prefix.of(g, p) for g in grammars.layer(Layer.ENVELOPE) for p in g.patterns]
+        # Each message grammar's anchors, or None when a pattern has none (every message is a candidate).
+        self._anchors: dict[str, list[str] | None] = {
+            g.family: sorted({p.anchor for p in g.patterns}) if all(p.anchor for p in g.patterns) else None
+            for g in grammars.layer(Layer.MESSAGE)
+        }
         self._glued_ok = True
 
     # ------------------------------------------------------------------ the pipeline of one chunk
@@ -169,6 +178,16 @@ class LineParser:
     def parse_frame(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
         """As :meth:`parse`, and the frame the messages were matched in (each line's ``msg`` and ``rest``),
         which the grammar checks compare too."""
+        tables, frame, _ = self._parse(chunk)
+        return tables, frame
+
+    def parse_unfit(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.Series]:
+        """As :meth:`parse`, and the line numbers of the lines with a number too large for its column
+        (counted in ``values_out_of_range``)."""
+        tables, _, unfit = self._parse(chunk)
+        return tables, unfit
+
+    def _parse(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.Series]:
         frame = pl.DataFrame(
             {
                 "row": pl.int_range(len(chunk), dtype=pl.UInt32, eager=True),
@@ -192,7 +211,9 @@ class LineParser:
         tables, assigned = self._dispatch_messages(frame)
         lines = self._lines_table(frame, assigned)
         self._account(frame, lines)
-        return {"lines": lines, **tables}, frame
+        unfit = pl.sum_horizontal(*_UNFIT.values(), pl.col("__unfit").fill_null(0)) > 0
+        unfit_lines = frame.join(assigned.select("row", "__unfit"), on="row", how="left").filter(unfit)
+        return {"lines": lines, **tables}, frame, unfit_lines.get_column("line_no")
 
     def account_fast(self, family: str, rows: int) -> None:
         """Count enveloped lines a fast path parsed (they never pass through :meth:`parse`)."""
@@ -370,15 +391,28 @@ class LineParser:
         for source, selector in selectors.items():
             body = pl.col("rest") if source == "text" else pl.col("msg")
             pool = frame.filter(selector).select("row", body.alias("msg"), "level")
-            for grammar in self.grammars.messages(source):
+            grammars = self.grammars.messages(source)
+            anchors = [self._anchors[g.family] for g in grammars]
+            if pool.height and grammars and None not in anchors:  # no message without an anchor is claimed
+                every = sorted({anchor for some in anchors if some for anchor in some})
+                pool = pool.filter(pl.col("msg").str.contains_any(every))
+            for grammar in grammars:
                 if pool.is_empty():
                     break
-                # The literal anchor over the pool, the regex only over the rows that contain it: an
-                # expression "anchor & regex" would run the regex over every row for every pattern. The
-                # anchors of all the grammar's patterns are marked in one query, so a pattern whose anchor no
-                # message has costs nothing more (most, in a batch; a query costs ~0.05 ms however few rows).
+                # Only the messages with one of the grammar's anchors at all (one Aho-Corasick pass), then
+                # the literal anchor of each pattern over those, the regex only over the rows that contain
+                # it: an expression "anchor & regex" would run the regex over every row for every pattern.
+                # The anchors of all the grammar's patterns are marked in one query, so a pattern whose
+                # anchor no message has costs nothing more (most, in a batch; a query costs ~0.05 ms however
+                # few rows).
+                anchors = self._anchors[grammar.family]
+                candidates = pool if anchors is None else pool.filter(pl.col("msg").str.contains_any(anchors))
+                if candidates.is_empty():
+                    continue
                 marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
-                marked = pool.with_columns(_candidate(p).alias(m) for p, m in zip(grammar.patterns, marks))
+                marked = candidates.with_columns(
+                    _candidate(p).alias(m) for p, m in zip(grammar.patterns, marks)
+                )
                 anchored = marked.select(pl.col(m).any() for m in marks).row(0)
                 for pattern, mark, present in zip(grammar.patterns, marks, anchored):
                     if not present:
@@ -392,11 +426,12 @@ class LineParser:
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
                     self.state.values_out_of_range += int(extracted["__unfit"].sum())
+                    assigned.append(extracted.select("row", "family", "pattern", "__unfit"))
                     extracted = extracted.drop("__unfit")
-                    assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)
-                if marked.height < pool.height:
-                    pool = marked.select(pool.columns)
+                if marked.height < candidates.height:
+                    claimed = candidates.join(marked, on="row", how="anti").get_column("row")
+                    pool = pool.filter(~pl.col("row").is_in(claimed.implode()))
         tables = {}
         located = frame.select("row", *keys)
         for name, columns in self.schemas.tables.items():
@@ -410,7 +445,9 @@ class LineParser:
         assignments = (
             pl.concat(assigned)
             if assigned
-            else pl.DataFrame(schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String})
+            else pl.DataFrame(
+                schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
+            )
         )
         return tables, assignments
 
