@@ -12,6 +12,7 @@ extraction runs once per line and the pool is small by the time the rare familie
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -49,6 +50,17 @@ _GLUED_HEAD = regex.compile(
     r"|(?P<torch>\[rank\d+\]:\[[EWIF][\d ]"
     r"|\[[EWIF](?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? [\w.]+\.(?:cpp|cc|h):\d+\] )"
 )
+
+
+# The frame of the rows each message pattern claimed (LineParser._dispatch_messages).
+_ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
+# A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
+_GROUP_NAME = re.compile(r"\(\?P?<(?![=!])\w+>|\(\?P=")
+
+
+def _ungrouped(pattern: str) -> str:
+    """``pattern`` with its named groups as groups without a name, and no capture."""
+    return re.sub(r"\(\?P?<(?![=!])\w+>", "(?:", pattern)
 
 
 @dataclass(slots=True)
@@ -170,10 +182,44 @@ class LineParser:
             for g in grammars.layer(Layer.MESSAGE)
         }
         self._glued_ok = True
+        self._plain_test = self._plain()
+
+    def _plain(self) -> pl.Expr | None:
+        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope and no
+        launcher prefix), tested with one regex for all launcher patterns, one for all envelopes and one for
+        all the message patterns of plain text: no ANSI escape (stripped first), no launcher or envelope
+        pattern matching where the line starts, no glued head (``_split_glued`` looks at the lines with
+        these literals), and no pattern of a ``text`` family matching anywhere (whatever its anchor and
+        level). None when the patterns cannot be joined into one regex."""
+        heads = [
+            _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
+            for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
+            for g in self.grammars.layer(layer)
+            for p in g.patterns
+        ]
+        # One regex per text grammar: all of them in one alternation outgrow the regex engine's DFA (~40x
+        # slower).
+        texts = [
+            "|".join(f"(?:{_ungrouped(p.regex)})" for p in g.patterns) for g in self.grammars.messages("text")
+        ]
+        if not heads or _GROUP_NAME.search("".join(heads + texts)):
+            return None
+        text = pl.col("text")
+        marked = [text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")]
+        test = ~pl.any_horizontal(
+            *marked,
+            text.str.contains("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")"),
+            *[text.str.contains(t) for t in texts if t],
+        )
+        try:  # polars compiles the regexes when the query runs
+            pl.DataFrame({"text": ["", "x"]}).select(test)
+        except pl.exceptions.PolarsError:
+            return None
+        return test
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
-        return self.parse_frame(chunk)[0]
+        return self._parse(chunk, plain_apart=True)[0]
 
     def parse_frame(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
         """As :meth:`parse`, and the frame the messages were matched in (each line's ``msg`` and ``rest``),
@@ -184,10 +230,15 @@ class LineParser:
     def parse_unfit(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.Series]:
         """As :meth:`parse`, and the line numbers of the lines with a number too large for its column
         (counted in ``values_out_of_range``)."""
-        tables, _, unfit = self._parse(chunk)
+        tables, _, unfit = self._parse(chunk, plain_apart=True)
         return tables, unfit
 
-    def _parse(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.Series]:
+    def _parse(
+        self, chunk: LineChunk, plain_apart: bool = False
+    ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.Series]:
+        """The tables of ``chunk``, the frame its messages were matched in and the line numbers with a value
+        out of range. ``plain_apart`` sets the plain lines (:meth:`_plain`) apart before the regexes run:
+        the frame then lacks them."""
         frame = pl.DataFrame(
             {
                 "row": pl.int_range(len(chunk), dtype=pl.UInt32, eager=True),
@@ -205,11 +256,32 @@ class LineParser:
             .then(pl.col("text").str.replace_all(_ANSI, ""))
             .otherwise(pl.col("text"))
         )
-        frame = self._strip_launchers(frame)
-        frame = self._match_envelopes(frame)
-        frame = self._split_glued(frame)
-        tables, assigned = self._dispatch_messages(frame)
-        lines = self._lines_table(frame, assigned)
+        plain = None
+        if plain_apart and self._plain_test is not None:
+            apart = frame.select(self._plain_test).to_series()
+            if apart.any():
+                # Rows numbered again: the glued pieces are numbered from the frame's height on.
+                row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
+                plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
+        if frame.height or plain is None:
+            frame = self._strip_launchers(frame)
+            frame = self._match_envelopes(frame)
+            frame = self._split_glued(frame)
+            tables, assigned = self._dispatch_messages(frame)
+            lines = self._lines_table(frame, assigned)
+        else:  # every line plain
+            tables = {name: self.empty_tables[name] for name in self.schemas.tables}
+            assigned = pl.DataFrame(schema=_ASSIGNED)
+            frame = self._match_envelopes(self._with_prefix_columns(frame))
+            lines = self.empty_tables["lines"]
+        if plain is not None:
+            family = (
+                pl.when(pl.col("text").str.strip_chars() == "")
+                .then(pl.lit("blank"))
+                .otherwise(pl.lit("text"))
+            )
+            plain_lines = conform(plain.with_columns(family=family), self.schemas.lines)
+            lines = pl.concat([lines, plain_lines]).sort("line_no", "part")
         self._account(frame, lines)
         unfit = pl.sum_horizontal(*_UNFIT.values(), pl.col("__unfit").fill_null(0)) > 0
         unfit_lines = frame.join(assigned.select("row", "__unfit"), on="row", how="left").filter(unfit)
@@ -442,13 +514,7 @@ class LineParser:
                 tables[name] = conform(merged.sort("line_no", "part"), columns)
             else:
                 tables[name] = self.empty_tables[name]
-        assignments = (
-            pl.concat(assigned)
-            if assigned
-            else pl.DataFrame(
-                schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
-            )
-        )
+        assignments = pl.concat(assigned) if assigned else pl.DataFrame(schema=_ASSIGNED)
         return tables, assignments
 
     @staticmethod
