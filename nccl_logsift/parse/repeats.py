@@ -30,8 +30,8 @@ from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.lineparser import TORCH_PRODUCERS, ParseState
 
 # Texts remembered per source at most: past it the source's texts are forgotten, and lines are parsed
-# again until they are seen enough. Only texts whose repeats can be skipped are remembered (a log of distinct
-# lines, training prints, adds none).
+# again until they are seen enough. Only texts whose repeats can be skipped, seen twice in one batch, are
+# remembered (a log of distinct lines, training prints, adds none).
 MAX_TEXTS = 1 << 18
 # Families whose rows something reads before the folds (pipeline.TableStream._batch).
 _OBSERVED_TABLES = frozenset({"comms", "torch"})
@@ -147,7 +147,9 @@ class RepeatSkip:
                 seen=pl.len(),
                 same=same.all().fill_null(False),
             )
-            .filter(pl.col("same") & (pl.col("family") >= 0))
+            # A text seen once is not remembered: most are (training prints), and the table would grow with
+            # the log; a text that repeats is seen again within a batch.
+            .filter(pl.col("same") & (pl.col("family") >= 0) & (pl.col("seen") > 1))
         )
         if learned.is_empty():
             return
