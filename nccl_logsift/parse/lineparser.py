@@ -184,7 +184,7 @@ class LineParser:
         self._glued_ok = True
         self._plain_test = self._plain()
 
-    def _plain(self) -> pl.Expr | None:
+    def _plain(self) -> tuple[pl.Expr, pl.Expr] | None:
         """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope and no
         launcher prefix), tested with one regex for all launcher patterns, one for all envelopes and one for
         all the message patterns of plain text: no ANSI escape (stripped first), no launcher or envelope
@@ -205,9 +205,10 @@ class LineParser:
         if not heads or _GROUP_NAME.search("".join(heads + texts)):
             return None
         text = pl.col("text")
-        marked = [text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")]
+        unmarked = ~pl.any_horizontal(
+            text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
+        )
         test = ~pl.any_horizontal(
-            *marked,
             text.str.contains("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")"),
             *[text.str.contains(t) for t in texts if t],
         )
@@ -215,7 +216,19 @@ class LineParser:
             pl.DataFrame({"text": ["", "x"]}).select(test)
         except pl.exceptions.PolarsError:
             return None
-        return test
+        return unmarked, test
+
+    def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
+        """Which rows of ``frame`` are plain (:meth:`_plain`): the regexes run only over the lines without
+        the literals (every NCCL line has one)."""
+        if self._plain_test is None:
+            return None
+        unmarked, test = self._plain_test
+        apart = frame.select(unmarked).to_series()
+        if not apart.any():
+            return None
+        candidates = apart.arg_true()
+        return apart.scatter(candidates, frame[candidates].select(test).to_series())
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
@@ -257,12 +270,11 @@ class LineParser:
             .otherwise(pl.col("text"))
         )
         plain = None
-        if plain_apart and self._plain_test is not None:
-            apart = frame.select(self._plain_test).to_series()
-            if apart.any():
-                # Rows numbered again: the glued pieces are numbered from the frame's height on.
-                row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
-                plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
+        apart = self._plain_rows(frame) if plain_apart else None
+        if apart is not None and apart.any():
+            # Rows numbered again: the glued pieces are numbered from the frame's height on.
+            row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
+            plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
         if frame.height or plain is None:
             frame = self._strip_launchers(frame)
             frame = self._match_envelopes(frame)
