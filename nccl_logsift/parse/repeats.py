@@ -114,6 +114,10 @@ class RepeatSkip:
             texts = self._texts[chunk.source_id] = _Texts()
         new = np.ones(len(keys), dtype=bool)
         new[texts.find(keys)[0]] = False
+        # Only a text seen twice in this batch is remembered (below): the others are left out before the
+        # joins (a 4096-rank job's init lines are all distinct).
+        _, inverse, counts = np.unique(keys[new], return_inverse=True, return_counts=True)
+        new[np.flatnonzero(new)[counts[inverse] < 2]] = False
         if not new.any():
             return
         pick = pl.Series(new)
