@@ -25,8 +25,8 @@ STEPS_WORTH_KEEPING = 10  # a dump should cover several steps, so the step befor
 def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
     lines = job.table("lines")
     producer = lines["producer"] if "producer" in lines.columns else pl.Series(dtype=pl.String)
-    # The NCCL lines' columns read below only: a filter of the whole table copied every column of a
-    # 4096-rank job's init lines (~170 MB at the peak).
+    # The NCCL lines' columns read below only: a filter of the whole table copies every column, and a
+    # 4096-rank job's init lines are most of it at the end of the run, where the peak is set.
     read = [c for c in ("level", "ts", "collector_ts", "source_id", "host", "pid") if c in lines.columns]
     nccl = (
         lines.lazy().filter(pl.col("producer") == "nccl").select(read).collect()

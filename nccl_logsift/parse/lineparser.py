@@ -197,8 +197,8 @@ class LineParser:
             for g in self.grammars.layer(layer)
             for p in g.patterns
         ]
-        # One regex per text grammar: all of them in one alternation outgrow the regex engine's DFA (~40x
-        # slower).
+        # One regex per text grammar: all of them in one alternation outgrow the regex engine's DFA, which
+        # then falls back to a far slower engine.
         texts = [
             "|".join(f"(?:{_ungrouped(p.regex)})" for p in g.patterns) for g in self.grammars.messages("text")
         ]
