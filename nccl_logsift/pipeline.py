@@ -44,6 +44,7 @@ from nccl_logsift.parse.parallel import (
     sniff,
     worker_count,
 )
+from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.resolve.communicators import device_ranks, process_ranks
 from nccl_logsift.resolve.progress import CollectiveNumbering
@@ -197,10 +198,11 @@ class TableStream:
         self.numbering = CollectiveNumbering()
         self.inputs: list[InputSummary] = []
         self.bytes_read = 0
+        self.repeats: RepeatSkip | None = None  # set by an Analysis, whose fold of repeats it anticipates
 
     def __iter__(self) -> Iterator[Batch]:
         parser, options = self.parser, self.options
-        chunks = ChunkParser(parser, options.every_line, self.ops)
+        chunks = ChunkParser(parser, options.every_line, self.ops, self.repeats)
         live = options.max_wait is not None
         workers = worker_count(options.workers, self.sources, live)
         pool = (
@@ -420,11 +422,20 @@ class Analysis:
 
     def __init__(self, stream: TableStream, budget: int | None = None):
         from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
-        from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, PlainLines, Repeats
+        from nccl_logsift.tables import (
+            DIAGNOSIS_COLUMNS,
+            MODULE_FRAME,
+            UNFOLDED,
+            MemorySink,
+            PlainLines,
+            Repeats,
+        )
 
         self.stream = stream
         self._plain = PlainLines()
         self._repeats = Repeats(DIAGNOSIS_COLUMNS)
+        # The lines both folds would drop are not parsed at all.
+        stream.repeats = RepeatSkip(stream.grammars, self._repeats.kept, UNFOLDED, MODULE_FRAME)
         # Columns the diagnosis never reads are dropped as each batch is written, not held to the end.
         self.sink = MemorySink(DIAGNOSIS_COLUMNS)
         self.digest = CollectiveDigest(budget or BUDGET_ROWS)
@@ -463,7 +474,7 @@ class Analysis:
             self.sink.write("collectives", kept)
         summary = self.stream.finish(self.sink)
         summary.table_rows["collectives"] = self.digest.calls
-        summary.repeats_folded = self._repeats.folded
+        summary.repeats_folded = self._repeats.folded + self.stream.parser.state.repeats_skipped
         tables = {**self.sink.tables, "coll_stats": self.digest.stats()}
         release_freed()  # what building them freed, before the rules
         _log_summary(summary, time.perf_counter() - self._started)

@@ -395,6 +395,7 @@ class Repeats:
     def __init__(self, columns: Mapping[str, Collection[str]], kept: int | None = None) -> None:
         self._columns = columns
         self._kept = REPEATS_KEPT if kept is None else kept
+        self.kept = self._kept  # rows kept of each content
         self._seen: dict[str, tuple[KeyMap, np.ndarray]] = {}
         self.folded = 0
 

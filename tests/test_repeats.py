@@ -159,7 +159,8 @@ def test_folded_lines_are_counted_in_the_summary():
         path.write_text(text + chatter * 100)
         from nccl_logsift.pipeline import Analysis
 
-        analysis = Analysis(TableStream([str(path)], ParseOptions(workers=1, every_line=False)))
+        options = ParseOptions(workers=1, every_line=False, chunk_bytes=1 << 13)
+        analysis = Analysis(TableStream([str(path)], options))
         for batch in analysis.stream:
             analysis.add(batch)
         summary, _ = analysis.job()
@@ -235,3 +236,43 @@ def test_a_detached_row_does_not_hold_the_batch_it_was_filtered_from():
     )
     pinned, detached = run("pinned"), run("detached")
     assert detached < pinned - 120, f"{detached} MB detached, {pinned} MB pinned"
+
+
+def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_them(tmp_path, monkeypatch):
+    """The lines the folds drop are counted instead of parsed (parse/repeats.py) once a text was parsed
+    enough: the kept rows, the counts and the folded count are those of parsing every line. Lines that
+    are never skipped repeat too: Init lines (the numbering reads them), a number out of range, a glued
+    line (cut by the hosts known), a plain line a rule reads."""
+    monkeypatch.setattr("nccl_logsift.parse.chunks.REST_LINES", 100)  # many batches
+    monkeypatch.setattr("nccl_logsift.tables.REPEATS_KEPT", 2)
+    text = (FIXTURES / "healthy_8ranks.log").read_text()
+    said = [line for line in text.splitlines(True) if " NCCL INFO " in line and "opCount" not in line]
+    chatter = "".join(said[:12] + [line for line in said if " Init " in line][:2]) + (
+        "step 1 | loss 2.5\n  warnings.warn(\n"
+        "h:99999999999999999999:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>\n"
+        "step5:xgpu-node-1:12:13 [0] NCCL INFO cudaDriverVersion 12040\n"
+        '  File "/w/train.py", line 9, in <module>\n'
+    )
+    path = tmp_path / "chatter.log"
+    # The glued line's host becomes known halfway: from then on the parser cuts "xgpu-node-1" there.
+    known = "gpu-node-1:12:12 [0] NCCL INFO cudaDriverVersion 12040\n"
+    path.write_text(text + chatter * 5 + known + chatter * 5)
+    from nccl_logsift.pipeline import Analysis
+
+    def parsed(skip: bool):
+        options = ParseOptions(workers=1, every_line=False, chunk_bytes=1 << 13)
+        analysis = Analysis(TableStream([str(path)], options))
+        if not skip:
+            analysis.stream.repeats = None
+        for batch in analysis.stream:
+            analysis.add(batch)
+        return (*analysis.job(), analysis.stream.parser.state.repeats_skipped)
+
+    every, every_job, none_skipped = parsed(skip=False)
+    skipped, skipped_job, count = parsed(skip=True)
+    assert none_skipped == 0 and count >= 10
+    for name in ("repeats_folded", "family_counts", "envelope_lines", "lines", "values_out_of_range"):
+        assert getattr(skipped, name) == getattr(every, name), name
+    assert skipped.table_rows == every.table_rows
+    for name, table in every_job.tables.items():
+        assert skipped_job.tables[name].equals(table), name

@@ -25,7 +25,14 @@ STEPS_WORTH_KEEPING = 10  # a dump should cover several steps, so the step befor
 def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
     lines = job.table("lines")
     producer = lines["producer"] if "producer" in lines.columns else pl.Series(dtype=pl.String)
-    nccl = lines.filter(producer == "nccl") if not lines.is_empty() else lines
+    # The NCCL lines' columns read below only: a filter of the whole table copies every column, and a
+    # 4096-rank job's init lines are most of it at the end of the run, where the peak is set.
+    read = [c for c in ("level", "ts", "collector_ts", "source_id", "host", "pid") if c in lines.columns]
+    nccl = (
+        lines.lazy().filter(pl.col("producer") == "nccl").select(read).collect()
+        if not lines.is_empty() and "producer" in lines.columns
+        else lines.select(read).clear()
+    )
     torch_lines = int(producer.is_in(["torch_cpp", "torch_py"]).sum()) if producer.len() else 0
     advice: list[NextRunAdvice] = []
     add = lambda missing, setting, why: advice.append(NextRunAdvice(missing, setting, why))
@@ -237,8 +244,10 @@ def _several_processes_unlabelled(lines: pl.DataFrame) -> bool:
     if labels and lines.select(pl.any_horizontal([pl.col(c).is_not_null() for c in labels]).any()).item():
         return False
     who = (
-        lines.filter(pl.col("pid").is_not_null())
+        lines.lazy()
+        .filter(pl.col("pid").is_not_null())
         .group_by("source_id")
         .agg(pl.struct("host", "pid").n_unique().alias("n"))
+        .collect()
     )
     return not who.is_empty() and int(who["n"].max()) > 1

@@ -22,6 +22,7 @@ from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import LineParser, hosts_of
+from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
 
 # A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
@@ -54,8 +55,15 @@ class ChunkParser:
     keeps it for the calls that are kept (:class:`~nccl_logsift.parse.calls.FastPiece`).
     """
 
-    def __init__(self, parser: LineParser, every_line: bool = True, ops: Names | None = None):
+    def __init__(
+        self,
+        parser: LineParser,
+        every_line: bool = True,
+        ops: Names | None = None,
+        repeats: RepeatSkip | None = None,
+    ):
         self.parser = parser
+        self.repeats = repeats  # an analysis's: repeats of lines already parsed are counted, not parsed
         self.every_line = every_line
         self.ops = ops or Names()
         self._scanner = self._new_scanner()
@@ -191,8 +199,16 @@ class ChunkParser:
         if not self._fast and not self._rest:
             return None
         parser = self.parser
-        if self._rest:
-            tables = parser.parse(LineChunk.concat(self._rest))
+        rest = LineChunk.concat(self._rest) if self._rest else None
+        if rest is not None and self.repeats is not None:
+            rest, keys = self.repeats.split(rest, parser.state)
+            if len(rest):
+                tables, unfit = parser.parse_unfit(rest)
+                self.repeats.learn(rest, keys, tables["lines"], unfit)
+            else:
+                tables = dict(self._empty)
+        elif rest is not None:
+            tables = parser.parse(rest)
         else:
             tables = dict(self._empty)
         general = tables.pop(fastcoll.TABLE)

@@ -12,6 +12,7 @@ extraction runs once per line and the pool is small by the time the rare familie
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -51,6 +52,17 @@ _GLUED_HEAD = regex.compile(
 )
 
 
+# The frame of the rows each message pattern claimed (LineParser._dispatch_messages).
+_ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
+# A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
+_GROUP_NAME = re.compile(r"\(\?P?<(?![=!])\w+>|\(\?P=")
+
+
+def _ungrouped(pattern: str) -> str:
+    """``pattern`` with its named groups as groups without a name, and no capture."""
+    return re.sub(r"\(\?P?<(?![=!])\w+>", "(?:", pattern)
+
+
 @dataclass(slots=True)
 class ParseState:
     """What the parser carries from one chunk to the next."""
@@ -71,6 +83,9 @@ class ParseState:
     # Hosts a glued line named before any line of theirs was seen: the cut there depends on what was
     # known, so a parser that started mid-file (parse/parallel.py) reports them to be checked.
     unknown_glued_hosts: set[str] = field(default_factory=set)
+    # Lines not parsed because they repeat a line whose rows the analysis's fold of repeats drops
+    # (parse/repeats.py): counted in ParseSummary.repeats_folded.
+    repeats_skipped: int = 0
 
     def absorb(self, other: ParseState) -> None:
         """Add what another parser found (a worker's part of the same input) to this state."""
@@ -84,6 +99,7 @@ class ParseState:
         self.glued_uncut += other.glued_uncut
         self.values_out_of_range += other.values_out_of_range
         self.long_lines_cut += other.long_lines_cut
+        self.repeats_skipped += other.repeats_skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,15 +176,82 @@ class LineParser:
         self.state = ParseState()
         self._launchers = [_Prefix.of(g, p) for g in grammars.layer(Layer.LAUNCHER) for p in g.patterns]
         self._envelopes = [_Prefix.of(g, p) for g in grammars.layer(Layer.ENVELOPE) for p in g.patterns]
+        # Each message grammar's anchors, or None when a pattern has none (every message is a candidate).
+        self._anchors: dict[str, list[str] | None] = {
+            g.family: sorted({p.anchor for p in g.patterns}) if all(p.anchor for p in g.patterns) else None
+            for g in grammars.layer(Layer.MESSAGE)
+        }
         self._glued_ok = True
+        self._plain_test = self._plain()
+
+    def _plain(self) -> tuple[pl.Expr, pl.Expr] | None:
+        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope and no
+        launcher prefix), tested with one regex for all launcher patterns, one for all envelopes and one for
+        all the message patterns of plain text: no ANSI escape (stripped first), no launcher or envelope
+        pattern matching where the line starts, no glued head (``_split_glued`` looks at the lines with
+        these literals), and no pattern of a ``text`` family matching anywhere (whatever its anchor and
+        level). None when the patterns cannot be joined into one regex."""
+        heads = [
+            _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
+            for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
+            for g in self.grammars.layer(layer)
+            for p in g.patterns
+        ]
+        # One regex per text grammar: all of them in one alternation outgrow the regex engine's DFA, which
+        # then falls back to a far slower engine.
+        texts = [
+            "|".join(f"(?:{_ungrouped(p.regex)})" for p in g.patterns) for g in self.grammars.messages("text")
+        ]
+        if not heads or _GROUP_NAME.search("".join(heads + texts)):
+            return None
+        text = pl.col("text")
+        unmarked = ~pl.any_horizontal(
+            text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
+        )
+        test = ~pl.any_horizontal(
+            text.str.contains("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")"),
+            *[text.str.contains(t) for t in texts if t],
+        )
+        try:  # polars compiles the regexes when the query runs
+            pl.DataFrame({"text": ["", "x"]}).select(test)
+        except pl.exceptions.PolarsError:
+            return None
+        return unmarked, test
+
+    def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
+        """Which rows of ``frame`` are plain (:meth:`_plain`): the regexes run only over the lines without
+        the literals (every NCCL line has one)."""
+        if self._plain_test is None:
+            return None
+        unmarked, test = self._plain_test
+        apart = frame.select(unmarked).to_series()
+        if not apart.any():
+            return None
+        candidates = apart.arg_true()
+        return apart.scatter(candidates, frame[candidates].select(test).to_series())
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
-        return self.parse_frame(chunk)[0]
+        return self._parse(chunk, plain_apart=True)[0]
 
     def parse_frame(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
         """As :meth:`parse`, and the frame the messages were matched in (each line's ``msg`` and ``rest``),
         which the grammar checks compare too."""
+        tables, frame, _ = self._parse(chunk)
+        return tables, frame
+
+    def parse_unfit(self, chunk: LineChunk) -> tuple[dict[str, pl.DataFrame], pl.Series]:
+        """As :meth:`parse`, and the line numbers of the lines with a number too large for its column
+        (counted in ``values_out_of_range``)."""
+        tables, _, unfit = self._parse(chunk, plain_apart=True)
+        return tables, unfit
+
+    def _parse(
+        self, chunk: LineChunk, plain_apart: bool = False
+    ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame, pl.Series]:
+        """The tables of ``chunk``, the frame its messages were matched in and the line numbers with a value
+        out of range. ``plain_apart`` sets the plain lines (:meth:`_plain`) apart before the regexes run:
+        the frame then lacks them."""
         frame = pl.DataFrame(
             {
                 "row": pl.int_range(len(chunk), dtype=pl.UInt32, eager=True),
@@ -186,13 +269,35 @@ class LineParser:
             .then(pl.col("text").str.replace_all(_ANSI, ""))
             .otherwise(pl.col("text"))
         )
-        frame = self._strip_launchers(frame)
-        frame = self._match_envelopes(frame)
-        frame = self._split_glued(frame)
-        tables, assigned = self._dispatch_messages(frame)
-        lines = self._lines_table(frame, assigned)
+        plain = None
+        apart = self._plain_rows(frame) if plain_apart else None
+        if apart is not None and apart.any():
+            # Rows numbered again: the glued pieces are numbered from the frame's height on.
+            row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
+            plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
+        if frame.height or plain is None:
+            frame = self._strip_launchers(frame)
+            frame = self._match_envelopes(frame)
+            frame = self._split_glued(frame)
+            tables, assigned = self._dispatch_messages(frame)
+            lines = self._lines_table(frame, assigned)
+        else:  # every line plain
+            tables = {name: self.empty_tables[name] for name in self.schemas.tables}
+            assigned = pl.DataFrame(schema=_ASSIGNED)
+            frame = self._match_envelopes(self._with_prefix_columns(frame))
+            lines = self.empty_tables["lines"]
+        if plain is not None:
+            family = (
+                pl.when(pl.col("text").str.strip_chars() == "")
+                .then(pl.lit("blank"))
+                .otherwise(pl.lit("text"))
+            )
+            plain_lines = conform(plain.with_columns(family=family), self.schemas.lines)
+            lines = pl.concat([lines, plain_lines]).sort("line_no", "part")
         self._account(frame, lines)
-        return {"lines": lines, **tables}, frame
+        unfit = pl.sum_horizontal(*_UNFIT.values(), pl.col("__unfit").fill_null(0)) > 0
+        unfit_lines = frame.join(assigned.select("row", "__unfit"), on="row", how="left").filter(unfit)
+        return {"lines": lines, **tables}, frame, unfit_lines.get_column("line_no")
 
     def account_fast(self, family: str, rows: int) -> None:
         """Count enveloped lines a fast path parsed (they never pass through :meth:`parse`)."""
@@ -370,15 +475,28 @@ class LineParser:
         for source, selector in selectors.items():
             body = pl.col("rest") if source == "text" else pl.col("msg")
             pool = frame.filter(selector).select("row", body.alias("msg"), "level")
-            for grammar in self.grammars.messages(source):
+            grammars = self.grammars.messages(source)
+            anchors = [self._anchors[g.family] for g in grammars]
+            if pool.height and grammars and None not in anchors:  # no message without an anchor is claimed
+                every = sorted({anchor for some in anchors if some for anchor in some})
+                pool = pool.filter(pl.col("msg").str.contains_any(every))
+            for grammar in grammars:
                 if pool.is_empty():
                     break
-                # The literal anchor over the pool, the regex only over the rows that contain it: an
-                # expression "anchor & regex" would run the regex over every row for every pattern. The
-                # anchors of all the grammar's patterns are marked in one query, so a pattern whose anchor no
-                # message has costs nothing more (most, in a batch; a query costs ~0.05 ms however few rows).
+                # Only the messages with one of the grammar's anchors at all (one Aho-Corasick pass), then
+                # the literal anchor of each pattern over those, the regex only over the rows that contain
+                # it: an expression "anchor & regex" would run the regex over every row for every pattern.
+                # The anchors of all the grammar's patterns are marked in one query, so a pattern whose
+                # anchor no message has costs nothing more (most, in a batch; a query costs ~0.05 ms however
+                # few rows).
+                anchors = self._anchors[grammar.family]
+                candidates = pool if anchors is None else pool.filter(pl.col("msg").str.contains_any(anchors))
+                if candidates.is_empty():
+                    continue
                 marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
-                marked = pool.with_columns(_candidate(p).alias(m) for p, m in zip(grammar.patterns, marks))
+                marked = candidates.with_columns(
+                    _candidate(p).alias(m) for p, m in zip(grammar.patterns, marks)
+                )
                 anchored = marked.select(pl.col(m).any() for m in marks).row(0)
                 for pattern, mark, present in zip(grammar.patterns, marks, anchored):
                     if not present:
@@ -392,11 +510,12 @@ class LineParser:
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
                     extracted = self._extract(hit, grammar, pattern)
                     self.state.values_out_of_range += int(extracted["__unfit"].sum())
+                    assigned.append(extracted.select("row", "family", "pattern", "__unfit"))
                     extracted = extracted.drop("__unfit")
-                    assigned.append(extracted.select("row", "family", "pattern"))
                     parts.setdefault(grammar.table, []).append(extracted)
-                if marked.height < pool.height:
-                    pool = marked.select(pool.columns)
+                if marked.height < candidates.height:
+                    claimed = candidates.join(marked, on="row", how="anti").get_column("row")
+                    pool = pool.filter(~pl.col("row").is_in(claimed.implode()))
         tables = {}
         located = frame.select("row", *keys)
         for name, columns in self.schemas.tables.items():
@@ -407,11 +526,7 @@ class LineParser:
                 tables[name] = conform(merged.sort("line_no", "part"), columns)
             else:
                 tables[name] = self.empty_tables[name]
-        assignments = (
-            pl.concat(assigned)
-            if assigned
-            else pl.DataFrame(schema={"row": pl.UInt32, "family": pl.String, "pattern": pl.String})
-        )
+        assignments = pl.concat(assigned) if assigned else pl.DataFrame(schema=_ASSIGNED)
         return tables, assignments
 
     @staticmethod

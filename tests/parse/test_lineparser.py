@@ -102,3 +102,35 @@ def test_tables_no_line_reached_are_empty_with_their_schema(parser):
         assert tables[name].is_empty() and tables[name].schema == pl.Schema(columns), name
     tables = parse(parser, ["INFO Probe 1"])
     assert tables["probes"].height == 1 and parser.empty_tables["probes"].is_empty()
+
+
+def test_the_lines_set_apart_as_plain_are_parsed_as_the_stages_parse_them():
+    """parse() makes the lines row of a line it can tell is plain without the stages (no launcher or envelope
+    head, no glued head, no text pattern): the tables and counts are those of running every line through
+    them (parse_frame), the glued line's pieces included."""
+    texts = [
+        "step 10/100 | loss 2.5 |     15.1 ms/step",
+        "",
+        "  warnings.warn(",
+        "gpu-node-1:12:12 [0] NCCL INFO Using network IB",
+        "0: gpu-node-1:12:12 [0] NCCL INFO cudaDriverVersion 12040",
+        "plain then glued gpu-node-1:12:13 [0] NCCL INFO Using network IB",
+        "Traceback (most recent call last):",
+        "\x1b[31mred\x1b[0m text",
+        "[rank3]:[E1126 10:00:00.000 ProcessGroupNCCL.cpp:100] something",
+        "NCCL version 2.21.5+cuda12.4",
+    ]
+    chunk = LineChunk(
+        0,
+        pl.Series("line_no", range(1, len(texts) + 1), dtype=pl.UInt32),
+        pl.Series("byte_offset", [100 * n for n in range(len(texts))], dtype=pl.UInt64),
+        pl.Series("text", texts),
+    )
+    apart, whole = LineParser(load_grammars()), LineParser(load_grammars())
+    tables = apart.parse(chunk)
+    expected, _ = whole.parse_frame(chunk)
+    assert tables["lines"]["family"].to_list()[:3] == ["text", "blank", "text"]
+    assert tables["lines"].height == len(texts) + 1  # the glued line in two pieces
+    for name, table in expected.items():
+        assert tables[name].equals(table), name
+    assert apart.state == whole.state

@@ -1,0 +1,181 @@
+"""Lines an analysis would parse only to drop them: repeats of a line already parsed, skipped before the
+general parser runs.
+
+An analysis keeps the first ``tables.REPEATS_KEPT`` rows of each content per table and counts the rest
+(``tables.Repeats``), and of the plain lines (no envelope, no family) only those a rule reads and the first
+of each launcher label (``tables.PlainLines``). Both decide on what a line parses to, after the parser has
+run its regexes over it. A line is parsed to the same rows whatever came before it when it is not torn or
+glued (grammar §9.2: where a glued line is cut depends on the hosts known so far) and has no number too
+large for its column: such a line says the same as the last time its text was seen in the same source.
+:class:`RepeatSkip` remembers, per source and by a hash of the text, what such a line parsed to, and
+counts how often it was seen since: once a text was parsed ``kept`` times (a row of a folded table) or once
+(a plain line), the lines that repeat it are the ones the folds drop, and they are counted instead of
+parsed, as the parser would have counted them (lines, family, envelope) and as ``Repeats`` would have
+(:attr:`ParseState.repeats_skipped`).
+
+Lines whose rows anything else reads before the folds (the ``comms`` rows the numbering observes, PyTorch's
+lines and rows that the Flight Recorder discovery reads) and lines nothing folds are always parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from nccl_logsift.grammar.registry import GrammarSet
+from nccl_logsift.io.lines import LineChunk
+from nccl_logsift.parse.lineparser import TORCH_PRODUCERS, ParseState
+
+# Texts remembered per source at most: past it the source's texts are forgotten, and lines are parsed
+# again until they are seen enough. Only texts whose repeats can be skipped, seen twice in one batch, are
+# remembered (a log of distinct lines, training prints, adds none).
+MAX_TEXTS = 1 << 18
+# Families whose rows something reads before the folds (pipeline.TableStream._batch).
+_OBSERVED_TABLES = frozenset({"comms", "torch"})
+
+
+@dataclass(slots=True)
+class _Texts:
+    """The texts of one source whose repeats can be skipped, by key (sorted), with what they parsed to."""
+
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    family: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # RepeatSkip._families
+    enveloped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    folded: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # counted by Repeats
+    limit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # parsed before skipping
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # parsed so far (≤ limit)
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``keys`` that are known, and their positions in the table."""
+        if not len(self.keys):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        rows = np.flatnonzero(self.keys[at] == keys)
+        return rows, at[rows]
+
+
+class RepeatSkip:
+    """Per source, the texts seen often enough to skip their repeats; see the module's docstring.
+
+    ``kept`` is ``tables.REPEATS_KEPT``; ``unfolded`` the tables never folded; ``read_text`` the regex of
+    the plain lines a rule reads (``tables.MODULE_FRAME``), which are always kept.
+    """
+
+    def __init__(self, grammars: GrammarSet, kept: int, unfolded: Collection[str], read_text: str):
+        self.kept = kept
+        self._read_text = read_text
+        self._foldable = sorted(
+            g.family for g in grammars.grammars if g.table and g.table not in {*unfolded, *_OBSERVED_TABLES}
+        )
+        self._families = ["text", "blank", *self._foldable]
+        self._texts: dict[int, _Texts] = {}
+
+    def split(self, chunk: LineChunk, state: ParseState) -> tuple[LineChunk, np.ndarray]:
+        """The lines of ``chunk`` to parse and their keys; the others are counted into ``state``."""
+        keys = chunk.text.hash(seed=0).to_numpy()
+        texts = self._texts.get(chunk.source_id)
+        if texts is None:
+            return chunk, keys
+        rows, slots = texts.find(keys)
+        if not len(rows):
+            return chunk, keys
+        # Each line's occurrence: those of this chunk before it, plus those parsed before.
+        order = np.argsort(slots, kind="stable")
+        ordered = slots[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        rank = np.empty(len(rows), dtype=np.int64)
+        rank[order] = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+        skip = rank + texts.seen[slots] >= texts.limit[slots]
+        texts.seen += np.bincount(slots[~skip], minlength=len(texts.keys))
+        np.minimum(texts.seen, texts.limit, out=texts.seen)
+        if not skip.any():
+            return chunk, keys
+        skipped = slots[skip]
+        _account(texts, skipped, self._families, state)
+        mask = np.ones(len(keys), dtype=bool)
+        mask[rows[skip]] = False
+        keep = pl.Series(mask)
+        kept = LineChunk(
+            source_id=chunk.source_id,
+            line_no=chunk.line_no.filter(keep),
+            byte_offset=chunk.byte_offset.filter(keep),
+            text=chunk.text.filter(keep),
+        )
+        return kept, keys[mask]
+
+    def learn(self, chunk: LineChunk, keys: np.ndarray, lines: pl.DataFrame, unfit: pl.Series) -> None:
+        """Remember what the new texts among the lines of ``chunk`` (parsed: their ``lines`` rows, and the
+        line numbers with a value out of range) parsed to, when their repeats can be skipped."""
+        texts = self._texts.get(chunk.source_id)
+        if texts is None or len(texts.keys) > MAX_TEXTS:
+            texts = self._texts[chunk.source_id] = _Texts()
+        new = np.ones(len(keys), dtype=bool)
+        new[texts.find(keys)[0]] = False
+        # Only a text seen twice in this batch is remembered (below): the others are left out before the
+        # joins (a 4096-rank job's init lines are all distinct).
+        _, inverse, counts = np.unique(keys[new], return_inverse=True, return_counts=True)
+        new[np.flatnonzero(new)[counts[inverse] < 2]] = False
+        if not new.any():
+            return
+        pick = pl.Series(new)
+        parsed = pl.DataFrame({"key": keys[new], "line_no": chunk.line_no.filter(pick)})
+        heads = lines.filter(pl.col("part") == 0).select("line_no", "family", "producer", "torn", "text")
+        plain = (
+            pl.col("producer").is_null()
+            & pl.col("family").is_in(["text", "blank"])
+            & ~pl.col("text").str.contains(self._read_text)
+        )
+        torch = pl.col("producer").is_in(TORCH_PRODUCERS).fill_null(False)
+        table_row = pl.col("family").is_in(self._foldable) & ~torch
+        # Where a glued line is cut depends on the hosts known so far (LineParser._split_glued).
+        glued = (
+            pl.col("text").str.contains("]:[", literal=True)
+            | pl.col("text").str.contains(".cpp:", literal=True)
+            | (pl.col("text").str.count_matches(" NCCL ", literal=True) > pl.col("producer").is_not_null())
+        )
+        same = (plain | table_row) & ~pl.col("torn") & ~glued & ~pl.col("line_no").is_in(unfit.implode())
+        learned = (
+            parsed.join(heads, on="line_no", how="inner")
+            .group_by("key")
+            .agg(
+                family=pl.col("family")
+                .first()
+                .replace_strict(
+                    self._families, range(len(self._families)), default=-1, return_dtype=pl.Int32
+                ),
+                enveloped=pl.col("producer").first().is_not_null(),
+                plain=plain.first(),
+                seen=pl.len(),
+                same=same.all().fill_null(False),
+            )
+            # A text seen once is not remembered: most are (training prints), and the table would grow with
+            # the log; a text that repeats is seen again within a batch.
+            .filter(pl.col("same") & (pl.col("family") >= 0) & (pl.col("seen") > 1))
+        )
+        if learned.is_empty():
+            return
+        folded = ~learned.get_column("plain").to_numpy()
+        limit = np.where(folded, self.kept, 1)
+        keys_new = learned.get_column("key").to_numpy()
+        merged = np.concatenate([texts.keys, keys_new])
+        order = np.argsort(merged, kind="stable")
+        texts.keys = merged[order]
+        texts.family = np.concatenate([texts.family, learned.get_column("family").to_numpy()])[order]
+        texts.enveloped = np.concatenate([texts.enveloped, learned.get_column("enveloped").to_numpy()])[order]
+        texts.folded = np.concatenate([texts.folded, folded])[order]
+        texts.limit = np.concatenate([texts.limit, limit])[order]
+        seen = np.minimum(learned.get_column("seen").to_numpy().astype(np.int64), limit)
+        texts.seen = np.concatenate([texts.seen, seen])[order]
+
+
+def _account(texts: _Texts, skipped: np.ndarray, families: list[str], state: ParseState) -> None:
+    """Count skipped lines (their positions in ``texts``) as the parser and the fold of repeats would have."""
+    state.lines += len(skipped)
+    state.envelope_lines += int(texts.enveloped[skipped].sum())
+    state.repeats_skipped += int(texts.folded[skipped].sum())
+    for code, count in enumerate(np.bincount(texts.family[skipped], minlength=len(families))):
+        if count:
+            state.family_counts[families[code]] += int(count)
