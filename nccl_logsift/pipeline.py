@@ -46,7 +46,10 @@ from nccl_logsift.parse.parallel import (
 )
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
+from nccl_logsift.resolve.cache import cached as cached  # re-exported: the rules import it from here
+from nccl_logsift.resolve.cache import per_job as per_job
 from nccl_logsift.resolve.communicators import device_ranks, process_ranks
+from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.progress import CollectiveNumbering
 from nccl_logsift.tables import REPEATS_KEPT, RankMaps, TableSink
 
@@ -414,14 +417,14 @@ class Analysis:
     """The diagnosis of a stream: feed it batches with :meth:`add`, then ask for the :meth:`report`.
 
     ``analyze`` feeds it every batch at once; ``watch`` feeds it as a live job writes its log. COLL calls
-    go to a :class:`~nccl_logsift.findings.digest.CollectiveDigest`, so memory stays bounded whatever
+    go to a :class:`~nccl_logsift.resolve.digest.CollectiveDigest`, so memory stays bounded whatever
     the size of the log. A batch is folded into the digest in a thread of its own while the stream
     parses and numbers the next one (the fold's compiled loop releases the GIL); batches are folded
     one at a time, in order.
     """
 
     def __init__(self, stream: TableStream, budget: int | None = None):
-        from nccl_logsift.findings.digest import BUDGET_ROWS, CollectiveDigest
+        from nccl_logsift.resolve.digest import BUDGET_ROWS, CollectiveDigest
         from nccl_logsift.tables import (
             DIAGNOSIS_COLUMNS,
             MODULE_FRAME,
@@ -462,7 +465,6 @@ class Analysis:
 
     def job(self):
         """The summary and the Job of everything added so far (call once, at the end)."""
-        from nccl_logsift.findings.context import Job
         from nccl_logsift.memory import release_freed
 
         self._folded()
@@ -583,3 +585,17 @@ def _streamed(
         if progress is not None:
             progress(batch.bytes_read)
     return analysis
+
+
+def parse_job(paths: Sequence[str], options: ParseOptions | None = None) -> tuple[ParseSummary, Job]:
+    """Parse ``paths`` into memory: the parse summary and the tables wrapped as a Job (what rule tests
+    use; ``analyze`` goes on to run the rules)."""
+    analysis = Analysis(TableStream(list(paths), options or ParseOptions(every_line=False)))
+    for batch in analysis.stream:
+        analysis.add(batch)
+    return analysis.job()
+
+
+def load_job(paths: Sequence[str]) -> Job:
+    """Parse ``paths`` into a Job (what rule tests use)."""
+    return parse_job(paths)[1]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from conftest import FIXTURES
 
-from nccl_logsift.findings.context import Job, load_job
+from nccl_logsift.pipeline import load_job
+from nccl_logsift.resolve.job import Job
 from nccl_logsift.simulate import Options, write
 
 

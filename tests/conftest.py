@@ -69,7 +69,7 @@ def corpus_files() -> list[Path]:
 @pytest.fixture(scope="session")
 def corpus_job():
     """Parse a real corpus log by file name once per session; skip when ../shared is absent."""
-    from nccl_logsift.findings.context import load_job
+    from nccl_logsift.pipeline import load_job
 
     cache: dict[str, object] = {}
 

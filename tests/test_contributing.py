@@ -8,9 +8,9 @@ import shutil
 from conftest import FIXTURES, ROOT
 
 from nccl_logsift.findings.base import HEADINGS
-from nccl_logsift.findings.context import load_job
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.validate import check_samples
+from nccl_logsift.pipeline import load_job
 
 GUIDE = (ROOT / "CONTRIBUTING.md").read_text()
 

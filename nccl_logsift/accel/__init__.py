@@ -14,7 +14,7 @@ same inputs.
 * ``collscan_*``: the COLL fast path and its table of distinct strings (``parse/collscan.py``);
 * ``keymap_*``: dense slots for 64-bit keys (``accel/keymap.py``, and numbering's table of starts);
 * ``calls_*``: call signatures and keys (``parse/calls.py``) and numbering (``resolve/progress.py``);
-* ``digest_*``: the collective digest (``findings/digest.py``).
+* ``digest_*``: the collective digest (``resolve/digest.py``).
 
 The arrays the loops read eight bytes at a time (a chunk's ``words`` view, a string table's store) are
 padded: see ``io/lines.py``'s ``ByteView`` and ``padded``.

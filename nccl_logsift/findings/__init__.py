@@ -20,8 +20,8 @@ import logging
 
 from nccl_logsift.findings import flight, nccl, performance, placement, process, progress, startup, transport
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
 from nccl_logsift.model import Finding
+from nccl_logsift.resolve.job import Job
 
 log = logging.getLogger(__name__)
 

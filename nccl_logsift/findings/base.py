@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import polars as pl
 
-from nccl_logsift.findings.context import Job
 from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.job import Job
 
 HEADINGS = ("What it means", "Why it matters", "How it is detected", "Example", "What to do")
 

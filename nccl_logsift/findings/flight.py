@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.model import Evidence, Finding, Kind, Severity
+from nccl_logsift.resolve.job import Job, per_job
 
 FR_EVIDENCE = 4  # dump entries a finding quotes per side
 # torch-table events that print a rank's last enqueued / completed SeqNum on a process group.

@@ -19,19 +19,15 @@ import polars as pl
 
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
-from nccl_logsift.findings.process import (
-    FAILURE_EVENTS,
-    locations,
-    names,
-    nccl_tests_failures,
-    ranks_text,
-)
+from nccl_logsift.findings.process import locations, names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
+from nccl_logsift.resolve.failures import nccl_tests_failures
 from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.ranks import with_job_rank
+from nccl_logsift.resolve.work import FAILURE_EVENTS
 
 # ncclResult_t, grammar §7.
 RESULT = {

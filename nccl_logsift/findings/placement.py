@@ -21,21 +21,13 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job
-from nccl_logsift.findings.startup import (
-    EVIDENCE,
-    PROC,
-    evidence,
-    interfaces,
-    lifecycle_instances,
-    names,
-    per_job,
-    plural,
-    ranks_text,
-    resolve_rows,
-)
+from nccl_logsift.findings.startup import EVIDENCE, evidence, names, per_job, plural, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.inits import lifecycle_instances, resolve_rows
+from nccl_logsift.resolve.interfaces import interfaces
+from nccl_logsift.resolve.job import Job
+from nccl_logsift.resolve.processes import PROC
 from nccl_logsift.resolve.ranks import known_ranks
 
 # CUDA error strings that are teardown noise, not a failure: the process is already exiting.

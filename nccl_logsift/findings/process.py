@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job, per_job
 from nccl_logsift.findings.progress import describe_rank
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
-from nccl_logsift.resolve.hosts import nccl_host, nccl_host_expr
+from nccl_logsift.resolve.failures import nccl_tests_failures, uncaught_exceptions
+from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.ranks import label_maps, with_job_rank
-from nccl_logsift.tables import MODULE_FRAME
+from nccl_logsift.resolve.work import FAILURE_EVENTS
 
 LOCATION = ["source_id", "line_no", "part"]
 
@@ -34,18 +35,6 @@ LOCATION = ["source_id", "line_no", "part"]
 CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 # Signals a launcher, the scheduler or a user sends to stop a process.
 STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-# PyTorch events that say a collective failed or timed out (findings/nccl.py: a job with them failed).
-FAILURE_EVENTS = (
-    "watchdog_timeout",
-    "blocking_wait_timeout",
-    "timeout_at_work",
-    "exception_at_work",
-    "failure_at_work",
-    "ops_failed",
-    "taking_down",
-    "watchdog_terminated",
-    "heartbeat_timeout",
-)
 # PyTorch events that say the process is tearing itself down after a watchdog timeout or an NCCL error.
 TEARDOWN_TORCH_EVENTS = (
     *FAILURE_EVENTS,
@@ -63,25 +52,6 @@ GAVE_UP_WAITING = (
     r"DistNetworkError|DistStoreError|RendezvousTimeoutError|client socket has timed out|"
     r"Timed out after \d+ seconds waiting for clients"
 )
-
-
-# --------------------------------------------------------------------------------------------- shared helpers
-def launcher_hosts(job: Job) -> frozenset[str]:
-    """The hosts the launcher names: in its exit reports (``srun: error: HOST: task N``, torchrun's failure
-    summary, mpirun's and PALS's, slurmstepd's cancellation) and in the prefixes pdsh puts on each line,
-    cut to the short name NCCL prints. A log without NCCL lines (NCCL_DEBUG unset) has no Init line to tie
-    a process to its host, and these are then the only names of its hosts. An address is left out: nothing
-    says which named host it is, and counting it could count a host twice."""
-    named = [
-        frame[column].drop_nulls()
-        for frame, column in ((job.table("exits"), "exit_host"), (job.lines, "launcher_host"))
-        if not frame.is_empty() and column in frame.columns
-    ]
-    if not named:
-        return frozenset()
-    hosts = pl.concat(named).unique()
-    hosts = nccl_host_expr(hosts.filter(~hosts.str.contains(r"^\d+(\.\d+){3}$|:")))
-    return frozenset(hosts.filter(hosts.str.len_chars() > 0).to_list())
 
 
 def ranks_text(ranks: list[int], limit: int = 8) -> str:
@@ -248,7 +218,7 @@ class ProcessExit(Rule):
     def _ras_dead(self, job: Job) -> Iterator[Finding]:
         """The processes NCCL's RAS declared dead, per host: the culprit is the node RAS names, not the ranks
         whose RAS threads reported it (they are alive: they log)."""
-        from nccl_logsift.findings.transport import address_hosts  # transport builds on this module's helpers
+        from nccl_logsift.resolve.transports import address_hosts
 
         ras = job.table("ras")
         if ras.is_empty() or not {"event", "peer"} <= set(ras.columns):
@@ -417,14 +387,14 @@ class ProcessExit(Rule):
             # A traceback labelled by local rank only (torchrun's [defaultN]: on a multi-node stream) belongs
             # to the one failed process of that local rank, when there is one.
             local = {k: v[0] for k, v in _by_local_rank(failed).items() if len(v) == 1}
-            for r in _uncaught(job) if failed else ():
+            for r in uncaught_exceptions(job) if failed else ():
                 d = coded.get(r["job_rank"]) if r["job_rank"] is not None else local.get(r.get("local_rank"))
                 if d is not None and not d.because:
                     d.because = r["what"]
                     d.first = min(d.first, order_key(r["source_id"], r["line_no"]))
                     d.rows.insert(0, (r["source_id"], r["line_no"], r["part"] or 0))
         if not found:
-            for r in _uncaught(job):
+            for r in uncaught_exceptions(job):
                 add(
                     r["job_rank"],
                     r.get("host"),
@@ -702,24 +672,11 @@ def _by_local_rank(deaths: list[Death]) -> dict[int, list[Death]]:
     return out
 
 
-def unranked_exits(job: Job) -> int:
-    """Processes that ended with an uncaught top-level Python exception no line ties to a rank (an unlabelled
-    stream, no launcher report): counted against the world ranks missing from NCCL init."""
-    if _launcher_reports(job):
-        return 0
-    return sum(1 for r in _uncaught(job) if r["job_rank"] is None)
-
-
-def _launcher_reports(job: Job) -> bool:
-    exits = job.table("exits")
-    return not exits.is_empty() and "event" in exits.columns
-
-
 def _rank_by_absence(job: Job, deaths: list[Death]) -> None:
     """Give the deaths without a rank the world ranks that never logged an Init line, when they are exactly as
     many (k processes died at the top level before NCCL init, k ranks of the world never joined it): the set
     of ranks is certain; with several, the pairing follows the order of the tracebacks."""
-    from nccl_logsift.findings.startup import stalled_inits  # startup builds on this module's helpers
+    from nccl_logsift.resolve.inits import stalled_inits
 
     unranked = [d for d in deaths if d.rank is None]
     if not unranked:
@@ -732,44 +689,6 @@ def _rank_by_absence(job: Job, deaths: list[Death]) -> None:
     if len(missing) == len(unranked):
         for d, rank in zip(sorted(unranked, key=lambda d: d.first), missing):
             d.rank = rank
-
-
-def _uncaught(job: Job) -> list[dict]:
-    """Python exceptions that reached the top level of the script (``Traceback`` whose first frame is
-    ``<module>``), with the exception that ends each traceback: the process exits with code 1."""
-    apps = job.table("app_errors")
-    lines = job.lines
-    if apps.is_empty() or "event" not in apps.columns or lines.is_empty():
-        return []
-    stream = [c for c in ("source_id", "task", "mpi_rank", "torch_rank", "local_rank") if c in apps.columns]
-    rows = with_job_rank(job, apps.sort("source_id", "line_no"))
-    rows = rows.with_columns(
-        tb=(pl.col("event") == "traceback").cast(pl.Int32).cum_sum().over(stream, order_by=["line_no"])
-    )
-    tracebacks = rows.filter(pl.col("event") == "traceback").select(*stream, "tb", "line_no")
-    first_frames = tracebacks.select("source_id", (pl.col("line_no") + 1).alias("line_no")).join(
-        lines.filter(pl.col("part") == 0).select("source_id", "line_no", "text"),
-        on=["source_id", "line_no"],
-        how="left",
-    )
-    top = first_frames.filter(pl.col("text").fill_null("").str.contains(MODULE_FRAME)).select(
-        "source_id", (pl.col("line_no") - 1).alias("line_no")
-    )
-    tracebacks = tracebacks.join(top, on=["source_id", "line_no"], how="semi")
-    if tracebacks.is_empty() or "error_class" not in rows.columns:
-        return []
-    ends = (
-        rows.filter((pl.col("tb") > 0) & pl.col("error_class").is_not_null())
-        .group_by(*stream, "tb")
-        .agg(pl.all().first())
-    )
-    out = []
-    matched = ends.join(tracebacks.select(*stream, "tb"), on=[*stream, "tb"], how="inner", nulls_equal=True)
-    for r in matched.sort("line_no").iter_rows(named=True):
-        text = r.get("nccl_error") or r.get("detail") or ""
-        r["what"] = r["error_class"] + (f" ({text})" if text else "")
-        out.append(r)
-    return out
 
 
 def _teardown_ranks(job: Job) -> dict[int, int]:
@@ -854,55 +773,6 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
                 what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
                 found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     return found
-
-
-TEST_FAILURES = ("test_nccl_failure", "test_cuda_failure", "test_timeout")
-
-
-@per_job
-def nccl_tests_failures(job: Job) -> pl.DataFrame:
-    """nccl-tests' own failure lines (``host: Test NCCL failure file:line 'error / last error'``, CUDA
-    failures, timeouts) with ``job_rank``: the launcher label of the line; else the rank of the one process
-    on that host whose ``.. host pid P: Test failure`` trace follows, read from the test's device list
-    (``#  Rank 2 Group 0 Pid P on host``); else the first failed process of mpirun's exit block, when the
-    device list puts it on that host."""
-    tests = job.table("nccltests")
-    if tests.is_empty() or "event" not in tests.columns:
-        return pl.DataFrame()
-    failures = with_job_rank(job, tests.filter(pl.col("event").is_in(TEST_FAILURES)))
-    if failures.is_empty():
-        return failures
-    host = nccl_host_expr(pl.col("test_host"))
-    devices = (
-        tests.filter(pl.col("event") == "device")
-        .select(
-            host.alias("_h"),
-            pl.col("test_pid").alias("_pid"),
-            pl.col("rank").cast(pl.Int64).alias("_dev_rank"),
-        )
-        .drop_nulls()
-        .unique(["_h", "_pid"])
-    )
-    traces = (
-        tests.filter((pl.col("event") == "test_failure") & pl.col("test_pid").is_not_null())
-        .select(host.alias("_h"), pl.col("test_pid").alias("_pid"))
-        .unique()
-    )
-    # Only a host with one failing process says which one printed the failure.
-    traced = traces.join(devices, on=["_h", "_pid"], how="inner").unique("_h", keep="none")
-    traced = traced.select("_h", _traced="_dev_rank")
-    exits = job.table("exits")
-    if not exits.is_empty():
-        first = assemble_exits(exits).filter(pl.col("root_cause") & pl.col("rank").is_not_null())
-        placed = first.select(_dev_rank="rank").join(devices.unique("_dev_rank"), on="_dev_rank", how="inner")
-        traced = pl.concat([traced, placed.select("_h", _traced="_dev_rank")])
-        traced = traced.unique("_h", keep="first", maintain_order=True)
-    return (
-        failures.with_columns(_h=host)
-        .join(traced, on="_h", how="left", maintain_order="left")
-        .with_columns(job_rank=pl.coalesce("job_rank", "_traced"))
-        .drop("_h", "_traced")
-    )
 
 
 RULES: tuple[type[Rule], ...] = (ProcessExit,)

@@ -18,32 +18,26 @@ The helpers here are shared with the placement rules (LS4xx).
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
-from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.context import Job, per_job, rank_range
-from nccl_logsift.findings.process import launcher_hosts, unranked_exits
-from nccl_logsift.findings.transport import address_hosts, logged_hosts, n_nodes
 from nccl_logsift.model import Finding, Kind, Severity
-from nccl_logsift.resolve.communicators import instances as build_instances
 from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.failures import failure_rows
 from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.inits import InitState, lifecycle_instances, resolve_rows, stalled_inits
+from nccl_logsift.resolve.interfaces import Iface, address_kind, interfaces, parse_ip, socket_ifname, subnet16
+from nccl_logsift.resolve.job import Job, per_job, rank_range
+from nccl_logsift.resolve.processes import PROC, launcher_hosts
 from nccl_logsift.resolve.ranks import known_ranks, label_rank, with_job_rank
+from nccl_logsift.resolve.transports import address_hosts, logged_hosts, n_nodes
 
-PROC = ["host", "pid"]
 EVIDENCE = ["source_id", "line_no", "part"]
-LIFECYCLE = ("Init", "Destroy", "Abort")
 
-# Error kinds that are never a sign of a process's failure: probes, retries and fallbacks NCCL handled, and
-# teardown chatter (grammars/nccl/errors.toml [kinds]).
-BENIGN_KINDS = vocabulary.with_role("benign", "teardown")
 REMOTE_ERROR = 6
 
 # Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.
@@ -97,70 +91,6 @@ def evidence(*frames: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([rows_of(f) for f in frames], how="vertical")
 
 
-@per_job
-def lifecycle_instances(job: Job) -> pl.DataFrame:
-    """Communicator instances from the Init/Destroy/Abort rows: the ``communicators`` table, which the
-    stream's numbering built from those rows (its other rows, summaries and revokes, neither open nor end
-    an instance; the same table on the 42 real logs and the fixtures, row for row); built here for a Job
-    without it. Building it again took 0.13 s for a 4096-rank job."""
-    built = job.table("communicators")
-    if "start_seq" in built.columns:
-        return built
-    comms = job.table("comms")
-    if comms.is_empty() or "what" not in comms.columns:
-        return _no_instances(job)
-    rows = comms.filter(pl.col("what").is_in(LIFECYCLE) & pl.col("comm").is_not_null())
-    if rows.is_empty():
-        return _no_instances(job)
-    return build_instances(rows.drop([c for c in ("global_rank",) if c in rows.columns]))
-
-
-def _no_instances(job: Job) -> pl.DataFrame:
-    table = job.table("communicators")
-    return (
-        table.clear()
-        if not table.is_empty()
-        else pl.DataFrame(
-            schema={
-                "host": pl.String,
-                "pid": pl.Int64,
-                "comm": pl.UInt64,
-                "init_started": pl.Boolean,
-                "init_completed": pl.Boolean,
-                "rank": pl.Int64,
-                "nranks": pl.Int64,
-                "comm_uid": pl.String,
-                "global_rank": pl.Int64,
-                "world_size": pl.Int64,
-                "start_seq": pl.Int64,
-                "complete_seq": pl.Int64,
-                "source_id": pl.UInt16,
-                "line_no": pl.UInt32,
-                "bus_id": pl.String,
-                "nvml_dev": pl.Int64,
-                "cuda_dev": pl.Int64,
-            }
-        )
-    )
-
-
-@per_job
-def failure_rows(job: Job) -> pl.DataFrame:
-    """Any sign that a process failed in NCCL: a WARN that is not a probe or teardown message, or a
-    non-zero '-> N' chain line (with seq). Real failures of the catch-all kinds are followed by a chain."""
-    errors = job.table("errors")
-    if errors.is_empty() or "error_kind" not in errors.columns:
-        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "seq": pl.Int64})
-    rows = errors.filter(
-        pl.col("host").is_not_null()
-        & (
-            ((pl.col("level") == "WARN") & ~pl.col("error_kind").is_in(BENIGN_KINDS))
-            | ((pl.col("error_kind") == "chain") & (pl.col("result_code").fill_null(0) > 0))
-        )
-    )
-    return with_seq(rows)
-
-
 def chain_after(job: Job, rows: pl.DataFrame, window: int = 12) -> pl.DataFrame:
     """For each row (host, pid, tid, seq), the chain lines of the same thread that follow it closely."""
     errors = job.table("errors")
@@ -174,128 +104,6 @@ def chain_after(job: Job, rows: pl.DataFrame, window: int = 12) -> pl.DataFrame:
     keyed = rows.select(*PROC, "tid", "seq").with_row_index("row")
     joined = keyed.join(chains, on=[*PROC, "tid"], how="inner").filter(pl.col("chain_seq") > pl.col("seq"))
     return joined.sort("chain_seq").group_by("row").head(window)
-
-
-@dataclass
-class InitState:
-    """Per communicator that no member finished: who started, who failed, who never joined."""
-
-    uid: str
-    nranks: int
-    world: bool
-    members: pl.DataFrame  # instances that started and never completed
-    failed: list[int] = field(default_factory=list)  # global ranks that logged an error in init
-    waiting: list[int] = field(default_factory=list)  # global ranks still in init, no error
-    missing: list[int] = field(default_factory=list)  # communicator ranks absent from every Init line
-    failed_elsewhere: list[int] = field(default_factory=list)  # missing ranks that failed before Init START
-    unexplained: list[int] = field(default_factory=list)  # missing ranks with no sign of life
-
-
-@per_job
-def stalled_inits(job: Job) -> list[InitState]:
-    """The communicators whose init nobody completed, split into failed / waiting / missing ranks."""
-    inst = lifecycle_instances(job)
-    if inst.is_empty():
-        return []
-    failures = failure_rows(job)
-    ranks = known_ranks(job)
-    world = job.world_size
-    out = []
-    # The stalled communicators first, in one pass: a 4096-rank job has ~3k, nearly all of them complete.
-    stalled = inst.filter(
-        ~pl.col("init_completed").any().over("comm_uid") & pl.col("init_started").any().over("comm_uid")
-    )
-    for (uid,), group in stalled.group_by("comm_uid"):
-        members = group.filter(pl.col("init_started"))
-        # A size too large for its column is null (parse/kinds.py): the members seen are then the size.
-        nranks = int(members["nranks"].max() or members.height)
-        is_world = world is not None and nranks == world
-        failed_seq = (
-            members.select(*PROC, "start_seq", "global_rank", "rank")
-            .join(failures.select(*PROC, "seq"), on=PROC, how="left")
-            .with_columns(hit=pl.col("seq") >= pl.col("start_seq"))
-            .group_by(*PROC, "global_rank", "rank")
-            .agg(pl.col("hit").any())
-        )
-        state = InitState(uid, nranks, is_world, members)
-        state.failed = sorted(
-            int(r) for r in failed_seq.filter(pl.col("hit").fill_null(False))["global_rank"].drop_nulls()
-        )
-        state.waiting = sorted(
-            int(r) for r in failed_seq.filter(~pl.col("hit").fill_null(False))["global_rank"].drop_nulls()
-        )
-        present = {int(r) for r in members["rank"].drop_nulls()}
-        state.missing = sorted(set(rank_range(nranks)) - present)
-        if state.missing and is_world:
-            _explain_missing(job, state, failures, ranks)
-        else:
-            state.unexplained = list(state.missing)
-        out.append(state)
-    return sorted(out, key=lambda s: (not s.world, s.uid))
-
-
-def _explain_missing(job: Job, state: InitState, failures: pl.DataFrame, ranks: pl.DataFrame) -> None:
-    """Missing world ranks that are processes which failed before they logged Init START."""
-    inst_procs = lifecycle_instances(job).select(*PROC).unique()
-    failed_procs = failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti")
-    known = failed_procs.join(ranks, on=PROC, how="left")
-    named = {int(r) for r in known["rank"].drop_nulls()} & set(state.missing)
-    # Processes that died of a top-level Python exception before NCCL init, in a stream without rank labels.
-    unnamed = known.filter(pl.col("rank").is_null()).height + unranked_exits(job)
-    rest = [r for r in state.missing if r not in named]
-    if unnamed >= len(rest):
-        named |= set(rest)
-        rest = []
-    state.failed_elsewhere = sorted(named)
-    state.unexplained = rest
-
-
-@per_job
-def unranked_failures(job: Job) -> dict[tuple[str, int], int]:
-    """Ranks for failing processes that never logged an Init line, inferred from the world's missing ranks.
-
-    Only when the count matches exactly (k failing processes without a rank, k missing world ranks) is the
-    assignment made, and then in host/pid order: the set of ranks is certain, the pairing is a guess that
-    only matters when the processes are on different hosts.
-    """
-    out: dict[tuple[str, int], int] = {}
-    failures = failure_rows(job)
-    if failures.is_empty():
-        return out
-    ranks = known_ranks(job)
-    inst_procs = lifecycle_instances(job).select(*PROC).unique()
-    procs = (
-        failures.select(*PROC).unique().join(inst_procs, on=PROC, how="anti").join(ranks, on=PROC, how="anti")
-    )
-    if procs.is_empty():
-        return out
-    for state in stalled_inits(job):
-        if not state.world:
-            continue
-        taken = set(ranks["rank"].drop_nulls().to_list())
-        missing = [r for r in state.missing if r not in taken]
-        if len(missing) == procs.height:
-            for (host, pid), rank in zip(procs.sort(PROC).iter_rows(), missing):
-                out[(host, int(pid))] = rank
-        break
-    return out
-
-
-def resolve_rows(job: Job, frame: pl.DataFrame) -> pl.DataFrame:
-    """``job_rank`` for rows of a table, including inferred ranks of processes that failed before Init."""
-    out = with_job_rank(job, frame)
-    guess = unranked_failures(job)
-    if guess and set(PROC) <= set(out.columns):
-        g = pl.DataFrame(
-            {"host": [h for h, _ in guess], "pid": [p for _, p in guess], "_guess": list(guess.values())},
-            schema={"host": pl.String, "pid": pl.Int64, "_guess": pl.Int64},
-        )
-        out = (
-            out.join(g, on=PROC, how="left")
-            .with_columns(job_rank=pl.coalesce("job_rank", "_guess"))
-            .drop("_guess")
-        )
-    return out
 
 
 @per_job
@@ -452,7 +260,7 @@ def _store_never_listened(job: Job, rows: pl.DataFrame) -> Absence | None:
     what = f"timed out connecting to the c10d store on {host}:{port}" + (
         ", a host no line of these logs comes from" if silent else ""
     )
-    named = (nccl_host(host),) if silent and _ip(host) is None else ()
+    named = (nccl_host(host),) if silent and parse_ip(host) is None else ()
     return Absence((0,), tuple(waiting), what, rows, "store_connect_timeout", named)
 
 
@@ -1000,16 +808,6 @@ class BootstrapFailure(Rule):
 
 
 @per_job
-def socket_ifname(job: Job) -> dict[str, str]:
-    """NCCL_SOCKET_IFNAME per host as the ENV lines print it."""
-    settings = job.table("settings")
-    if settings.is_empty() or "name" not in settings.columns:
-        return {}
-    rows = settings.filter((pl.col("name") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_not_null())
-    return {h: v for h, v in rows.select("host", "value").unique("host", keep="first").iter_rows()}
-
-
-@per_job
 def bootstrap_errors(job: Job) -> pl.DataFrame:
     """Bootstrap failures a rank logged about itself, with a ``cause`` text to group them by."""
     errors = job.table("errors")
@@ -1173,19 +971,6 @@ def _bootstrap_advice(group: pl.DataFrame) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------------- LS203
-@dataclass(frozen=True)
-class Iface:
-    host: str
-    pid: int
-    ifname: str | None
-    address: str | None
-    role: str  # bootstrap, socket, oob
-    source_id: int
-    line_no: int
-    part: int
-
-
 def _iface_lines(used: list[Iface]) -> pl.DataFrame:
     """The process and line of each interface line, as a frame ranks can be attached to."""
     return pl.DataFrame(
@@ -1204,81 +989,6 @@ def _iface_lines(used: list[Iface]) -> pl.DataFrame:
             "part": pl.UInt8,
         },
     )
-
-
-# "[0]eth0:10.0.0.1<0>": a try starts at a "[" and never reads past the next one, so a long run of text costs
-# its length once (an address group that could cross "[" retried the rest of the run from every "[").
-_IFACE_PAIR = re.compile(r"\[\d+\]([^\s:\[<]+):([^\s<\[]+)<\d+>")
-
-
-@per_job
-def interfaces(job: Job) -> list[Iface]:
-    """Every interface a process said it uses: bootstrap, NET/Socket data, IB out-of-band."""
-    net = job.table("network")
-    if net.is_empty() or "event" not in net.columns:
-        return []
-    # A pid that did not fit its column is null (parse/kinds.py): its line names no process to attribute.
-    rows = net.filter(
-        pl.col("event").is_in(("bootstrap_interface", "socket_devices", "ib_devices"))
-        & pl.col("host").is_not_null()
-        & pl.col("pid").is_not_null()
-    )
-    out = []
-    role_of = {"bootstrap_interface": "bootstrap", "socket_devices": "socket", "ib_devices": "oob"}
-    for r in rows.iter_rows(named=True):
-        role = role_of[r["event"]]
-        pairs = []
-        if r["event"] != "ib_devices" and r.get("interfaces") and r.get("ifname") is None:
-            pairs = _IFACE_PAIR.findall(r["interfaces"])
-        elif r.get("ifname"):
-            pairs = [(r["ifname"], r.get("address"))]
-        for i, (ifname, address) in enumerate(pairs):
-            # Old NCCL lists every interface in the Bootstrap line; bootstrap itself uses the first one.
-            this_role = role if not (role == "bootstrap" and i > 0) else "listed"
-            out.append(
-                Iface(
-                    r["host"],
-                    int(r["pid"]),
-                    ifname,
-                    address,
-                    this_role,
-                    int(r["source_id"]),
-                    int(r["line_no"]),
-                    int(r["part"] or 0),
-                )
-            )
-    return out
-
-
-@functools.lru_cache(
-    maxsize=1 << 14
-)  # a 4096-rank job names a few thousand addresses tens of thousands of times
-def address_kind(address: str | None) -> str | None:
-    """'loopback' / 'link-local' for addresses other hosts cannot reach, else None."""
-    ip = _ip(address)
-    if ip is None:
-        return None
-    if ip.is_loopback:
-        return "loopback"
-    if ip.is_link_local:
-        return "link-local"
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _ip(address: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address (without an IPv6 zone), or None when there is none or it is not one."""
-    if not address:
-        return None
-    try:
-        return ipaddress.ip_address(address.split("%")[0])
-    except ValueError:
-        return None
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _subnet16(ip: ipaddress.IPv4Address) -> ipaddress.IPv4Network:
-    return ipaddress.ip_network(f"{ip}/16", strict=False)
 
 
 class InterfaceMisconfig(Rule):
@@ -1461,10 +1171,10 @@ class InterfaceMisconfig(Rule):
                 or (i.ifname and BAD_IFNAME.match(i.ifname))
             ):
                 continue
-            ip = _ip(i.address)
+            ip = parse_ip(i.address)
             if ip is None or ip.version != 4:
                 continue
-            per_host.setdefault(i.host, set()).add(_subnet16(ip))
+            per_host.setdefault(i.host, set()).add(subnet16(ip))
         if len(per_host) < 2:
             return
         counts: dict = {}

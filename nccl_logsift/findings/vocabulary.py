@@ -34,3 +34,8 @@ def owner(kind: str | None) -> str:
     for teardown chatter no rule reports."""
     known = error_kinds().get(kind or "")
     return known.owner if known is not None and known.owner else CATCH_ALL
+
+
+# Error kinds that are never a sign of a process's failure: probes, retries and fallbacks NCCL handled, and
+# teardown chatter.
+BENIGN_KINDS = with_role("benign", "teardown")

@@ -14,8 +14,8 @@ import statistics
 
 import polars as pl
 
-from nccl_logsift.findings.context import Job
 from nccl_logsift.model import DumpAudit, NextRunAdvice
+from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.releases import newest_nccl, teardown_is_logged
 
 FR_DEFAULT_BUFFER = 2000

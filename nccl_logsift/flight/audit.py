@@ -12,9 +12,9 @@ import os
 
 import polars as pl
 
-from nccl_logsift.findings.context import Job
 from nccl_logsift.flight.discover import SIGNAL_EVENTS
 from nccl_logsift.model import DumpAudit, DumpFile, Evidence, NamedDump
+from nccl_logsift.resolve.job import Job
 
 
 def signalled_ranks(job: Job) -> tuple[set[int], bool]:

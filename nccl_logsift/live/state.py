@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from nccl_logsift.findings import rule_for, vocabulary
-from nccl_logsift.findings.startup import BENIGN_KINDS
+from nccl_logsift.findings.vocabulary import BENIGN_KINDS
 from nccl_logsift.model import Evidence, Finding, Kind, Severity
 from nccl_logsift.parse.calls import NO_RANK, Calls, nullable
 from nccl_logsift.pipeline import Batch

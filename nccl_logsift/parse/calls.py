@@ -1,7 +1,7 @@
 """COLL calls as arrays: what numbering and the digest read, with a row's other columns built only on demand.
 
 A COLL-heavy log is millions of calls, and the diagnosis looks at the columns of a few hundred thousand
-of them (the digest's window, see findings/digest.py). So the calls of a batch travel as :class:`Calls`:
+of them (the digest's window, see resolve/digest.py). So the calls of a batch travel as :class:`Calls`:
 one numpy array per column the compiled loops read (who called, on which communicator, opCount, nranks,
 a hash of the call's signature), plus the *pieces* the rows came from. A piece is either a chunk's rows
 read by the COLL fast path (:class:`FastPiece`: arrays, and the fields of the few distinct line prefixes)

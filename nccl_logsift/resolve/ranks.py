@@ -35,7 +35,7 @@ from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.resolve.hosts import nccl_host_expr
 
 if TYPE_CHECKING:
-    from nccl_logsift.findings.context import Job
+    from nccl_logsift.resolve.job import Job
 
 # Where a rank was read, strongest first (the module's docstring); a process's rank may also come from
 # torchrun's failure summary ("local_rank: 2 (pid: 2346374)") or, for a process that logged no Init line,

@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nccl_logsift.findings.context import Job
+    from nccl_logsift.resolve.job import Job
 
 # From 2.30.3 the Destroy/Abort/Revoke lines are in the DESTROY subsystem, which is not in the default
 # NCCL_DEBUG_SUBSYS mask (grammar §2.3; docs troubleshooting/logging.rst @v2.30.7-1).

@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from nccl_logsift.findings.context import Job
 from nccl_logsift.model import Finding, ReportViews
+from nccl_logsift.resolve.job import Job
 from nccl_logsift.views.grid import culprit_ranks, grids
 from nccl_logsift.views.timeline import timeline
 from nccl_logsift.views.topology import topology

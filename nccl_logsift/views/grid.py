@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from nccl_logsift.findings.context import Job, rank_range
-from nccl_logsift.findings.progress import comm_progress, positioned, timeouts, work_states
 from nccl_logsift.findings.triage import diagnose
 from nccl_logsift.model import CellState, Finding, Grid, GridColumn, GridRow, Kind, RankRole
+from nccl_logsift.resolve.job import Job, rank_range
+from nccl_logsift.resolve.positions import comm_progress, positioned
+from nccl_logsift.resolve.work import timeouts, work_states
 
 MAX_GRIDS = 6
 NODE_ROWS_ABOVE = 64

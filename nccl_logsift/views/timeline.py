@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from nccl_logsift.findings.context import Job
-from nccl_logsift.findings.performance import arrival_times, collector_ms, line_ms
 from nccl_logsift.model import Finding, Kind, Timeline, TimelineEvent, TimelineLane
+from nccl_logsift.resolve.job import Job
+from nccl_logsift.resolve.timing import arrival_times, collector_ms, line_ms
 
 BINS = 120
 MAX_EVENTS_PER_LANE = 12

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from nccl_logsift.findings.context import Job
-from nccl_logsift.findings.transport import transport_rows
 from nccl_logsift.model import Finding, GpuNode, HostLink, HostNode, Kind, Topology
+from nccl_logsift.resolve.job import Job
+from nccl_logsift.resolve.transports import transport_rows
 
 MAX_RING_CHANNELS = 4
 MAX_RING_RANKS = 64

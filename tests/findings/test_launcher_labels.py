@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nccl_logsift.findings.context import load_job
-from nccl_logsift.pipeline import analyze
+from nccl_logsift.pipeline import analyze, load_job
 from nccl_logsift.resolve.ranks import label_maps
 from tests.simulate.simhelp import run as simulate
 

@@ -6,9 +6,9 @@ import pytest
 from builders import job_of, only
 from conftest import FIXTURES
 
-from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.nccl import NcclError
 from nccl_logsift.model import Kind, Severity
+from nccl_logsift.pipeline import load_job
 
 COMM_ID = "0x2c3d4e5f60718293"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_logsift.findings.context import load_job
-from nccl_logsift.pipeline import analyze
+from nccl_logsift.pipeline import analyze, load_job
 from nccl_logsift.render.html import render_html
 from nccl_logsift.render.json import to_dict
 from nccl_logsift.resolve.exits import assemble_exits

@@ -11,9 +11,11 @@ import pytest
 from builders import job_of
 from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 
-from nccl_logsift.findings.context import Job, load_job
-from nccl_logsift.findings.performance import LatencyOutlier, arrival_times
+from nccl_logsift.findings.performance import LatencyOutlier
 from nccl_logsift.model import Kind, Severity
+from nccl_logsift.pipeline import load_job
+from nccl_logsift.resolve.job import Job
+from nccl_logsift.resolve.timing import arrival_times
 from nccl_logsift.simulate import Options, write
 
 COMM_ID = "0x6a5b4c3d2e1f0a9b"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from builders import run, simulate
 
-from nccl_logsift.findings.progress import WatchdogTimeout, pg_groups
+from nccl_logsift.findings.progress import WatchdogTimeout
+from nccl_logsift.resolve.work import pg_groups
 
 
 @pytest.fixture(scope="module")

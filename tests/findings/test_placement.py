@@ -14,9 +14,9 @@ from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from conftest import CORPUS_ABSENT, corpus_files
 
 from nccl_logsift.findings.base import HEADINGS
-from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.placement import RULES, CudaError, DuplicateGpu, HostCollision
 from nccl_logsift.model import Kind, Severity
+from nccl_logsift.pipeline import load_job
 
 COMM_ID = "0x394622afabc41fde"
 

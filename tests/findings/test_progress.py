@@ -8,8 +8,9 @@ import pytest
 from builders import job_of, simulate, two_gpu_processes
 from conftest import FIXTURES
 
-from nccl_logsift.findings.context import load_job
-from nccl_logsift.findings.progress import RankBehind, comm_progress, members_last_calls
+from nccl_logsift.findings.progress import RankBehind
+from nccl_logsift.pipeline import load_job
+from nccl_logsift.resolve.positions import comm_progress, members_last_calls
 
 
 def jobs(tmp_path):

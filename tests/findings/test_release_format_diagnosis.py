@@ -63,7 +63,7 @@ def test_attn_notices_worded_like_failures_leave_a_healthy_job_healthy(tmp_path,
     write(Options(scenario="healthy", layout=layout, nccl_version="2.30", noise=False), str(out), str(truth))
     for path in [out] if out.is_file() else sorted(p for p in out.rglob("*") if p.is_file()):
         with_attn_lines(path, NOTICES)
-    from nccl_logsift.findings.context import load_job
+    from nccl_logsift.pipeline import load_job
 
     paths = [str(out)] if out.is_file() else [str(p) for p in sorted(out.rglob("*")) if p.is_file()]
     job = load_job(paths)

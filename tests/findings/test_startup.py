@@ -14,15 +14,10 @@ from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from conftest import CORPUS_ABSENT, corpus_files
 
 from nccl_logsift.findings.base import HEADINGS
-from nccl_logsift.findings.context import load_job
-from nccl_logsift.findings.startup import (
-    RULES,
-    BootstrapFailure,
-    InitIncomplete,
-    InterfaceMisconfig,
-    stalled_inits,
-)
+from nccl_logsift.findings.startup import RULES, BootstrapFailure, InitIncomplete, InterfaceMisconfig
 from nccl_logsift.model import Kind, Severity
+from nccl_logsift.pipeline import load_job
+from nccl_logsift.resolve.inits import stalled_inits
 
 COMM_ID = "0x7bbff3add302d34a"
 
@@ -511,8 +506,8 @@ def test_stalled_inits_are_the_communicators_some_member_started_and_none_comple
 def test_lifecycle_instances_are_the_streams_communicators_table(name):
     """The rules take the instances the stream's numbering built; built again from the Init/Destroy/Abort rows
     of a Job without that table, they are the same rows in the same order."""
-    from nccl_logsift.findings.context import Job
-    from nccl_logsift.findings.startup import lifecycle_instances
+    from nccl_logsift.resolve.inits import lifecycle_instances
+    from nccl_logsift.resolve.job import Job
 
     job = fixture_job(name)
     without = Job({k: v for k, v in job.tables.items() if k != "communicators"}, job.paths)

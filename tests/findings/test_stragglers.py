@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from builders import job_of
 
-from nccl_logsift.findings.context import load_job
 from nccl_logsift.findings.performance import LatencyOutlier
 from nccl_logsift.model import Kind
+from nccl_logsift.pipeline import load_job
 from nccl_logsift.simulate import Options, write
 
 # The NCCL timestamp of a simulated line, after the launcher's label (srun ``3: ``, torchrun ``[default3]:``).

@@ -9,9 +9,11 @@ import pytest
 from builders import fixture_job, job_of, only
 from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 
-from nccl_logsift.findings.context import Job, load_job
-from nccl_logsift.findings.transport import NetError, TransportFallback, n_nodes, transport_rows
+from nccl_logsift.findings.transport import NetError, TransportFallback
 from nccl_logsift.model import Kind, Severity
+from nccl_logsift.pipeline import load_job
+from nccl_logsift.resolve.job import Job
+from nccl_logsift.resolve.transports import n_nodes, transport_rows
 from nccl_logsift.simulate import Options, write
 
 COMM_ID = "0x1f2e3d4c5b6a7988"

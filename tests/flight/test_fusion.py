@@ -57,8 +57,8 @@ def test_fusion_names_the_truth_culprit_with_dump_entries(tmp_path, scenario, fo
 
 
 def test_fusion_mismatch_names_both_sides_from_the_dumps(tmp_path):
-    from nccl_logsift.findings.context import load_job
     from nccl_logsift.findings.flight import FlightRecorderMismatch
+    from nccl_logsift.pipeline import load_job
 
     _, truth = _job(tmp_path, "collective-mismatch")
     culprit = next(f for f in truth["faults"] if f["primary"])["ranks"]

@@ -68,7 +68,7 @@ def test_real_capture_stall_without_the_culprit_dump_names_it_from_the_logs():
 
 
 def test_real_capture_dumps_table_has_the_collective_each_rank_waits_in():
-    from nccl_logsift.findings.context import load_job
+    from nccl_logsift.pipeline import load_job
 
     folder, injected = _capture("stall")
     fr = load_job([str(folder)]).table("flight_recorder")
@@ -80,8 +80,8 @@ def test_real_capture_dumps_table_has_the_collective_each_rank_waits_in():
 
 
 def test_real_capture_rank_without_a_dump_is_filled_from_its_log():
-    from nccl_logsift.findings.context import load_job
     from nccl_logsift.findings.flight import FlightRecorderRankBehind
+    from nccl_logsift.pipeline import load_job
 
     folder, injected = _capture("stall")
     culprit = injected["culprit_rank"]

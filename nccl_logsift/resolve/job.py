@@ -217,21 +217,6 @@ def read_lines(path: str | None, offsets: list[int]) -> list[str | None]:
     return [found[offset] for offset in offsets]
 
 
-def parse_job(paths, options=None):
-    """Parse ``paths`` into memory: the parse summary and the tables wrapped as a Job."""
-    from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
-
-    analysis = Analysis(TableStream(list(paths), options or ParseOptions(every_line=False)))
-    for batch in analysis.stream:
-        analysis.add(batch)
-    return analysis.job()
-
-
-def load_job(paths) -> Job:
-    """Parse ``paths`` into a Job (what rule tests use)."""
-    return parse_job(paths)[1]
-
-
 def _named(table: pl.DataFrame, keys: pl.DataFrame, column: str) -> pl.DataFrame:
     """The key columns and ``column`` of the rows of ``table`` whose line number ``keys`` names: what a join
     on ``keys`` can match, without hashing every row of a large table (590k lines on 4096 ranks)."""

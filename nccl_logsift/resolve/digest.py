@@ -32,8 +32,8 @@ import polars as pl
 from nccl_logsift import accel
 from nccl_logsift.accel import keymap
 from nccl_logsift.accel.keymap import KeyMap
-from nccl_logsift.findings.progress import P2P_OPS, positioned
 from nccl_logsift.parse.calls import LOCATION, NO_RANK, Calls, nullable
+from nccl_logsift.resolve.positions import P2P_OPS, positioned
 
 BUDGET_ROWS = 200_000  # the window is trimmed when it holds more than twice this
 FINAL_ROWS = 100_000  # the most recent calls kept, whatever the instance

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nccl_logsift.findings.digest import CollectiveDigest
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
+from nccl_logsift.resolve.digest import CollectiveDigest
 from nccl_logsift.simulate import Options, write
 
 
@@ -78,7 +78,7 @@ def test_per_rank_files_keep_every_ranks_last_calls(tmp_path):
 def test_open_positions_beyond_the_cap_forget_the_lowest(tmp_path, monkeypatch):
     """Per-rank files open a whole rank's run at once; past the cap the lowest positions are dropped, and
     the diagnosis of the stalled rank is the one the uncapped digest gives."""
-    from nccl_logsift.findings import digest
+    from nccl_logsift.resolve import digest
 
     out = tmp_path / "logs"
     write(Options(scenario="rank-stall", ranks=8, nodes=2, ops=600, noise=False, layout="per-rank"), str(out))

@@ -7,8 +7,9 @@ import gzip
 import polars as pl
 from conftest import FIXTURES
 
-from nccl_logsift.findings.context import load_job, per_job, read_lines
-from nccl_logsift.findings.progress import timeouts, work_states
+from nccl_logsift.pipeline import load_job
+from nccl_logsift.resolve.job import per_job, read_lines
+from nccl_logsift.resolve.work import timeouts, work_states
 
 
 def test_timeouts_and_work_states_are_computed_once_per_job():
