@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.wording import rank_word
 from nccl_logsift.model import Evidence, Finding, Kind, Severity
 from nccl_logsift.resolve.job import Job, per_job
 
@@ -56,11 +57,6 @@ def describe_entry(row: dict) -> str:
 
 def _pg(row: dict) -> str:
     return f"{row['pg_name']} ({row['pg_desc']})" if row.get("pg_desc") else str(row["pg_name"])
-
-
-def _ranks(ranks) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _signature(row: dict) -> tuple:
@@ -174,8 +170,8 @@ class FlightRecorderMismatch(Rule):
             first_major, first_minor = major[0], minor[0]
             title = (
                 f"Flight Recorder: at collective #{m['seq']} of process group {_pg(first_major)}, "
-                f"{_ranks(r['rank'] for r in minor)} enqueued {_call(first_minor)} while "
-                f"{_ranks(r['rank'] for r in major)} enqueued {_call(first_major)}"
+                f"{rank_word(r['rank'] for r in minor)} enqueued {_call(first_minor)} while "
+                f"{rank_word(r['rank'] for r in major)} enqueued {_call(first_major)}"
             )
             evidence = entry_evidence(job, pl.DataFrame(minor), FR_EVIDENCE) + entry_evidence(
                 job, pl.DataFrame(major), 2
@@ -337,10 +333,10 @@ class FlightRecorderRankBehind(Rule):
         )
         ahead = "wait for it" if front == first_missing else f"went on to #{front}"
         title = (
-            f"Flight Recorder: {_ranks(ranks)} never enqueued collective #{first_missing}"
+            f"Flight Recorder: {rank_word(ranks)} never enqueued collective #{first_missing}"
             + (f" ({op})" if op else "")
             + f" of process group {_pg_label(pg_name, behind, leaders)} (last enqueued: {lasts}), while "
-            + f"{_ranks(leaders['rank'].to_list())} enqueued it and {ahead}"
+            + f"{rank_word(leaders['rank'].to_list())} enqueued it and {ahead}"
         )
         logged = behind.filter(pl.col("source") == "log").select("source_id", "line_no")
         evidence = entry_evidence(job, _last_entries(job, pg_name, ranks)) + job.evidence(logged, 2)
@@ -375,7 +371,7 @@ class FlightRecorderRankBehind(Rule):
             name=self.name,
             kind=self.kind,
             severity=Severity.ERROR,
-            title=f"Flight Recorder: {_ranks(ranks)} of process group {pg} left no dump and no progress "
+            title=f"Flight Recorder: {rank_word(ranks)} of process group {pg} left no dump and no progress "
             f"in the logs, while every rank that dumped waits in collective #{waiting}"
             + (f" ({op})" if op else ""),
             ranks=ranks,

@@ -19,7 +19,8 @@ import polars as pl
 
 from nccl_logsift.findings import vocabulary
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.process import locations, names, ranks_text
+from nccl_logsift.findings.evidence import rows_of
+from nccl_logsift.findings.wording import names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
@@ -296,7 +297,7 @@ class NcclError(Rule):
             f"NCCL's proxy service threads logged {rows.height} error line(s) on {who} while communicators "
             "were "
             f"torn down ({'; '.join(repr(k) for k in kinds)}): shutdown noise unless the job failed then",
-            evidence_rows=locations(rows).head(3),
+            evidence_rows=rows_of(rows).head(3),
             ranks=ranks,
             hosts=hosts,
             severity=Severity.INFO,
@@ -344,7 +345,7 @@ class NcclError(Rule):
             title += "; the job shows no other sign of failure"
         else:
             severity = Severity.ERROR
-        evidence = pl.concat([locations(group).head(3), locations(linked).head(3)])
+        evidence = pl.concat([rows_of(group).head(3), rows_of(linked).head(3)])
         return self.finding(
             job,
             title,
@@ -407,7 +408,7 @@ class NcclError(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group).head(4),
+                evidence_rows=rows_of(group).head(4),
                 ranks=ranks,
                 hosts=hosts,
                 severity=severity,
@@ -472,7 +473,7 @@ class NcclError(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group).head(4),
+                evidence_rows=rows_of(group).head(4),
                 ranks=ranks,
                 severity=Severity.WARNING if remote or follows else Severity.ERROR,
                 advice=(
@@ -579,7 +580,7 @@ class NcclTestsFailure(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group).head(4),
+                evidence_rows=rows_of(group).head(4),
                 ranks=ranks,
                 hosts=hosts,
                 advice=self._advice(first),

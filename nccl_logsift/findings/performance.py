@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.process import locations, names, ranks_text
+from nccl_logsift.findings.evidence import rows_of
+from nccl_logsift.findings.wording import names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.timing import arrival_times
@@ -185,7 +186,7 @@ class LatencyOutlier(Rule):
         return self.finding(
             job,
             title,
-            evidence_rows=pl.concat([locations(worst), locations(peers)]),
+            evidence_rows=pl.concat([rows_of(worst), rows_of(peers)]),
             ranks=ranks,
             hosts=hosts,
             severity=Severity.ERROR if lag >= HUGE_LAG_MS else Severity.WARNING,
@@ -245,7 +246,7 @@ class LatencyOutlier(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(evidence),
+                evidence_rows=rows_of(evidence),
                 ranks=ranks,
                 hosts=sorted(set(group["hosts"].explode().drop_nulls())) if "hosts" in group.columns else [],
                 severity=Severity.ERROR if ratio < VERY_SLOW_RATIO else Severity.WARNING,

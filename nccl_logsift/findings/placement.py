@@ -21,12 +21,13 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.startup import EVIDENCE, evidence, names, per_job, plural, ranks_text
+from nccl_logsift.findings.evidence import EVIDENCE, evidence
+from nccl_logsift.findings.wording import names_or_span, plural, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.inits import lifecycle_instances, resolve_rows
 from nccl_logsift.resolve.interfaces import interfaces
-from nccl_logsift.resolve.job import Job
+from nccl_logsift.resolve.job import Job, per_job
 from nccl_logsift.resolve.processes import PROC
 from nccl_logsift.resolve.ranks import known_ranks
 
@@ -101,7 +102,7 @@ class CudaError(Rule):
                 .select(PROC)
                 .unique()
             )
-            who = names(job, ranks) if ranks else ""
+            who = names_or_span(job, ranks) if ranks else ""
             if unranked.height:
                 who = (
                     who + " and " if who else ""
@@ -593,7 +594,7 @@ class DuplicateGpu(Rule):
             ranks = sorted(entry["ranks"])
             frame = pl.DataFrame([{k: row[k] for k in EVIDENCE} for row in entry["rows"]])
             who = (
-                names(job, ranks, hosts=[host])
+                names_or_span(job, ranks, hosts=[host])
                 if ranks
                 else f"communicator ranks {ranks_text(entry['comm_ranks'])} on {host}"
             )
@@ -646,8 +647,8 @@ class DuplicateGpu(Rule):
                 part=pl.lit(0, pl.UInt8)
             )
             title = (
-                f"{names(job, ranks, hosts=[row['host']])} initialise communicator {row['comm_uid']} on the "
-                "same GPU of "
+                f"{names_or_span(job, ranks, hosts=[row['host']])} initialise communicator {row['comm_uid']} "
+                "on the same GPU of "
                 f"{row['host']} (busId {row['gpu']}) and never complete init"
             )
             yield self.finding(

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.progress import describe_rank
+from nccl_logsift.findings.evidence import rows_of
+from nccl_logsift.findings.wording import describe_rank, names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
 from nccl_logsift.resolve.failures import nccl_tests_failures, uncaught_exceptions
@@ -28,8 +29,6 @@ from nccl_logsift.resolve.hosts import nccl_host
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.ranks import label_maps, with_job_rank
 from nccl_logsift.resolve.work import FAILURE_EVENTS
-
-LOCATION = ["source_id", "line_no", "part"]
 
 # Signals that mean the process itself crashed.
 CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
@@ -52,41 +51,6 @@ GAVE_UP_WAITING = (
     r"DistNetworkError|DistStoreError|RendezvousTimeoutError|client socket has timed out|"
     r"Timed out after \d+ seconds waiting for clients"
 )
-
-
-def ranks_text(ranks: list[int], limit: int = 8) -> str:
-    ranks = sorted(set(ranks))
-    if not ranks:
-        return "?"
-    spans: list[str] = []
-    start = prev = ranks[0]
-    for r in ranks[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        spans.append(f"{start}" if start == prev else f"{start}–{prev}")
-        if r is not None:
-            start = prev = r
-    text = ", ".join(spans[:limit])
-    return text + (" …" if len(spans) > limit else "")
-
-
-def names(job: Job, ranks: list[int], limit: int = 4) -> str:
-    ranks = sorted(set(ranks))
-    text = ", ".join(describe_rank(job, r) for r in ranks[:limit])
-    return text + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
-
-
-def locations(frame: pl.DataFrame) -> pl.DataFrame:
-    """The (source_id, line_no, part) columns of table rows, for evidence."""
-    if frame.is_empty() or "line_no" not in frame.columns:
-        return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
-    part = pl.col("part") if "part" in frame.columns else pl.lit(0)
-    return frame.select(
-        pl.col("source_id").cast(pl.UInt16),
-        pl.col("line_no").cast(pl.UInt32),
-        part.cast(pl.UInt8).alias("part"),
-    ).filter(pl.col("line_no").is_not_null())
 
 
 def order_key(source_id: int | None, line_no: int | None) -> int:
@@ -265,7 +229,7 @@ class ProcessExit(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(rows.sort(declared, "source_id", "line_no")).head(4),
+                evidence_rows=rows_of(rows.sort(declared, "source_id", "line_no")).head(4),
                 ranks=ranks,
                 hosts=[host],
                 severity=Severity.CRITICAL,
@@ -490,7 +454,7 @@ class ProcessExit(Rule):
                 orient="row",
             )
             if category == "oom" and not oom_rows.is_empty():
-                evidence = pl.concat([locations(oom_rows).head(2), evidence])
+                evidence = pl.concat([rows_of(oom_rows).head(2), evidence])
             yield self.finding(
                 job,
                 title,
@@ -603,7 +567,7 @@ class ProcessExit(Rule):
             yield self.finding(
                 job,
                 f"Slurm reported a node failure on {', '.join(hosts)}: every process on it died",
-                evidence_rows=locations(nodes),
+                evidence_rows=rows_of(nodes),
                 ranks=ranks,
                 hosts=hosts,
                 severity=Severity.CRITICAL,
@@ -634,7 +598,7 @@ class ProcessExit(Rule):
                     advice = "Check the Slurm controller log (sacct, scontrol show job) for why."
                     severity = Severity.CRITICAL if "NODE FAILURE" in reason else Severity.ERROR
                 yield self.finding(
-                    job, title, evidence_rows=locations(group), hosts=hosts, severity=severity, advice=advice
+                    job, title, evidence_rows=rows_of(group), hosts=hosts, severity=severity, advice=advice
                 )
 
 

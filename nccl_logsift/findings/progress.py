@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.wording import describe_rank, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.job import Job, per_job, rank_range
 from nccl_logsift.resolve.positions import (
@@ -92,14 +93,6 @@ def hang_evidence(job: Job) -> bool:
         return True
     exits = job.table("exits")
     return not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height > 0
-
-
-def describe_rank(job: Job, rank: int) -> str:
-    proc = job.process_of(rank)
-    if not proc:
-        return f"rank {rank}"
-    gpu = f", GPU {proc['cuda_dev']}" if proc.get("cuda_dev") is not None else ""
-    return f"rank {rank} ({proc['host']}, pid {proc['pid']}{gpu})"
 
 
 def stack_advice(job: Job, ranks: list[int]) -> str:
@@ -490,7 +483,7 @@ class CollectiveMismatch(Rule):
             odd = minority.row(0, named=True)
             title = (
                 f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) "
-                f"{_ranks_text(ranks)} called "
+                f"{ranks_text(ranks)} called "
                 f"{odd['op']}(count {odd['count']}, datatype {odd['datatype']}) while "
                 f"{at.height - minority.height} "
                 f"rank(s) called {majority['op']}(count {majority['count']})"
@@ -502,8 +495,8 @@ class CollectiveMismatch(Rule):
                 same = [int(r) for r in agree.to_list()]
                 title = (
                     f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) "
-                    f"{_ranks_text(same)} called {majority['op']}(count {majority['count']}) while rank(s) "
-                    f"{_ranks_text(ranks)} called {odd['op']}(count {odd['count']}, datatype "
+                    f"{ranks_text(same)} called {majority['op']}(count {majority['count']}) while rank(s) "
+                    f"{ranks_text(ranks)} called {odd['op']}(count {odd['count']}, datatype "
                     f"{odd['datatype']}): as many ranks on each side, so the logs cannot say which side is "
                     "wrong"
                 )
@@ -535,11 +528,11 @@ class CollectiveMismatch(Rule):
                 for r in (culprits if culprits is not None else at)["global_rank"].drop_nulls().to_list()
             ]
             who = (
-                f"rank(s) {_ranks_text(ranks)} call {op} where the same position of the other pipeline pairs "
+                f"rank(s) {ranks_text(ranks)} call {op} where the same position of the other pipeline pairs "
                 "calls "
                 f"{'Recv' if op == 'Send' else 'Send'}"
                 if culprits is not None
-                else f"ranks {_ranks_text(ranks)}"
+                else f"ranks {ranks_text(ranks)}"
             )
             title = (
                 f"Both sides of point-to-point communicator {row['comm_uid']} call {op} at call "
@@ -602,13 +595,13 @@ class CollectiveMismatch(Rule):
             examples = prints.unique("sig", keep="first", maintain_order=True)
             example = {row["sig"]: row for row in examples.iter_rows(named=True)}
             sides = "; ".join(
-                f"rank(s) {_ranks_text(sorted(r))} ran {show(example[sig])}"
+                f"rank(s) {ranks_text(sorted(r))} ran {show(example[sig])}"
                 for sig, r in per_sig.select("sig", "rank").iter_rows()
             )
             title = f"{DETAIL} found mismatched collectives{at} and no majority: {sides}"
         else:
             title = (
-                f"{DETAIL} found mismatched collectives{at}: rank(s) {_ranks_text(ranks)} ran {show(first)} "
+                f"{DETAIL} found mismatched collectives{at}: rank(s) {ranks_text(ranks)} ran {show(first)} "
                 f"while {usual.height} rank(s) ran {show(usual.row(0, named=True))}"
             )
         reports = fingerprint_reports(job)
@@ -645,7 +638,7 @@ class CollectiveMismatch(Rule):
                     ranks = sorted(per_rank["job_rank"].drop_nulls().to_list())
                     op = per_rank["op_type"].first()
                     title = (
-                        f"Both ranks {_ranks_text(ranks)} of process group {pg} wait in {op} #{seq}: a "
+                        f"Both ranks {ranks_text(ranks)} of process group {pg} wait in {op} #{seq}: a "
                         "send/recv deadlock"
                     )
                     yield self.finding(
@@ -676,7 +669,7 @@ class CollectiveMismatch(Rule):
             odd = minority.row(0, named=True)
             usual = per_rank.filter(pl.col("sig") == majority).row(0, named=True)
             title = (
-                f"In process group {pg}, rank(s) {_ranks_text(ranks)} timed out in {odd['op_type']} #{seq} "
+                f"In process group {pg}, rank(s) {ranks_text(ranks)} timed out in {odd['op_type']} #{seq} "
                 f"(numel {odd['numel_in']}) while {per_rank.height - minority.height} rank(s) wait in "
                 f"{usual['op_type']} #{seq} (numel {usual['numel_in']})"
             )
@@ -856,10 +849,6 @@ def _alike_groups(job: Job, rows: pl.DataFrame) -> Iterator[tuple[str, list[str]
             yield members[0][0], [members[0][0]], members[0][1]
         else:
             yield name, [pg for pg, _ in members], pl.concat([g for _, g in members])
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks) if ranks else "?"
 
 
 RULES = (RankBehind, CollectiveMismatch, WatchdogTimeout)

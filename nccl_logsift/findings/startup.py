@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
+from nccl_logsift.findings.evidence import EVIDENCE, evidence, rows_of
+from nccl_logsift.findings.wording import names_or_span, plural, rank_word, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.failures import failure_rows
@@ -36,59 +38,10 @@ from nccl_logsift.resolve.processes import PROC, launcher_hosts
 from nccl_logsift.resolve.ranks import known_ranks, label_rank, with_job_rank
 from nccl_logsift.resolve.transports import address_hosts, logged_hosts, n_nodes
 
-EVIDENCE = ["source_id", "line_no", "part"]
-
 REMOTE_ERROR = 6
 
 # Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.
 BAD_IFNAME = re.compile(r"^(?:lo|veth\w*|docker\w*|br-\w+|virbr\w*|cni\w*|flannel\.?\w*|cali\w+|vxlan\w*)$")
-
-
-# ---------------------------------------------------------------------------------------------- helpers
-def ranks_text(ranks) -> str:
-    """'0-3, 6, 9' for a list of ranks."""
-    ranks = sorted({int(r) for r in ranks})
-    if not ranks:
-        return "?"
-    parts, start, prev = [], ranks[0], ranks[0]
-    for r in ranks[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(
-            f"{start}" if start == prev else f"{start}-{prev}" if prev > start + 1 else f"{start}, {prev}"
-        )
-        if r is not None:
-            start = prev = r
-    return ", ".join(parts)
-
-
-def plural(n: int, word: str) -> str:
-    if n == 1:
-        return f"1 {word}"
-    return f"{n} {word}" + ("es" if word.endswith("s") else "s")
-
-
-def rank_word(ranks) -> str:
-    """'rank 3' or 'ranks 2, 3'."""
-    ranks = list(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
-
-
-def rows_of(frame: pl.DataFrame) -> pl.DataFrame:
-    """The evidence columns of a frame (empty frame when it has none)."""
-    if frame.is_empty() or not set(EVIDENCE[:2]) <= set(frame.columns):
-        return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
-    part = pl.col("part") if "part" in frame.columns else pl.lit(0)
-    return frame.select(
-        pl.col("source_id").cast(pl.UInt16),
-        pl.col("line_no").cast(pl.UInt32),
-        part.cast(pl.UInt8).alias("part"),
-    )
-
-
-def evidence(*frames: pl.DataFrame) -> pl.DataFrame:
-    return pl.concat([rows_of(f) for f in frames], how="vertical")
 
 
 def chain_after(job: Job, rows: pl.DataFrame, window: int = 12) -> pl.DataFrame:
@@ -129,21 +82,6 @@ def hang_signs(job: Job) -> bool:
         not apps.is_empty()
         and apps.filter(pl.col("event").is_in(("nccl_error", "store_barrier_timeout", "cuda_oom"))).height > 0
     )
-
-
-def names(job: Job, ranks, limit: int = 4, hosts=()) -> str:
-    """'rank 3 (host, pid 12, GPU 3), …' for a few ranks; 'ranks 0-7 (host-a, host-b)' for many or unknown
-    ones."""
-    from nccl_logsift.findings.progress import describe_rank
-
-    ranks = sorted(set(ranks))
-    if not ranks:
-        return ""
-    if len(ranks) > limit or any(job.process_of(r) is None for r in ranks):
-        where = sorted(set(job.hosts_of(ranks)) | set(hosts))
-        tail = f" ({', '.join(where[:3])}{' …' if len(where) > 3 else ''})" if where else ""
-        return rank_word(ranks) + tail
-    return ", ".join(describe_rank(job, r) for r in ranks)
 
 
 # ---------------------------------------------------------------------------------------------- LS201
@@ -426,7 +364,9 @@ class InitIncomplete(Rule):
         failed = state.failed + state.failed_elsewhere
         if state.unexplained and state.waiting:
             # Without a rank waiting for them, absent ranks may just be output missing from these logs.
-            failed_note = f"; {names(job, failed)} failed during init (see their errors)" if failed else ""
+            failed_note = (
+                f"; {names_or_span(job, failed)} failed during init (see their errors)" if failed else ""
+            )
             title = (
                 f"{rank_word(state.unexplained)} never joined communicator {state.uid} ({state.nranks} "
                 "ranks): no Init "
@@ -447,12 +387,12 @@ class InitIncomplete(Rule):
         if state.unexplained:
             why = f"waiting for {rank_word(state.unexplained)} (never joined)"
         elif failed:
-            why = f"waiting for {names(job, failed)}, which failed during init"
+            why = f"waiting for {names_or_span(job, failed)}, which failed during init"
         else:
             why = "no rank logged an error: the bootstrap or the connection setup hangs"
         title = (
-            f"{names(job, state.waiting)} started init of communicator {state.uid} ({state.nranks} ranks) "
-            f"and never completed it: {why}"
+            f"{names_or_span(job, state.waiting)} started init of communicator {state.uid} "
+            f"({state.nranks} ranks) and never completed it: {why}"
         )
         explained = bool(state.unexplained or failed)
         yield self.finding(
@@ -483,7 +423,7 @@ class InitIncomplete(Rule):
             f"(waiting ranks per communicator: {groups})"
         )
         if failed:
-            title += f"; {names(job, failed)} failed during their init"
+            title += f"; {names_or_span(job, failed)} failed during their init"
         explained = bool(failed) or any(s.missing for s in states) or hang_signs(job)
         if explained and not failed:
             title += "; other failures or timeouts in the job may explain it"
@@ -636,7 +576,7 @@ class InitIncomplete(Rule):
         hosts = sorted(set(waiting["host"].to_list()))
         none_completed = inst.is_empty()
         if ranks and len(ranks) == waiting.height:
-            who = names(job, ranks, hosts=hosts)
+            who = names_or_span(job, ranks, hosts=hosts)
         else:
             who = f"{plural(waiting.height, 'process')} on {', '.join(hosts[:4])}"
         if failed.height:
@@ -729,7 +669,7 @@ class BootstrapFailure(Rule):
                 hosts = sorted(set(group["host"].drop_nulls().to_list()))
                 ifname = settings.get(hosts[0]) if hosts else None
                 unranked = group.filter(pl.col("job_rank").is_null()).select(*PROC).unique().height
-                who = names(job, ranks, hosts=hosts) if ranks else ""
+                who = names_or_span(job, ranks, hosts=hosts) if ranks else ""
                 if unranked:
                     who = (
                         who + " and " if who else ""
@@ -780,7 +720,7 @@ class BootstrapFailure(Rule):
                         "getting the ncclUniqueId from rank 0 through the c10d store failed: "
                         f"{first.get('detail')}"
                     )
-                who = names(job, ranks) if ranks else f"{plural(group.height, 'process')}"
+                who = names_or_span(job, ranks) if ranks else f"{plural(group.height, 'process')}"
                 absence = absent_at_init(job)
                 if absence is not None and absence.event == event:
                     # Rank 0 never came to publish the id, or to listen as the store: these ranks only
@@ -1090,7 +1030,7 @@ class InterfaceMisconfig(Rule):
             else:
                 severity, consequence = Severity.WARNING, " — works on this single node, breaks across nodes"
             who = (
-                names(job, ranks, limit=2, hosts=hosts)
+                names_or_span(job, ranks, limit=2, hosts=hosts)
                 if ranks
                 else f"{plural(len(users), 'process')} on {', '.join(hosts[:4])}"
             )
@@ -1128,7 +1068,7 @@ class InterfaceMisconfig(Rule):
         elsewhere = (
             f"; elsewhere it selects {good[0].ifname}:{good[0].address} ({good[0].host})" if good else ""
         )
-        who = names(job, ranks) if ranks else f"processes on {', '.join(bad_hosts[:4])}"
+        who = names_or_span(job, ranks) if ranks else f"processes on {', '.join(bad_hosts[:4])}"
         if values:
             title = (
                 f"NCCL_SOCKET_IFNAME={'/'.join(values)} matches no interface on {', '.join(bad_hosts[:4])} "

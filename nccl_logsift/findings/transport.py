@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.process import locations, names, ranks_text
+from nccl_logsift.findings.evidence import rows_of
+from nccl_logsift.findings.wording import names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.exits import assemble_exits
@@ -274,7 +275,7 @@ class TransportFallback(Rule):
         deliberate = whole and bool(chosen or tuned) and _errors(job, "ib_device").is_empty()
         if deliberate:
             title += f"; the job chose sockets on purpose ({', '.join(chosen) or tuned})"
-        rows = pl.concat([locations(reason_rows).head(3), locations(sock).head(3)])
+        rows = pl.concat([rows_of(reason_rows).head(3), rows_of(sock).head(3)])
         yield self.finding(
             job,
             title,
@@ -315,21 +316,21 @@ class TransportFallback(Rule):
             disabled = disabled.filter(pl.col("value").str.strip_chars(".").is_in(["1", "true", "True"]))
             if disabled.height:
                 reasons.append("NCCL_IB_DISABLE=1 is set")
-                rows.append(locations(disabled))
+                rows.append(rows_of(disabled))
         forced = _settings(job, "NCCL_NET")
         if not forced.is_empty() and forced["value"].str.contains("(?i)socket").any():
             reasons.append("NCCL_NET selects Socket")
-            rows.append(locations(forced))
+            rows.append(rows_of(forced))
         network = job.table("network")
         if not network.is_empty() and "event" in network.columns:
             nodev = network.filter(pl.col("event") == "ib_no_device")
             if nodev.height:
                 reasons.append("'NET/IB : No device found' (no usable IB/RoCE device)")
-                rows.append(locations(nodev))
+                rows.append(rows_of(nodev))
             verbs = network.filter(pl.col("event") == "ibverbs_missing")
             if verbs.height:
                 reasons.append("libibverbs could not be loaded")
-                rows.append(locations(verbs))
+                rows.append(rows_of(verbs))
             missing = (
                 network.filter(
                     (pl.col("event") == "plugin")
@@ -353,7 +354,7 @@ class TransportFallback(Rule):
                 failed = failed.filter(pl.col("error_text").fill_null("").str.contains(r"^IB"))
             if failed.height and not nodev.height:  # 2.27+: the IB plugin failed, NCCL went on with the next
                 reasons.append("'Failed to initialize NET plugin IB'")
-                rows.append(locations(failed))
+                rows.append(rows_of(failed))
             if not missing.is_empty() and loaded.is_empty() and not reasons:
                 reasons.append(
                     "no network plugin was loaded (clusters whose RDMA network needs one, such as EFA "
@@ -372,7 +373,7 @@ class TransportFallback(Rule):
         ibdev = _errors(job, "ib_device")
         if not ibdev.is_empty():
             reasons.append("IB devices could not be opened")
-            rows.append(locations(ibdev))
+            rows.append(rows_of(ibdev))
         frame = pl.concat(rows) if rows else pl.DataFrame()
         return reasons, frame
 
@@ -443,7 +444,7 @@ class TransportFallback(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=pl.concat([locations(no_gdr).head(3), locations(reason_rows).head(3)]),
+                evidence_rows=pl.concat([rows_of(no_gdr).head(3), rows_of(reason_rows).head(3)]),
                 ranks=ranks,
                 hosts=hosts,
                 severity=severity,
@@ -461,7 +462,7 @@ class TransportFallback(Rule):
                 f"GPUDirect RDMA{f' (net device(s) {ranks_text(devs)})' if devs else ''}, the others with "
                 "it: "
                 "NCCL uses NICs too far from these GPUs for GDR on some channels",
-                evidence_rows=locations(rows).head(4),
+                evidence_rows=rows_of(rows).head(4),
                 ranks=ranks,
                 severity=Severity.INFO,
                 advice="Usually the PCIe topology (NICs on another PCIe switch or CPU socket); check rail "
@@ -495,7 +496,7 @@ class TransportFallback(Rule):
                 reasons.append("'GPU Direct RDMA Disabled' for the NICs")
         level = _settings(job, "NCCL_NET_GDR_LEVEL")
         rows = (
-            pl.concat([locations(disabled).head(3), locations(level).head(1)])
+            pl.concat([rows_of(disabled).head(3), rows_of(level).head(1)])
             if disabled.height or not level.is_empty()
             else pl.DataFrame()
         )
@@ -524,7 +525,7 @@ class TransportFallback(Rule):
         if not p2p_errors.is_empty():
             reasons.append(f"'{_message(job, p2p_errors)}'")
         reason_rows = pl.concat(
-            [locations(disabled).head(2), locations(level).head(1), locations(p2p_errors).head(2)]
+            [rows_of(disabled).head(2), rows_of(level).head(1), rows_of(p2p_errors).head(2)]
         )
         # Severity policy: a path the job chose (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, no P2P error) is info;
         # one NCCL fell to on its own (P2P failed, or some hosts only) is a warning: the job works, slower.
@@ -579,7 +580,7 @@ class TransportFallback(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]),
+                evidence_rows=pl.concat([reason_rows, rows_of(rows).head(3)]),
                 ranks=ranks,
                 hosts=hosts,
                 severity=chosen if not fast_hosts.height else None,
@@ -603,7 +604,7 @@ class TransportFallback(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=pl.concat([reason_rows, locations(rows).head(3)]),
+                evidence_rows=pl.concat([reason_rows, rows_of(rows).head(3)]),
                 ranks=ranks,
                 hosts=hosts,
                 severity=chosen or (Severity.WARNING if reasons or net_intra else Severity.INFO),
@@ -643,7 +644,7 @@ class TransportFallback(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(rows).head(4),
+                evidence_rows=rows_of(rows).head(4),
                 ranks=ranks,
                 advice=(
                     "For SHARP: check that the SHARP aggregation manager (sharp_am) runs and the job may "
@@ -668,7 +669,7 @@ class TransportFallback(Rule):
                 job,
                 f"The network plugin NCCL tried first could not be initialized on "
                 f"{len(ranks) or rows.height} rank(s): '{text}'; NCCL went on with {', '.join(used)}",
-                evidence_rows=locations(rows).head(4),
+                evidence_rows=rows_of(rows).head(4),
                 ranks=ranks,
                 severity=Severity.INFO,
                 advice=(
@@ -681,7 +682,7 @@ class TransportFallback(Rule):
             job,
             f"The network NCCL was asked to use is not available on {len(ranks) or rows.height} rank(s): "
             f"'{text}'",
-            evidence_rows=locations(rows).head(4),
+            evidence_rows=rows_of(rows).head(4),
             ranks=ranks,
             severity=Severity.ERROR,
             advice=(
@@ -870,7 +871,7 @@ class NetError(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group),
+                evidence_rows=rows_of(group),
                 ranks=ranks,
                 hosts=hosts,
                 severity=severity,
@@ -885,7 +886,7 @@ class NetError(Rule):
             yield self.finding(
                 job,
                 f"IB transport error on {names(job, ranks) if ranks else 'an unknown rank'}: '{text}'",
-                evidence_rows=locations(bare),
+                evidence_rows=rows_of(bare),
                 ranks=ranks,
                 severity=severity,
                 advice=IB_ADVICE[12],
@@ -929,7 +930,7 @@ class NetError(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group),
+                evidence_rows=rows_of(group),
                 ranks=ranks,
                 hosts=sorted(set(group["host"].drop_nulls())),
                 severity=severity,
@@ -949,7 +950,7 @@ class NetError(Rule):
             "The two ends of an IB transfer disagree on its size or buffer on "
             f"{names(job, ranks) if ranks else 'some ranks'}: "
             f"'{text}' (mismatched collectives across ranks, or memory corruption)",
-            evidence_rows=locations(rows).head(4),
+            evidence_rows=rows_of(rows).head(4),
             ranks=ranks,
             severity=Severity.ERROR,
             advice="Check that every rank issues the same collectives with the same sizes "
@@ -997,7 +998,7 @@ class NetError(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group),
+                evidence_rows=rows_of(group),
                 ranks=ranks,
                 hosts=hosts,
                 severity=Severity.CRITICAL if propagated else Severity.WARNING,
@@ -1033,7 +1034,7 @@ class NetError(Rule):
         yield self.finding(
             job,
             title,
-            evidence_rows=locations(rows).head(4),
+            evidence_rows=rows_of(rows).head(4),
             ranks=ranks,
             hosts=hosts,
             severity=Severity.WARNING if multi else Severity.INFO,
@@ -1100,7 +1101,7 @@ class NetError(Rule):
             yield self.finding(
                 job,
                 title,
-                evidence_rows=locations(group),
+                evidence_rows=rows_of(group),
                 ranks=ranks,
                 hosts=hosts,
                 severity=Severity.WARNING if cause or deaths else Severity.ERROR,

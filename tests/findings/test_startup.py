@@ -101,6 +101,9 @@ def test_ls201_init_hang_fixture_names_the_ranks_that_never_joined_and_the_waiti
     assert [sorted(f.ranks) for f in missing] == truth_ranks(truth, "init_incomplete", primary=True)
     assert missing[0].comm == truth["communicators"][0]["comm_id"]
     assert "never joined" in missing[0].title and missing[0].evidence
+    # Ranks are written the one way every rule writes them (findings/wording.py), not "ranks 2, 3".
+    assert missing[0].title.startswith("ranks 2–3 never joined")
+    assert "2 ranks (0–1) started" in missing[0].title
     waiting = [f for f in found if f.severity == Severity.ERROR]
     assert [sorted(f.ranks) for f in waiting] == truth_ranks(truth, "init_incomplete", primary=False)
 

@@ -58,13 +58,15 @@ def test_fusion_names_the_truth_culprit_with_dump_entries(tmp_path, scenario, fo
 
 def test_fusion_mismatch_names_both_sides_from_the_dumps(tmp_path):
     from nccl_logsift.findings.flight import FlightRecorderMismatch
+    from nccl_logsift.findings.wording import ranks_text
     from nccl_logsift.pipeline import load_job
 
     _, truth = _job(tmp_path, "collective-mismatch")
     culprit = next(f for f in truth["faults"] if f["primary"])["ranks"]
     (found,) = FlightRecorderMismatch().check(load_job([str(tmp_path)]))
     assert list(found.ranks) == culprit
-    others = ", ".join(str(r) for r in range(8) if r not in culprit)
+    # Ranks are written one way (findings/wording.py).
+    others = ranks_text(r for r in range(8) if r not in culprit)
     assert f"while ranks {others} enqueued" in found.title
     sides = {int(e.text.split(" of rank ")[1].split(":")[0]) for e in found.evidence}
     assert set(culprit) < sides  # the culprit's entry and the majority's
