@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nccl_logsift"
 READERS = [
     path
     for path in [
-        *PACKAGE.glob("findings/*.py"),
+        *PACKAGE.glob("findings/**/*.py"),
         *PACKAGE.glob("views/*.py"),
         *PACKAGE.glob("resolve/*.py"),
         PACKAGE / "report.py",

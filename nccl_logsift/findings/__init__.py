@@ -1,6 +1,7 @@
-"""The finding rules, one small class per problem, grouped by family module; ``ALL_RULES`` lists them all.
+"""The finding rules, one class per problem in a module named after it (``progress/rank_behind.py`` is
+LS101 rank-behind), grouped in family packages; ``ALL_RULES`` lists them all.
 
-| range | module | what |
+| range | family | what |
 |---|---|---|
 | LS1xx | progress | ranks behind, mismatched collectives, watchdog timeouts |
 | LS2xx | startup | init that never completed, bootstrap and interface problems |
@@ -11,6 +12,8 @@
 | LS7xx | flight | what PyTorch Flight Recorder dumps show: mismatched collectives, ranks behind |
 | LS9xx | nccl | NCCL errors not explained by a more specific rule |
 
+A rule imports the shared modules (``base``, ``wording``, ``evidence``, ``vocabulary``), the private helpers
+of its own family (``_*.py``) and ``nccl_logsift.resolve``, never another rule (tests/test_layering.py).
 Codes are never reused; a retired rule keeps its code.
 """
 

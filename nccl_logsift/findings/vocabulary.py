@@ -10,7 +10,7 @@ import functools
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.schema import ErrorKind
 
-# The rule that reports every WARN no other rule owns (findings/nccl.py).
+# The rule that reports every WARN no other rule owns (findings/nccl/nccl_error.py).
 CATCH_ALL = "LS901"
 
 
@@ -39,3 +39,5 @@ def owner(kind: str | None) -> str:
 # Error kinds that are never a sign of a process's failure: probes, retries and fallbacks NCCL handled, and
 # teardown chatter.
 BENIGN_KINDS = with_role("benign", "teardown")
+# Error kinds of a socket connection to a peer that failed (bootstrap and interface rules).
+CONNECT_KINDS = ("socket_connect", "socket_handshake", "socket_truncated")

@@ -8,7 +8,9 @@ import re
 import polars as pl
 
 from nccl_logsift.resolve.communicators import with_seq
+from nccl_logsift.resolve.interfaces import interfaces
 from nccl_logsift.resolve.job import Job, per_job
+from nccl_logsift.resolve.processes import PROC
 from nccl_logsift.resolve.ranks import with_job_rank
 
 
@@ -197,3 +199,37 @@ def peer_ranks_on(job: Job, host: str | None, logger: int | None, t: pl.DataFram
         if narrowed:
             return narrowed
     return on_host
+
+
+@per_job
+def bootstrap_addresses(job: Job) -> pl.DataFrame:
+    """(host, pid) → the address it bootstraps on (Bootstrap line, else IB OOB, else first NET/Socket one)."""
+    prio = {"bootstrap": 0, "oob": 1, "socket": 2}
+    rows = [
+        (i.host, i.pid, i.ifname, i.address, prio[i.role], i.source_id, i.line_no, i.part)
+        for i in interfaces(job)
+        if i.role in prio and i.address
+    ]
+    if not rows:
+        return pl.DataFrame(
+            schema={"host": pl.String, "pid": pl.Int64, "ifname": pl.String, "address": pl.String}
+        )
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            "host": pl.String,
+            "pid": pl.Int64,
+            "ifname": pl.String,
+            "address": pl.String,
+            "prio": pl.Int32,
+            "source_id": pl.UInt16,
+            "line_no": pl.UInt32,
+            "part": pl.UInt8,
+        },
+        orient="row",
+    )
+    return (
+        frame.sort("prio", "source_id", "line_no")
+        .unique(PROC, keep="first", maintain_order=True)
+        .drop("prio")
+    )

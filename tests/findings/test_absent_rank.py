@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from builders import run
 
-from nccl_logsift.findings.startup import BootstrapFailure, InitIncomplete
+from nccl_logsift.findings.startup.bootstrap_failure import BootstrapFailure
+from nccl_logsift.findings.startup.init_incomplete import InitIncomplete
 from nccl_logsift.model import Severity
 from nccl_logsift.pipeline import analyze, load_job
 from nccl_logsift.render.json import to_dict

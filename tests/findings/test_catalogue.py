@@ -32,6 +32,13 @@ def test_catalogue_codes_are_unique_and_in_their_family_range():
             assert isinstance(rule.kind, Kind) and isinstance(rule.severity, Severity)
 
 
+def test_catalogue_each_rule_is_one_module_of_its_family_named_after_it():
+    for module in MODULES:
+        for rule in module.RULES:
+            assert rule.__module__ == f"{module.__name__}.{rule.name.replace('-', '_')}", rule.code
+    assert len({r.__module__ for r in ALL_RULES}) == len(ALL_RULES)
+
+
 @pytest.mark.parametrize("rule", ALL_RULES, ids=[r.code for r in ALL_RULES])
 def test_catalogue_docstring_has_every_heading_in_order(rule):
     doc = rule.doc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import run, simulate
 
-from nccl_logsift.findings.progress import CollectiveMismatch
+from nccl_logsift.findings.progress.collective_mismatch import CollectiveMismatch
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import analyze, load_job
 from nccl_logsift.render.json import to_dict

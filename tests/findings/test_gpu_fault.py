@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import run, simulate
 
-from nccl_logsift.findings.placement import CudaError
+from nccl_logsift.findings.placement.cuda_error import CudaError
 from nccl_logsift.model import Severity
 from nccl_logsift.pipeline import analyze, load_job
 from nccl_logsift.render.json import to_dict

@@ -6,7 +6,7 @@ import pytest
 from builders import job_of, only
 from conftest import FIXTURES
 
-from nccl_logsift.findings.nccl import NcclError
+from nccl_logsift.findings.nccl.nccl_error import NcclError
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import load_job
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from builders import run
 
-from nccl_logsift.findings.nccl import NcclTestsFailure
+from nccl_logsift.findings.nccl.nccl_tests_failure import NcclTestsFailure
 from nccl_logsift.pipeline import analyze, load_job
 from nccl_logsift.render.json import to_dict
 

@@ -11,7 +11,7 @@ import pytest
 from builders import job_of
 from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 
-from nccl_logsift.findings.performance import LatencyOutlier
+from nccl_logsift.findings.performance.latency_outlier import LatencyOutlier
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.resolve.job import Job

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from builders import run, simulate
 
-from nccl_logsift.findings.progress import WatchdogTimeout
+from nccl_logsift.findings.progress.watchdog_timeout import WatchdogTimeout
 from nccl_logsift.resolve.work import pg_groups
 
 

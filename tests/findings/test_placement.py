@@ -14,7 +14,10 @@ from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from conftest import CORPUS_ABSENT, corpus_files
 
 from nccl_logsift.findings.base import HEADINGS
-from nccl_logsift.findings.placement import RULES, CudaError, DuplicateGpu, HostCollision
+from nccl_logsift.findings.placement import RULES
+from nccl_logsift.findings.placement.cuda_error import CudaError
+from nccl_logsift.findings.placement.duplicate_gpu import DuplicateGpu
+from nccl_logsift.findings.placement.host_collision import HostCollision
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import load_job
 

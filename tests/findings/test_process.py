@@ -8,7 +8,7 @@ import pytest
 from builders import job_of, only
 from conftest import FIXTURES
 
-from nccl_logsift.findings.process import ProcessExit
+from nccl_logsift.findings.process.process_exit import ProcessExit
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.simulate import Options, write

@@ -8,7 +8,7 @@ import pytest
 from builders import job_of, simulate, two_gpu_processes
 from conftest import FIXTURES
 
-from nccl_logsift.findings.progress import RankBehind
+from nccl_logsift.findings.progress.rank_behind import RankBehind
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.resolve.positions import comm_progress, members_last_calls
 
@@ -69,7 +69,7 @@ def mismatch_log(tmp_path, *, ranks: int, version: str, layout: str, seed: int):
 )
 def test_ls102_two_rank_mismatch_names_both_sides_and_blames_neither(tmp_path, version, layout, seed):
     """With two ranks there is no majority: whichever rank the simulator made diverge, both are named."""
-    from nccl_logsift.findings.progress import CollectiveMismatch
+    from nccl_logsift.findings.progress.collective_mismatch import CollectiveMismatch
 
     job = load_job([str(mismatch_log(tmp_path, ranks=2, version=version, layout=layout, seed=seed))])
     finding = next(f for f in CollectiveMismatch().check(job))
@@ -81,7 +81,7 @@ def test_ls102_two_rank_mismatch_names_both_sides_and_blames_neither(tmp_path, v
 def test_ls102_mismatch_in_a_log_of_nccl_lines_only_that_stops_there_is_critical(tmp_path, version):
     """NCCL_DEBUG_FILE output of a job killed while it hung (no watchdog, no abort, no exit report): the
     communicator's calls stop right after the divergence, so it hung."""
-    from nccl_logsift.findings.progress import CollectiveMismatch
+    from nccl_logsift.findings.progress.collective_mismatch import CollectiveMismatch
 
     out = mismatch_log(tmp_path, ranks=8, version=version, layout="interleaved", seed=3)
     lines = [line for line in out.read_text().splitlines() if " NCCL INFO " in line and "Abort" not in line]
@@ -93,7 +93,7 @@ def test_ls102_mismatch_in_a_log_of_nccl_lines_only_that_stops_there_is_critical
 def test_ls102_mismatch_on_a_communicator_that_was_torn_down_is_only_a_warning(tmp_path):
     """NCCL lines only, and every process destroyed the communicator afterwards: the job went on past the
     divergence, so nothing shows it hung (a line lost to interleaving looks the same)."""
-    from nccl_logsift.findings.progress import CollectiveMismatch
+    from nccl_logsift.findings.progress.collective_mismatch import CollectiveMismatch
 
     out = mismatch_log(tmp_path, ranks=4, version="2.27", layout="interleaved", seed=3)
     lines = [line for line in out.read_text().splitlines() if " NCCL INFO " in line and "Abort" not in line]
@@ -120,7 +120,7 @@ def test_ls102_mismatch_in_one_stream_without_teardown_lines_of_nccl_2_30_is_onl
     """From NCCL 2.30.3 Destroy/Abort lines need DESTROY in NCCL_DEBUG_SUBSYS: a run that ended normally shows
     none either, so calls that stop near the divergence do not show a hang when a line can have been lost in
     the interleaved output (the same log with a 2.27 banner is critical, above)."""
-    from nccl_logsift.findings.progress import CollectiveMismatch
+    from nccl_logsift.findings.progress.collective_mismatch import CollectiveMismatch
 
     out = tmp_path / "one-stream.log"
     out.write_text("\n".join(nccl_only_mismatch_lines(tmp_path, "2.30.7")) + "\n")
@@ -131,7 +131,7 @@ def test_ls102_mismatch_in_one_stream_without_teardown_lines_of_nccl_2_30_is_onl
 def test_ls102_mismatch_in_per_process_files_without_teardown_lines_of_nccl_2_30_stays_critical(tmp_path):
     """One NCCL_DEBUG_FILE per process: no line can be lost to interleaving, so the divergence is real and the
     calls stopping right after it show the hang, teardown lines or not."""
-    from nccl_logsift.findings.progress import CollectiveMismatch
+    from nccl_logsift.findings.progress.collective_mismatch import CollectiveMismatch
 
     by_process: dict[str, list[str]] = {}
     for line in nccl_only_mismatch_lines(tmp_path, "2.30.7"):

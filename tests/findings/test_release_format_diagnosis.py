@@ -7,7 +7,7 @@ import pytest
 from builders import job_of, serious, simulate
 
 from nccl_logsift.findings import run_rules
-from nccl_logsift.findings.process import ProcessExit
+from nccl_logsift.findings.process.process_exit import ProcessExit
 from nccl_logsift.model import Kind
 
 
@@ -131,7 +131,7 @@ def test_watchdog_lines_of_pytorch_2_13_give_the_verdict_of_the_2_8_form(tmp_pat
 
 
 def test_a_2_13_timeout_line_is_read_with_its_guid_and_grouped_by_the_pg_id_of_the_next_line(tmp_path):
-    from nccl_logsift.findings.progress import WatchdogTimeout
+    from nccl_logsift.findings.progress.watchdog_timeout import WatchdogTimeout
 
     lines = []
     for rank, pg_rank in ((4, 0), (5, 1)):

@@ -14,7 +14,10 @@ from builders import fixture_job, fixture_truth, job_of, run, serious, simulate
 from conftest import CORPUS_ABSENT, corpus_files
 
 from nccl_logsift.findings.base import HEADINGS
-from nccl_logsift.findings.startup import RULES, BootstrapFailure, InitIncomplete, InterfaceMisconfig
+from nccl_logsift.findings.startup import RULES
+from nccl_logsift.findings.startup.bootstrap_failure import BootstrapFailure
+from nccl_logsift.findings.startup.init_incomplete import InitIncomplete
+from nccl_logsift.findings.startup.interface_misconfig import InterfaceMisconfig
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.resolve.inits import stalled_inits

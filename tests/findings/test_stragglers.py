@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from builders import job_of
 
-from nccl_logsift.findings.performance import LatencyOutlier
+from nccl_logsift.findings.performance.latency_outlier import LatencyOutlier
 from nccl_logsift.model import Kind
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.simulate import Options, write

@@ -9,7 +9,8 @@ import pytest
 from builders import fixture_job, job_of, only
 from conftest import CORPUS, CORPUS_ABSENT, FIXTURES
 
-from nccl_logsift.findings.transport import NetError, TransportFallback
+from nccl_logsift.findings.transport.net_error import NetError
+from nccl_logsift.findings.transport.transport_fallback import TransportFallback
 from nccl_logsift.model import Kind, Severity
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.resolve.job import Job

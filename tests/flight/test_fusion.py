@@ -57,7 +57,7 @@ def test_fusion_names_the_truth_culprit_with_dump_entries(tmp_path, scenario, fo
 
 
 def test_fusion_mismatch_names_both_sides_from_the_dumps(tmp_path):
-    from nccl_logsift.findings.flight import FlightRecorderMismatch
+    from nccl_logsift.findings.flight.flight_recorder_mismatch import FlightRecorderMismatch
     from nccl_logsift.findings.wording import ranks_text
     from nccl_logsift.pipeline import load_job
 

@@ -80,7 +80,7 @@ def test_real_capture_dumps_table_has_the_collective_each_rank_waits_in():
 
 
 def test_real_capture_rank_without_a_dump_is_filled_from_its_log():
-    from nccl_logsift.findings.flight import FlightRecorderRankBehind
+    from nccl_logsift.findings.flight.flight_recorder_rank_behind import FlightRecorderRankBehind
     from nccl_logsift.pipeline import load_job
 
     folder, injected = _capture("stall")

@@ -4,7 +4,7 @@ the same one: each kind has a role and an owner that is a rule."""
 from __future__ import annotations
 
 from nccl_logsift.findings import ALL_RULES, vocabulary
-from nccl_logsift.findings.nccl import OWNED, TEARDOWN_KINDS
+from nccl_logsift.findings.nccl.nccl_error import OWNED, TEARDOWN_KINDS
 from nccl_logsift.findings.vocabulary import BENIGN_KINDS
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.schema import ROLES, read_grammar

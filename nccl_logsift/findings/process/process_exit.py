@@ -1,15 +1,4 @@
-"""Rules about processes that died (LS5xx).
-
-| code | name | kind | severity |
-|---|---|---|---|
-| LS501 | process-exit | process_exit | critical |
-
-Exit reports come from the launchers (torchrun's ChildFailedError summary and elastic agent, srun, bash job
-control, Cray PALS, mpirun, torch.multiprocessing.spawn) and are folded into one row per failed process by
-:func:`nccl_logsift.resolve.exits.assemble_exits`. A process is named by its global rank when the report or
-the NCCL lines allow it. The helpers here that give any table row the global rank of its process
-(:func:`with_job_rank`) are shared by the other families of this package.
-"""
+"""LS501 process-exit: A training process died: crashed, was killed, aborted or exited with an error code."""
 
 from __future__ import annotations
 
@@ -26,8 +15,10 @@ from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.exits import SIGNAL_NAMES, assemble_exits
 from nccl_logsift.resolve.failures import nccl_tests_failures, uncaught_exceptions
 from nccl_logsift.resolve.hosts import nccl_host
+from nccl_logsift.resolve.inits import stalled_inits
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.ranks import label_maps, with_job_rank
+from nccl_logsift.resolve.transports import address_hosts
 from nccl_logsift.resolve.work import FAILURE_EVENTS
 
 # Signals that mean the process itself crashed.
@@ -182,8 +173,6 @@ class ProcessExit(Rule):
     def _ras_dead(self, job: Job) -> Iterator[Finding]:
         """The processes NCCL's RAS declared dead, per host: the culprit is the node RAS names, not the ranks
         whose RAS threads reported it (they are alive: they log)."""
-        from nccl_logsift.resolve.transports import address_hosts
-
         ras = job.table("ras")
         if ras.is_empty() or not {"event", "peer"} <= set(ras.columns):
             return
@@ -640,8 +629,6 @@ def _rank_by_absence(job: Job, deaths: list[Death]) -> None:
     """Give the deaths without a rank the world ranks that never logged an Init line, when they are exactly as
     many (k processes died at the top level before NCCL init, k ranks of the world never joined it): the set
     of ranks is certain; with several, the pairing follows the order of the tracebacks."""
-    from nccl_logsift.resolve.inits import stalled_inits
-
     unranked = [d for d in deaths if d.rank is None]
     if not unranked:
         return
@@ -737,6 +724,3 @@ def _exception_ranks(job: Job) -> dict[int, tuple[int, str]]:
                 what = f"an NCCL error in nccl-tests ({r.get('test_error') or 'test failure'})"
                 found.setdefault(int(r["global_rank"]), (order_key(r["source_id"], r["line_no"]), what))
     return found
-
-
-RULES: tuple[type[Rule], ...] = (ProcessExit,)

@@ -1,14 +1,5 @@
-"""Rules about speed: ranks that arrive late, runs that move data slowly (LS6xx).
-
-| code | name | kind | severity |
-|---|---|---|---|
-| LS601 | latency-outlier | latency_outlier | warning |
-
-A slow rank is not a stuck rank: it makes progress, every collective completes, but everyone waits for it
-at every step. Arrival times are compared only for the same call (communicator uid and per-communicator
-position, the ``ordinal`` of the ``collectives`` table) and only as differences between ranks, over many
-calls, with a robust centre (median) and spread (median absolute deviation).
-"""
+"""LS601 latency-outlier: Some ranks are consistently late to their collectives, or a run moves data far
+slower than its peers."""
 
 from __future__ import annotations
 
@@ -337,6 +328,3 @@ def nccltests_runs(job: Job) -> pl.DataFrame:
         per_size = per_size.join(pid_ranks, on="run", how="left")
     # A total order: a run can hold several rows of one size (one per datatype or reduction).
     return per_size.sort("run", "size", "test_name", "dtype", "redop", nulls_last=True)
-
-
-RULES: tuple[type[Rule], ...] = (LatencyOutlier,)
