@@ -8,10 +8,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import chain, islice
 
 import polars as pl
@@ -22,18 +21,17 @@ from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import (
     DEFAULT_CHUNK_BYTES,
-    MAX_LINE_BYTES,
     LineReader,
     RawChunk,
     ReadStats,
     split_lines,
 )
-from nccl_logsift.io.sources import Source, SourceProblem, require_sources
+from nccl_logsift.io.sources import Source, require_sources
 from nccl_logsift.model import InputProblem, ProblemKind, Report
 from nccl_logsift.parse import parallel
 from nccl_logsift.parse.calls import ADDED, Calls, FramePiece, Names
 from nccl_logsift.parse.chunks import ChunkParser
-from nccl_logsift.parse.lineparser import MAX_PARTS, LineParser
+from nccl_logsift.parse.lineparser import LineParser
 from nccl_logsift.parse.parallel import (
     Segment,
     SegmentPool,
@@ -51,6 +49,7 @@ from nccl_logsift.resolve.cache import per_job as per_job
 from nccl_logsift.resolve.communicators import device_ranks, process_ranks
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.progress import CollectiveNumbering
+from nccl_logsift.summary import InputSummary, ParseSummary
 from nccl_logsift.tables import REPEATS_KEPT, RankMaps, TableSink
 
 log = logging.getLogger(__name__)
@@ -74,66 +73,6 @@ class ParseOptions:
     max_wait: float | None = None  # live input: hand out a batch at least this often (seconds)
     every_line: bool = True  # a lines row for every COLL call too (parse); the diagnosis does without
     workers: int | None = None  # parsing processes; None: automatic, 1: this process only
-
-
-@dataclass(frozen=True, slots=True)
-class InputSummary:
-    """What one input held; ``unparsed_lines`` counts enveloped (NCCL/PyTorch) lines no family claimed.
-    ``problem`` says in words what cut it short or skipped it; ``problems`` lists all that went wrong."""
-
-    path: str
-    bytes: int
-    lines: int
-    unparsed_lines: int
-    compression: str | None
-    invalid_utf8_lines: int
-    problem: str | None
-    problems: tuple[InputProblem, ...] = ()
-
-    @staticmethod
-    def skipped(problem: SourceProblem) -> InputSummary:
-        """A path found while expanding the arguments that could not be read at all."""
-        unreadable = InputProblem(ProblemKind.UNREADABLE, reason=problem.reason)
-        return InputSummary(problem.path, 0, 0, 0, None, 0, unreadable.describe(), (unreadable,))
-
-
-@dataclass(slots=True)
-class ParseSummary:
-    inputs: list[InputSummary]
-    skipped: list[SourceProblem]
-    table_rows: dict[str, int]
-    family_counts: Counter
-    envelope_lines: int
-    unparsed_envelope_lines: int
-    torn_fragments: int
-    unparsed_shapes: list[tuple[str, int]]
-    extra: dict = field(default_factory=dict)
-    # Kept but not whole: numbers too large for their column (null), glued heads past the last part of a
-    # line (left in its text), lines longer than the limit (cut, io/lines.py MAX_LINE_BYTES).
-    values_out_of_range: int = 0
-    glued_uncut: int = 0
-    long_lines_cut: int = 0
-    # Parsed and counted, not kept: NCCL/PyTorch lines past the first tables.REPEATS_KEPT of the same content
-    # (an analysis only).
-    repeats_folded: int = 0
-
-    def damage(self) -> list[str]:
-        """What the parser kept but not whole, as short sentences (empty when nothing was)."""
-        glued = f"glued NCCL/PyTorch line head(s) left uncut past {MAX_PARTS} parts of a line"
-        counts = [
-            (self.values_out_of_range, "number(s) too large for their column read as unknown (null)"),
-            (self.glued_uncut, glued),
-            (
-                self.long_lines_cut,
-                f"line(s) longer than {MAX_LINE_BYTES >> 20} MiB cut to their first "
-                f"{MAX_LINE_BYTES >> 20} MiB",
-            ),
-        ]
-        return [f"{count:,} {what}" for count, what in counts if count]
-
-    @property
-    def lines(self) -> int:
-        return sum(i.lines for i in self.inputs)
 
 
 @dataclass(slots=True)

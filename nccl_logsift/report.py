@@ -10,11 +10,11 @@ from nccl_logsift.findings.triage import diagnose, verdict_text
 from nccl_logsift.flight.advisor import advise
 from nccl_logsift.flight.audit import audit as audit_dumps
 from nccl_logsift.model import Evidence, Finding, InputInfo, JobSummary, RankState, Report, ReportViews
-from nccl_logsift.pipeline import InputSummary, ParseSummary
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.processes import launcher_hosts
 from nccl_logsift.resolve.transports import logged_hosts
 from nccl_logsift.resolve.work import PLAUSIBLE_SEQ, work_states
+from nccl_logsift.summary import InputSummary, ParseSummary
 
 MAX_RANK_ROWS = 4096 * 4  # enough for every rank of the largest jobs on a few communicators
 

@@ -22,8 +22,9 @@ from nccl_logsift.cli.output import writing
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.errors import OutputError
 from nccl_logsift.parse.schema import SCHEMA_VERSION
-from nccl_logsift.pipeline import ParseOptions, ParseSummary, parse_paths
+from nccl_logsift.pipeline import ParseOptions, parse_paths
 from nccl_logsift.render.controls import visible
+from nccl_logsift.summary import ParseSummary
 from nccl_logsift.tables import ParquetSink
 
 MANIFEST = "manifest.json"
