@@ -331,8 +331,8 @@ DIAGNOSIS_COLUMNS: dict[str, tuple[str, ...]] = {
 
 # Of the lines no family claims and no envelope carries (plain ``text`` and ``blank``: most of a training
 # log), an analysis keeps only those a rule reads: the first frame of a traceback at the script's top level
-# (findings/process.py), and the first line of each combination of launcher labels (the ranks a log names:
-# Job.torch_ranks; the hosts pdsh names: findings/process.py launcher_hosts). The others are counted (parse
+# (resolve/failures.py), and the first line of each combination of launcher labels (the ranks a log names:
+# Job.torch_ranks; the hosts pdsh names: resolve/processes.py launcher_hosts). The others are counted (parse
 # summary) but not kept: 10M lines of training output held 2 GB.
 MODULE_FRAME = r"in <module>\s*$"
 LINE_LABELS = ("torch_rank", "mpi_rank", "task", "local_rank", "launcher_host")

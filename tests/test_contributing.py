@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 
@@ -50,6 +51,18 @@ def test_the_rule_example_is_a_rule_that_finds_what_it_says_and_nothing_on_a_hea
     (finding,) = rule().check(load_job([str(FIXTURES / "socket_fallback_4ranks.log")]))
     assert finding.code == "LS399" and finding.evidence and "NET/Socket" in finding.evidence[0].text
     assert list(rule().check(load_job([str(FIXTURES / "healthy_8ranks.log")]))) == []
+
+
+def test_the_rule_example_imports_only_what_a_rule_may_import():
+    """The guide's rule is one file: it needs the shared modules, resolve/ and the model, no other rule."""
+    from test_layering import SHARED
+
+    imported = {n.module for n in ast.walk(ast.parse(example("rule"))) if isinstance(n, ast.ImportFrom)}
+    ours = {m for m in imported if m and m.startswith("nccl_logsift")}
+    assert ours and all(
+        m in SHARED or m.startswith("nccl_logsift.resolve.") or m == "nccl_logsift.model" for m in ours
+    )
+    assert "socket_paths.py" in GUIDE  # the file is named after the rule, as test_catalogue checks
 
 
 def test_the_guide_names_files_that_exist():

@@ -1,11 +1,11 @@
 """The rank × collective grid: how far each member of a communicator got, and where members disagree.
 
-Two sources give positions that can be compared across ranks (findings/progress.py explains both): NCCL
-COLL lines, numbered per communicator, and PyTorch's work SeqNum per process group ("last enqueued / last
-completed" lines and watchdog timeouts). A grid shows the last positions up to the front, the positions
-around where the laggards stopped and around the first divergence, and folds the rest into gap columns,
-so a hang at call 2,847 stays one screen wide. Past ``NODE_ROWS_ABOVE`` members, rows are nodes: each cell
-shows the worst state of the node's ranks, so a 1024-rank job is 128 rows.
+Two sources give positions that can be compared across ranks (resolve/positions.py and resolve/work.py
+explain them): NCCL COLL lines, numbered per communicator, and PyTorch's work SeqNum per process group
+("last enqueued / last completed" lines and watchdog timeouts). A grid shows the last positions up to the
+front, the positions around where the laggards stopped and around the first divergence, and folds the rest
+into gap columns, so a hang at call 2,847 stays one screen wide. Past ``NODE_ROWS_ABOVE`` members, rows are
+nodes: each cell shows the worst state of the node's ranks, so a 1024-rank job is 128 rows.
 
 The grid reads as the verdict does (findings/triage.py ``diagnose``): a row is a root-cause rank, a
 consequence, or neither. When the verdict has a root cause, a rank that stopped behind its peers without being

@@ -1,6 +1,6 @@
 """When each rank logged its collectives, and when warnings, timeouts and exits came, on one time axis.
 
-Times come from the same clocks the latency rule uses (findings/performance.py): NCCL 2.26+ line
+Times come from the same clocks the latency rule uses (resolve/timing.py): NCCL 2.26+ line
 timestamps, the collector's prefix, or TRACE ``tms`` aligned per process. Collectives are counted per time
 bin, so the view has the same size for 100 calls or 10 million; a lane that goes quiet before the others
 is the rank that stopped. Without timestamps there is no timeline (NCCL before 2.26 prints none unless a
