@@ -53,11 +53,11 @@ def _prefixed() -> pl.Expr:
 def pg_groups(job: Job) -> pl.DataFrame:
     """One row per process group the PyTorch lines name: its key (:func:`pg_key`), GUID, PG ID and
     description, the ``label`` to show for it, the same in every table of the job ("2
-    (PIPELINE_MODEL_PARALLEL_GROUP)"), and its ``family``: the label without the GUID, shared by the groups
+    (PIPELINE_MODEL_PARALLEL_GROUP)"), and its ``pg_family``: the label without the GUID, shared by the groups
     that print the same PG ID and description. Where one ID names several groups, the label adds the GUID
     ("1 (GUID 5, TENSOR_MODEL_PARALLEL_GROUP)")."""
     torch = job.table("torch")
-    schema = {"key": pl.String, "label": pl.String, "family": pl.String}
+    schema = {"key": pl.String, "label": pl.String, "pg_family": pl.String}
     if torch.is_empty() or "pg_desc" not in torch.columns:
         return pl.DataFrame(schema=schema)
     groups = (

@@ -8,7 +8,7 @@ import pytest
 from builders import job_of, simulate, two_gpu_processes
 from conftest import FIXTURES
 
-from nccl_logsift.findings.progress.rank_behind import RankBehind
+from nccl_logsift.findings.progress.rank_behind import RankBehind, lagging_communicators
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.resolve.positions import comm_progress, members_last_calls
 
@@ -24,8 +24,8 @@ def test_rank_behind_screens_in_exactly_the_communicators_it_reports(tmp_path, f
     reported = screened = 0
     for job in jobs(tmp_path):
         rule = RankBehind()
-        lagging = rule._lagging(job, failing)
-        found = {p.uid for p in comm_progress(job) if rule._from_collectives(job, p, failing) is not None}
+        lagging = lagging_communicators(job, failing)
+        found = {p.uid for p in comm_progress(job) if rule.from_collectives(job, p, failing) is not None}
         assert lagging == found
         reported, screened = reported + len(found), screened + len(comm_progress(job))
     assert 0 < reported < screened

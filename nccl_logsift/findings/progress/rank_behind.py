@@ -78,45 +78,20 @@ class RankBehind(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         failing = hang_evidence(job)
         reported: set[int] = set()
-        lagging = self._lagging(job, failing)
+        lagging = lagging_communicators(job, failing)
         # Only the lagging communicators are split out (one group each took ~0.05 ms: 0.2 s over a 4096-rank
         # job's thousands); in the order of members_last_calls, as comm_progress gives them.
         last = members_last_calls(job)
         for progress in (
             progress_of(last.filter(pl.col("comm_uid").is_in(sorted(lagging)))) if lagging else []
         ):
-            finding = self._from_collectives(job, progress, failing)
+            finding = self.from_collectives(job, progress, failing)
             if finding:
                 reported.update(finding.ranks)
                 yield finding
         yield from self._from_torch(job, reported)
 
-    @staticmethod
-    def _lagging(job: Job, failing: bool) -> set[str]:
-        """The communicators :meth:`_from_collectives` reports, found in one pass over every member's last
-        call (its filters took ~0.3 ms a communicator, ~1 s over the ~3k of a 4096-rank job)."""
-        ordinal = pl.col("ordinal")
-        front = ordinal.max()
-        behind = ordinal < front
-        screen = (
-            members_last_calls(job)
-            .group_by("comm_uid")
-            .agg(
-                members=pl.len(),
-                behind=behind.sum(),
-                gap=front - ordinal.filter(behind).max(),
-            )
-        )
-        return set(
-            screen.filter(
-                (pl.col("members") >= 2)
-                & (pl.col("behind") > 0)
-                & (pl.col("behind") * 2 < pl.col("members"))
-                & (pl.lit(failing) | (pl.col("gap") >= 2))
-            )["comm_uid"].to_list()
-        )
-
-    def _from_collectives(self, job: Job, progress: CommProgress, failing: bool) -> Finding | None:
+    def from_collectives(self, job: Job, progress: CommProgress, failing: bool) -> Finding | None:
         last = progress.last
         if last.height < 2:
             return None
@@ -320,3 +295,28 @@ def _by_pg(timed_out: pl.DataFrame, states: pl.DataFrame):
                 }
             )
         yield (key,), (t, s)
+
+
+def lagging_communicators(job: Job, failing: bool) -> set[str]:
+    """The communicators :meth:`RankBehind.from_collectives` reports, found in one pass over every member's
+    last call instead of filtering each communicator's members (thousands of communicators on a large job)."""
+    ordinal = pl.col("ordinal")
+    front = ordinal.max()
+    behind = ordinal < front
+    screen = (
+        members_last_calls(job)
+        .group_by("comm_uid")
+        .agg(
+            members=pl.len(),
+            behind=behind.sum(),
+            gap=front - ordinal.filter(behind).max(),
+        )
+    )
+    return set(
+        screen.filter(
+            (pl.col("members") >= 2)
+            & (pl.col("behind") > 0)
+            & (pl.col("behind") * 2 < pl.col("members"))
+            & (pl.lit(failing) | (pl.col("gap") >= 2))
+        )["comm_uid"].to_list()
+    )

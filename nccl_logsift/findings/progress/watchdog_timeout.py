@@ -58,22 +58,8 @@ class WatchdogTimeout(Rule):
             ranks = sorted(group["job_rank"].drop_nulls().unique().to_list())
             seqs = sorted(group["seq"].drop_nulls().unique().to_list())
             ops = sorted(group["op_type"].drop_nulls().unique().to_list())
-            timeout = group["timeout_ms"].drop_nulls()
-            seq_text = f"#{seqs[0]}" if len(seqs) == 1 else f"#{seqs[0]}–#{seqs[-1]}" if seqs else ""
-            which = f"process group {pg}" if len(groups) == 1 else f"{len(groups)} process groups {pg}"
-            title = (
-                f"{len(ranks)} rank(s) of {which} hit the watchdog timeout"
-                f"{f' of {timeout.max() / 1000:g} s' if timeout.len() else ''} in "
-                f"{'/'.join(ops) or 'a collective'} {seq_text}"
-            ).rstrip()
-            notes = ""
-            if not states.is_empty():
-                mine = states.filter(pl.col("pg").is_in(groups))
-                if mine.height and mine["implausible"].any():
-                    notes = (
-                        " Some 'last completed' values PyTorch printed are uninitialised memory: treated as "
-                        "unknown."
-                    )
+            title = _title(pg, groups, group, ranks, seqs, ops)
+            notes = _implausible_note(states, groups)
             yield self.finding(
                 job,
                 title + "." + notes if notes else title,
@@ -82,24 +68,46 @@ class WatchdogTimeout(Rule):
                 pg=pg,
                 seq=seqs[0] if len(seqs) == 1 else None,
                 op=ops[0] if len(ops) == 1 else None,
-                advice=(
-                    "These ranks were waiting for a peer. When another finding names a cause, start there. "
-                    "When "
-                    "every rank timed out in the same collective and nothing else is wrong, suspect the "
-                    "network or "
-                    "a GPU: check the transports and dmesg (Xid, link errors) on every host. If a rank was "
-                    "legitimately slow, raise the timeout of init_process_group; for the next run set "
-                    "TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE in older PyTorch) to get a "
-                    "flight-recorder dump."
-                ),
+                advice=ADVICE,
             )
+
+
+ADVICE = (
+    "These ranks were waiting for a peer. When another finding names a cause, start there. When every rank "
+    "timed out in the same collective and nothing else is wrong, suspect the network or a GPU: check the "
+    "transports and dmesg (Xid, link errors) on every host. If a rank was legitimately slow, raise the "
+    "timeout of init_process_group; for the next run set TORCH_FR_BUFFER_SIZE=2000 "
+    "(TORCH_NCCL_TRACE_BUFFER_SIZE in older PyTorch) to get a flight-recorder dump."
+)
+
+
+def _title(pg: str, groups: list[str], group: pl.DataFrame, ranks: list, seqs: list, ops: list) -> str:
+    """'4 rank(s) of process group 2 hit the watchdog timeout of 600 s in AllReduce #12'."""
+    timeout = group["timeout_ms"].drop_nulls()
+    seq_text = f"#{seqs[0]}" if len(seqs) == 1 else f"#{seqs[0]}–#{seqs[-1]}" if seqs else ""
+    which = f"process group {pg}" if len(groups) == 1 else f"{len(groups)} process groups {pg}"
+    return (
+        f"{len(ranks)} rank(s) of {which} hit the watchdog timeout"
+        f"{f' of {timeout.max() / 1000:g} s' if timeout.len() else ''} in "
+        f"{'/'.join(ops) or 'a collective'} {seq_text}"
+    ).rstrip()
+
+
+def _implausible_note(states: pl.DataFrame, groups: list[str]) -> str:
+    """A note when a 'last completed' PyTorch printed for these groups is uninitialised memory."""
+    if states.is_empty():
+        return ""
+    mine = states.filter(pl.col("pg").is_in(groups))
+    if mine.height and mine["implausible"].any():
+        return " Some 'last completed' values PyTorch printed are uninitialised memory: treated as unknown."
+    return ""
 
 
 def _alike_groups(job: Job, rows: pl.DataFrame) -> Iterator[tuple[str, list[str], pl.DataFrame]]:
     """The timeouts by process group, where groups of one family (the same PG ID and description, e.g.
     the eight data-parallel groups) that timed out at the same SeqNums are taken together: (the group's label,
     or the family's for several, the groups, their rows)."""
-    family = dict(pg_groups(job).select("label", "family").iter_rows())
+    family = dict(pg_groups(job).select("label", "pg_family").iter_rows())
     alike: dict[tuple, list[tuple[str, pl.DataFrame]]] = {}
     for (pg,), group in rows.group_by("pg", maintain_order=True):
         seqs = tuple(group["seq"].unique().sort(nulls_last=True).to_list())
