@@ -44,8 +44,6 @@ from nccl_logsift.parse.parallel import (
 )
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
-from nccl_logsift.resolve.cache import cached as cached  # re-exported: the rules import it from here
-from nccl_logsift.resolve.cache import per_job as per_job
 from nccl_logsift.resolve.communicators import device_ranks, process_ranks
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.progress import CollectiveNumbering

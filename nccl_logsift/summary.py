@@ -12,8 +12,6 @@ from nccl_logsift.io.lines import (
 from nccl_logsift.io.sources import SourceProblem
 from nccl_logsift.model import InputProblem, ProblemKind
 from nccl_logsift.parse.lineparser import MAX_PARTS
-from nccl_logsift.resolve.cache import cached as cached  # re-exported: the rules import it from here
-from nccl_logsift.resolve.cache import per_job as per_job
 
 
 @dataclass(frozen=True, slots=True)
