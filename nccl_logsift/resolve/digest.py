@@ -13,7 +13,7 @@ opCount counts every call (``positioned``). :class:`CollectiveDigest` keeps
 * per (communicator, rank) running opCount statistics, so ``positioned`` judges the whole run.
 
 Calls arrive as arrays (:class:`~nccl_logsift.parse.calls.Calls`, numbered, with a dense instance
-``slot``). Every call goes through two compiled loops (``csrc/digest.c``): ``digest_fold_calls`` updates
+``slot``). Every call goes through two compiled loops (``accel/csrc/digest.c``): ``digest_fold_calls`` updates
 the statistics and finds each call's position, and ``digest_fold_positions`` (with the positions' slots
 from a :class:`~nccl_logsift.keymap.KeyMap`) updates the open positions and says which calls of the batch
 the window keeps; the window holds those calls as arrays too, and their polars rows are built once, by
@@ -56,7 +56,7 @@ UNUSED = (
 # What the window keeps of a call besides its row: the call's number in the whole log ("serial", to tell
 # which rows are still kept), its instance, and numbering's columns.
 _WINDOW = ("serial", "slot", "ordinal", "generation", "rank", "uid")
-# Open positions are keyed by (communicator slot, position) packed into 64 bits (csrc/digest.c's
+# Open positions are keyed by (communicator slot, position) packed into 64 bits (accel/csrc/digest.c's
 # POSITION_BITS is the same): only the first 2**20 communicators have positions.
 _POSITION_BITS = 44
 
@@ -348,7 +348,7 @@ class _State:
         return alive
 
 
-# Columns of _State.aggregate, per open position; csrc/digest.c names them: COMM, CALLS, NRANKS, P2P,
+# Columns of _State.aggregate, per open position; accel/csrc/digest.c names them: COMM, CALLS, NRANKS, P2P,
 # SIG_MIN, SIG_MAX, OP_MIN, OP_MAX.
 _AGGREGATES = 8
 
