@@ -1,4 +1,4 @@
-"""The lines of a chunk: where each starts and ends, and whether it is ASCII (the loops are ``csrc/split.c``).
+"""The lines of a chunk: where each starts and ends, and whether it is ASCII (``accel/csrc/split.c``).
 
 The compiled pass reads the chunk eight bytes at a time and finds the newlines of a 200-byte line in about
 one step of four words; it also tells whether every byte is below 128, in which case the chunk is valid
@@ -12,7 +12,8 @@ import numpy as np
 
 from nccl_logsift import accel
 
-_BLOCK = 1 << 14  # bytes the pass scans between checks that the positions have room (csrc/split.c BLOCK)
+# Bytes the pass scans between checks that the positions have room (accel/csrc/split.c BLOCK).
+_BLOCK = 1 << 14
 _HIGH = 0x8080808080808080
 
 

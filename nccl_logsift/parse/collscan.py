@@ -1,5 +1,5 @@
 """The COLL fast path (which lines of a chunk are canonical COLL lines, and their fields) and the table of
-distinct strings it numbers prefixes and op names in; the loops are ``csrc/collscan.c``.
+distinct strings it numbers prefixes and op names in; the loops are ``accel/csrc/collscan.c``.
 
 One pass per line, forwards: the loop finds `` NCCL INFO `` and reads the message of ``INFO(NCCL_COLL,
 "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream
