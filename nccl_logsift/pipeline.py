@@ -409,7 +409,7 @@ class Analysis:
             self._folder.shutdown()
         release_freed()  # the stream's buffers, before polars builds the job's tables
         kept = self.digest.table()
-        if not kept.is_empty():
+        if kept.width:  # every table of a job is there, with its columns, even when no line filled it
             self.sink.write("collectives", kept)
         summary = self.stream.finish(self.sink)
         summary.table_rows["collectives"] = self.digest.calls

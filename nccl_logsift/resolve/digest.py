@@ -76,6 +76,7 @@ class CollectiveDigest:
         # no longer among the most recent a batch later.
         self._last: tuple[Calls, np.ndarray] | None = None
         self._kept: list[pl.DataFrame] = []
+        self._empty: pl.DataFrame | None = None  # no call yet: the table's columns
         self._state = _State(min_window)
         # The uid and comm rank of each instance slot's first call, in slot order.
         self._members: list[tuple[np.ndarray, np.ndarray]] = []
@@ -85,6 +86,8 @@ class CollectiveDigest:
         """Fold in a batch of numbered calls (in line order)."""
         n = len(calls)
         if not n:
+            if self._empty is None:  # the table's columns, for a log without a COLL line
+                self._empty = calls.frame().drop(UNUSED, strict=False)
             return
         # The call's number in the whole log, on a copy: the caller may still read the batch's calls.
         calls = replace(
@@ -131,7 +134,7 @@ class CollectiveDigest:
         frames = [*self._kept, *(calls.frame() for calls in self._window)]
         frames = [frame.drop(UNUSED, strict=False) for frame in frames if frame.height]
         if len(frames) <= 1:  # the window alone: already in line order, one row per call
-            return frames[0] if frames else pl.DataFrame()
+            return frames[0] if frames else self._empty if self._empty is not None else pl.DataFrame()
         merged = pl.concat(frames, how="diagonal_relaxed")
         return merged.unique(LOCATION, keep="first").sort(LOCATION)
 

@@ -59,3 +59,16 @@ def test_evidence_gives_each_named_line_its_text_when_two_sources_share_line_num
         (paths[1], 2, "host-b:1:1 [0] NCCL INFO line 2 of b"),
         (paths[1], 4, "host-b:1:1 [0] NCCL INFO line 4 of b"),
     ]
+
+
+def test_a_parsed_job_holds_every_table_with_its_columns_even_when_no_line_filled_it(tmp_path):
+    full = load_job([str(FIXTURES / "segfault_4ranks.log")])
+    log = tmp_path / "one.log"
+    log.write_text("nothing a grammar knows\n")
+    bare = load_job([str(log)])
+    assert set(bare.tables) == set(full.tables)
+    for name, table in full.tables.items():
+        # The empty collectives table has every column of the table's schema; a full one those its rows had.
+        assert {c: t for c, t in bare.tables[name].schema.items() if c in table.columns} == dict(
+            table.schema
+        ), name
