@@ -31,8 +31,8 @@ class Job:
     paths: tuple[str, ...]
 
     def table(self, name: str) -> pl.DataFrame:
-        """The table. A parsed job holds every table with its columns, also those no line filled
-        (``pipeline.Analysis.job``); a job built by hand may leave tables out, and they read as empty frames."""
+        """The table. A parsed job holds every table with its columns, also those no line
+        filled (``pipeline.Analysis.job``); a job built by hand may leave tables out: they read as empty."""
         return self.tables.get(name, pl.DataFrame())
 
     # ------------------------------------------------------------------ evidence
