@@ -400,7 +400,7 @@ class Analysis:
         if folding is not None:
             folding.result()
 
-    def job(self):
+    def job(self) -> tuple[ParseSummary, Job]:
         """The summary and the Job of everything added so far (call once, at the end)."""
         from nccl_logsift.memory import release_freed
 
@@ -422,21 +422,8 @@ class Analysis:
     def report(self, views: bool = True):
         """Run every rule and triage: the same Report whether the batches came from a file or a pipe.
         ``views=False`` leaves out what only the HTML page draws (``Report.views`` is None)."""
-        from nccl_logsift.findings import run_rules
-        from nccl_logsift.findings.flight import fuse
-        from nccl_logsift.findings.triage import triage
-        from nccl_logsift.memory import release_freed
-        from nccl_logsift.report import build_report
-
         summary, job = self.job()
-        started = time.perf_counter()
-        findings = triage(fuse(run_rules(job)))
-        release_freed()
-        ruled = time.perf_counter()
-        log.info("diagnosis: %d finding(s) in %.2f s", len(findings), ruled - started)
-        report = build_report(summary, job, findings, views)
-        log.info("report built in %.2f s%s", time.perf_counter() - ruled, " (with the page's views)" * views)
-        return report
+        return report_of(summary, job, views)
 
 
 def _log_summary(summary: ParseSummary, seconds: float) -> None:
@@ -499,38 +486,49 @@ def analyze(
 ) -> Report:
     """Read the logs, resolve ranks, run every rule, triage, and return the Report (with the HTML page's
     views unless ``views`` is False: the grid, timeline and topology of a 4096-rank job take seconds)."""
-    return _streamed(paths, options, progress).report(views)
+    summary, job = read_job(paths, options, progress)  # parse, then resolve processes, ranks, calls
+    return report_of(summary, job, views)  # the rules, Flight Recorder fusion, triage, the report
 
 
 def read_job(
     paths: Sequence[str],
     options: ParseOptions = ParseOptions(),
     progress: Callable[[int], None] | None = None,
-):
+) -> tuple[ParseSummary, Job]:
     """Read the logs into a Job (its tables and resolved ranks) without diagnosing it: the parse summary
-    and the Job."""
-    return _streamed(paths, options, progress).job()
-
-
-def _streamed(
-    paths: Sequence[str], options: ParseOptions, progress: Callable[[int], None] | None
-) -> Analysis:
-    """Every batch of the logs, added to an Analysis."""
+    and the Job. Batches of lines are parsed into tables, the COLL calls numbered and folded into the
+    digest as they come; the job's processes, communicators and ranks are resolved at the end."""
     analysis = Analysis(TableStream(paths, replace(options, every_line=False)))
     for batch in analysis.stream:
         analysis.add(batch)
         if progress is not None:
             progress(batch.bytes_read)
-    return analysis
+    return analysis.job()
+
+
+def report_of(summary: ParseSummary, job: Job, views: bool = True) -> Report:
+    """Diagnose a Job: every rule, the Flight Recorder dumps fused into the findings, triage (the root cause
+    first, its consequences after it), then the Report."""
+    from nccl_logsift.findings import run_rules
+    from nccl_logsift.findings.flight import fuse
+    from nccl_logsift.findings.triage import triage
+    from nccl_logsift.memory import release_freed
+    from nccl_logsift.report import build_report
+
+    started = time.perf_counter()
+    findings = triage(fuse(run_rules(job)))
+    release_freed()
+    ruled = time.perf_counter()
+    log.info("diagnosis: %d finding(s) in %.2f s", len(findings), ruled - started)
+    report = build_report(summary, job, findings, views)
+    log.info("report built in %.2f s%s", time.perf_counter() - ruled, " (with the page's views)" * views)
+    return report
 
 
 def parse_job(paths: Sequence[str], options: ParseOptions | None = None) -> tuple[ParseSummary, Job]:
     """Parse ``paths`` into memory: the parse summary and the tables wrapped as a Job (what rule tests
     use; ``analyze`` goes on to run the rules)."""
-    analysis = Analysis(TableStream(list(paths), options or ParseOptions(every_line=False)))
-    for batch in analysis.stream:
-        analysis.add(batch)
-    return analysis.job()
+    return read_job(list(paths), options or ParseOptions())
 
 
 def load_job(paths: Sequence[str]) -> Job:
