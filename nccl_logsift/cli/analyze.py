@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from nccl_logsift.cli.options import input_paths, reading_stdin, width_option
-from nccl_logsift.cli.output import check_file, replacing, text_width
+from nccl_logsift.cli.output import check_file, replacing, text_width, write_text
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.model import Report, Severity
 from nccl_logsift.pipeline import analyze as run_analysis
@@ -85,15 +85,15 @@ def analyze(
     # The HTML page (jinja2) and the terminal report (rich) are imported only when chosen: together they
     # are ~40 ms of every run, and scripts and hooks ask for JSON.
     if fmt == "json":
-        _write(render_json(report), output)
+        write_text(render_json(report), output)
     elif fmt == "jsonl":
-        _write(render_jsonl(report), output)
+        write_text(render_jsonl(report), output)
     elif fmt == "html":
         from nccl_logsift.render.html import render_html
 
-        _write(render_html(report), output)
+        write_text(render_html(report), output)
     elif quiet:
-        _write(visible(report.verdict) + "\n", output)
+        write_text(visible(report.verdict) + "\n", output)
     else:
         _print_text(report, output, width)
     log.info(
@@ -136,9 +136,9 @@ def report(ctx: click.Context, paths: tuple[str, ...], output: Path, fail_on: st
     _print_notes(result)
     page = render_html(result)
     if str(output) == "-":
-        _write(page, None)
+        write_text(page, None)
     else:
-        _write(page, output)
+        write_text(page, output)
         click.echo(
             f"wrote {output} ({len(page.encode()) / 1e3:,.0f} KB): {visible(result.verdict[:160])}", err=True
         )
@@ -162,14 +162,6 @@ def _print_notes(report: Report) -> None:
     where stdout is a file or a pipe."""
     for note in report.notes:
         click.echo(f"note: {visible(note)}", err=True)
-
-
-def _write(text: str, output: Path | None) -> None:
-    if output:
-        with replacing(output) as handle:
-            handle.write(text)
-    else:
-        click.echo(text, nl=False)
 
 
 def _exit_status(ctx: click.Context, result: Report, fail_on: str | None) -> None:

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+import click
+
 from nccl_logsift.errors import OutputError
 
 DEFAULT_WIDTH = 120  # columns of a text report written to a pipe or a file when nothing says otherwise
@@ -81,6 +83,15 @@ def writing(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_text(text: str, output: Path | None) -> None:
+    """``text`` to ``output`` (through :func:`replacing`), or to standard output when there is none."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    with replacing(output) as handle:
+        handle.write(text)
 
 
 @contextmanager

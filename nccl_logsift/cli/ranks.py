@@ -11,7 +11,7 @@ import click
 import polars as pl
 
 from nccl_logsift.cli.options import input_paths, reading_stdin, width_option
-from nccl_logsift.cli.output import check_file, replacing, text_width
+from nccl_logsift.cli.output import check_file, text_width, write_text
 from nccl_logsift.cli.progress import read_progress
 from nccl_logsift.pipeline import read_job
 from nccl_logsift.render.controls import visible
@@ -54,10 +54,10 @@ def ranks(paths: tuple[str, ...], fmt: str, output: Path | None, width: int | No
         _, job = read_job(paths, progress=progress)
     table = identity(job)
     if fmt == "json":
-        _write(json.dumps(as_json(table), indent=2) + "\n", output)
+        write_text(json.dumps(as_json(table), indent=2) + "\n", output)
     else:
         terminal = output is None and sys.stdout.isatty()
-        _write(as_text(table, text_width(width, terminal)), output)
+        write_text(as_text(table, text_width(width, terminal)), output)
 
 
 def as_json(table: pl.DataFrame) -> dict:
@@ -130,11 +130,3 @@ def _groups(groups: list[dict] | None) -> str:
 
 def _labels(labels: list[dict] | None) -> str:
     return ", ".join(f"{label['label']}={label['value']}" for label in labels or [])
-
-
-def _write(text: str, output: Path | None) -> None:
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    with replacing(output) as handle:
-        handle.write(text)

@@ -116,22 +116,19 @@ def label_rank(job: Job, column: str) -> pl.Expr:
     return value if mapping is None else value.replace_strict(mapping, default=None, return_dtype=pl.Int64)
 
 
-def with_job_rank(
-    job: Job, frame: pl.DataFrame, provenance: bool = False, ranks: pl.DataFrame | None = None
-) -> pl.DataFrame:
+def with_job_rank(job: Job, frame: pl.DataFrame, provenance: bool = False) -> pl.DataFrame:
     """Add ``job_rank``: the world rank of each row, from the strongest source the row has (see the module's
     docstring): the row's own process rank, else its process's rank from another source
-    (:func:`process_ranks`, or ``ranks``: host, pid, rank), else the default group's PG prefix, else a
+    (:func:`process_ranks`), else the default group's PG prefix, else a
     launcher label, else the local rank. With ``provenance``, also ``rank_source``."""
     if frame.is_empty():
         out = frame.with_columns(job_rank=pl.lit(None, pl.Int64))
         return out.with_columns(rank_source=pl.lit(None, pl.String)) if provenance else out
     known = set(PROCESS) <= set(frame.columns)
     if known:
-        ranks = process_ranks(job) if ranks is None else ranks
-        if "rank_source" not in ranks.columns:
-            ranks = ranks.with_columns(rank_source=pl.lit("nccl_init"))
-        by_process = ranks.select(*PROCESS, _known=pl.col("rank"), _known_source=pl.col("rank_source"))
+        by_process = process_ranks(job).select(
+            *PROCESS, _known=pl.col("rank"), _known_source=pl.col("rank_source")
+        )
         frame = frame.join(by_process, on=PROCESS, how="left", maintain_order="left")
     candidates = _candidates(job, frame)
     out = frame.with_columns(

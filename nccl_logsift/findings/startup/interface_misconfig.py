@@ -17,7 +17,7 @@ from nccl_logsift.resolve.communicators import with_seq
 from nccl_logsift.resolve.inits import resolve_rows
 from nccl_logsift.resolve.interfaces import Iface, address_kind, interfaces, parse_ip, socket_ifname, subnet16
 from nccl_logsift.resolve.job import Job, per_job
-from nccl_logsift.resolve.ranks import known_ranks, with_job_rank
+from nccl_logsift.resolve.ranks import with_job_rank
 from nccl_logsift.resolve.transports import n_nodes
 
 # Interfaces that other hosts usually cannot reach (container bridges, loopback) — grammar §4.2, taxonomy C.
@@ -112,11 +112,10 @@ class InterfaceMisconfig(Rule):
         for key, used in bad.items():
             users = tuple(sorted({(u.host, u.pid) for u in used}))
             by_users.setdefault(users, []).append(key)
-        ranks_of = known_ranks(job)
         for users, keys in by_users.items():
             used = [u for k in keys for u in bad[k]]
             frame = _iface_lines(used)
-            frame = with_job_rank(job, frame, ranks=ranks_of)
+            frame = with_job_rank(job, frame)
             ranks = sorted({int(r) for r in frame["job_rank"].drop_nulls()})
             hosts = sorted({u.host for u in used})
             addresses = [a for _, a, _ in keys if a]
