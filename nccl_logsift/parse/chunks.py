@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -21,11 +22,13 @@ import polars as pl
 from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
-from nccl_logsift.parse.lineparser import LineParser, hosts_of
+from nccl_logsift.parse.lineparser import UNPARSED, LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
+from nccl_logsift.parse.sources import Joined, cut_alike
 
-# A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
+# A batch is parsed when this many leftover lines or fast rows of a source wait, or at the end of a source
+# when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.may_wait).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
 SCAN_AHEAD = 6  # chunks read and scanned ahead of the batches (4 MB each)
@@ -74,6 +77,7 @@ class ChunkParser:
         self._empty = parser.empty_tables  # the tables of a batch without leftover lines
         self._rest_lines = 0
         self.coll_text = False
+        self.unparsed_lines: Counter[int] = Counter()  # by source: its enveloped lines no family claimed
 
     @property
     def ready(self) -> bool:
@@ -156,6 +160,8 @@ class ChunkParser:
                 worker.join()
 
     def add(self, chunk: RawChunk, scanned: Scanned | None = None) -> None:
+        if chunk.source_id != self._source_id:  # ready counts what waits of the source being read
+            self._fast_rows = self._rest_lines = 0
         self._source_id = chunk.source_id
         scanned = scanned or self.scan(chunk)
         chunk = scanned.chunk
@@ -199,8 +205,12 @@ class ChunkParser:
         if not self._fast and not self._rest:
             return None
         parser = self.parser
-        rest = LineChunk.concat(self._rest) if self._rest else None
-        if rest is not None and self.repeats is not None:
+        unparsed_before = parser.state.unparsed_envelope_lines
+        several = bool(self._rest) and self._rest[0].source_id != self._rest[-1].source_id
+        rest = LineChunk.concat(self._rest) if self._rest and not several else None
+        if several:  # leftovers of sources that waited for the next one's (may_wait)
+            tables = self._parse_sources(self._rest)
+        elif rest is not None and self.repeats is not None:
             rest, keys = self.repeats.split(rest, parser.state)
             if len(rest):
                 tables, unfit = parser.parse_unfit(rest)
@@ -211,6 +221,8 @@ class ChunkParser:
             tables = parser.parse(rest)
         else:
             tables = dict(self._empty)
+        if rest is not None:
+            self.unparsed_lines[rest.source_id] += parser.state.unparsed_envelope_lines - unparsed_before
         general = tables.pop(fastcoll.TABLE)
         schema = parser.schemas.tables[fastcoll.TABLE]
         calls = Calls.of([*self._fast, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
@@ -224,11 +236,49 @@ class ChunkParser:
                     .with_columns(producer=pl.lit("nccl"), torn=pl.lit(False))
                 )
                 tables["lines"] = pl.concat([tables["lines"], conform(lines, parser.schemas.lines)]).sort(
-                    "line_no", "part"
+                    "source_id", "line_no", "part"
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
         return tables, calls
+
+    def may_wait(self) -> bool:
+        """At the end of a source: whether what waits may wait for the next source's lines, to be parsed
+        with them in one call of the general parser (``parse/sources.py``). Not when REST_LINES or
+        FAST_ROWS wait in all, nor when a leftover line of the source could be cut where it would not be
+        if parsed now."""
+        if sum(map(len, self._rest)) >= REST_LINES or sum(map(len, self._fast)) >= FAST_ROWS:
+            return False
+        ending = [chunk.text for chunk in self._rest if chunk.source_id == self._source_id]
+        return not ending or cut_alike(pl.concat(ending))
+
+    def _parse_sources(self, rest: list[LineChunk]) -> dict[str, pl.DataFrame]:
+        """The tables of the leftover lines of several sources, parsed in one call: numbered in one run,
+        then given back their sources and line numbers (:class:`~nccl_logsift.parse.sources.Joined`)."""
+        parser, repeats = self.parser, self.repeats
+        sources = [
+            LineChunk.concat([chunk for chunk in rest if chunk.source_id == source_id])
+            for source_id in dict.fromkeys(chunk.source_id for chunk in rest)
+        ]
+        split = [repeats.split(chunk, parser.state) for chunk in sources] if repeats is not None else []
+        parsed = [chunk for chunk, _ in split] if repeats is not None else sources
+        if not any(map(len, parsed)):
+            return dict(self._empty)
+        joined = Joined.of([chunk for chunk in parsed if len(chunk)])
+        if repeats is None:
+            tables = parser.parse(joined.chunk)
+        else:
+            tables, unfit = parser.parse_unfit(joined.chunk)
+        tables = {name: joined.restore(frame) for name, frame in tables.items()}
+        lines = tables["lines"]
+        self.unparsed_lines.update(dict(lines.filter(UNPARSED).group_by("source_id").len().iter_rows()))
+        if repeats is not None:
+            unfit_source, unfit_lines = joined.sources(unfit)
+            for chunk, keys in split:
+                if len(chunk):
+                    mine = lines.filter(pl.col("source_id") == chunk.source_id)
+                    repeats.learn(chunk, keys, mine, unfit_lines.filter(unfit_source == chunk.source_id))
+        return tables
 
 
 class _Scanner:

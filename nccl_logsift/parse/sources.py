@@ -1,0 +1,86 @@
+"""The leftover lines of several sources parsed in one call of the general parser.
+
+A directory of per-rank files (``NCCL_DEBUG_FILE=%h.%p``) is dozens of sources, each of a few dozen lines
+the COLL fast path leaves (a process's init and teardown) and many COLL lines it takes. The general parser
+costs a fixed few tens of milliseconds per call however few its lines, so the leftovers of a source wait
+for those of the next (``parse/chunks.py``, :meth:`ChunkParser.may_wait`) and are parsed in one call.
+
+The parser numbers the lines of one source: :class:`Joined` numbers the lines of all of them 1 to n in input
+order, and :meth:`Joined.restore` puts each row's source and line number back, so the tables are those of
+parsing each source on its own, in the same order.
+
+Only one thing the parser does depends on what came before a line: where a glued line is cut depends on
+the hosts known when the parser runs (grammar §9.2, ``LineParser._split_glued``), and parsed after the next
+source was read, more are known. :func:`cut_alike` tells the lines that are cut alike whatever hosts are
+known; a source's leftovers wait only when every one of them is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from nccl_logsift.io.lines import LineChunk
+
+# An NCCL envelope at the start of a line (grammars/envelope/nccl.toml without its optional timestamp and
+# source-location fields): no launcher pattern takes the start of such a line, so the parser reads it as the
+# line's envelope and learns its host before it looks for glued lines.
+_PLAIN_ENVELOPE = (
+    r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*:\d+:\d+ (?:\[-?\d+\] )?NCCL (?:INFO|WARN|ATTN|TRACE|CALL)(?: |$)"
+)
+
+
+def cut_alike(text: pl.Series) -> bool:
+    """Whether every line of ``text`` is parsed alike whatever hosts are known.
+
+    A cut that depends on the hosts is made at an NCCL envelope head (``host:pid:tid … NCCL INFO``) glued
+    into a line, which always shows `` NCCL ``. A line without it has none; nor has a line whose only
+    `` NCCL `` is that of the plain NCCL envelope it starts with, whose host the parser knows (a PyTorch
+    head, cut whatever is known, may follow). The parser strips ANSI escapes first, which may join a
+    `` NCCL `` that the text does not show: a line with one is not vouched for.
+    """
+    nccl = text.str.count_matches(" NCCL ", literal=True)
+    alike = ~text.str.contains("\x1b", literal=True) & (
+        (nccl == 0) | ((nccl == 1) & text.str.contains(_PLAIN_ENVELOPE))
+    )
+    return bool(alike.all())
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """Lines of several sources as one chunk numbered 1 to n, and where each came from."""
+
+    chunk: LineChunk
+    source_id: np.ndarray  # uint16: the source of each line of ``chunk``
+    line_no: np.ndarray  # uint32: its line number there
+
+    @classmethod
+    def of(cls, chunks: list[LineChunk]) -> Joined:
+        """``chunks`` (consecutive lines of their sources, in input order) as one."""
+        sizes = [len(chunk) for chunk in chunks]
+        source_id = np.repeat(np.array([chunk.source_id for chunk in chunks], dtype=np.uint16), sizes)
+        line_no = np.concatenate([chunk.line_no.to_numpy() for chunk in chunks]).astype(np.uint32)
+        joined = LineChunk(
+            source_id=chunks[0].source_id,
+            line_no=pl.Series("line_no", np.arange(1, len(line_no) + 1, dtype=np.uint32)),
+            byte_offset=pl.concat([chunk.byte_offset for chunk in chunks]),
+            text=pl.concat([chunk.text for chunk in chunks]),
+        )
+        return cls(joined, source_id, line_no)
+
+    def restore(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (parsed from :attr:`chunk`) with each row's source and line number where it came from."""
+        if frame.is_empty() or "line_no" not in frame.columns:
+            return frame
+        at = frame.get_column("line_no").to_numpy().astype(np.int64) - 1
+        restored = [pl.Series("line_no", self.line_no[at], dtype=pl.UInt32)]
+        if "source_id" in frame.columns:
+            restored.append(pl.Series("source_id", self.source_id[at], dtype=pl.UInt16))
+        return frame.with_columns(restored)
+
+    def sources(self, line_no: pl.Series) -> tuple[np.ndarray, pl.Series]:
+        """The source and line number of each of ``line_no`` (numbers of :attr:`chunk`)."""
+        at = line_no.to_numpy().astype(np.int64) - 1
+        return self.source_id[at], pl.Series(line_no.name, self.line_no[at], dtype=pl.UInt32)
