@@ -36,16 +36,13 @@ def cut_alike(text: pl.Series) -> bool:
     """Whether every line of ``text`` is parsed alike whatever hosts are known.
 
     A cut that depends on the hosts is made at an NCCL envelope head (``host:pid:tid … NCCL INFO``) glued
-    into a line, which always shows `` NCCL ``. A line without it has none; nor has a line whose only
-    `` NCCL `` is that of the plain NCCL envelope it starts with, whose host the parser knows (a PyTorch
-    head, cut whatever is known, may follow). The parser strips ANSI escapes first, which may join a
-    `` NCCL `` that the text does not show: a line with one is not vouched for.
+    into a line, which shows `` NCCL `` past the line's own plain NCCL envelope, whose host the parser
+    knows (PyTorch heads are cut whatever is known). The parser strips ANSI escapes first, which may join
+    a `` NCCL `` that the text does not show: a line with one is not vouched for.
     """
-    nccl = text.str.count_matches(" NCCL ", literal=True)
-    alike = ~text.str.contains("\x1b", literal=True) & (
-        (nccl == 0) | ((nccl == 1) & text.str.contains(_PLAIN_ENVELOPE))
-    )
-    return bool(alike.all())
+    message = text.str.replace(_PLAIN_ENVELOPE, "")  # the text itself where no plain envelope starts it
+    glued = message.str.contains(" NCCL ", literal=True) | text.str.contains("\x1b", literal=True)
+    return not glued.any()
 
 
 @dataclass(frozen=True, slots=True)
