@@ -69,6 +69,7 @@ class ChunkParser:
         self.repeats = repeats  # an analysis's: repeats of lines already parsed are counted, not parsed
         self.every_line = every_line
         self.ops = ops or Names()
+        self._prefixes = _ParsedPrefixes(parser)  # shared by the scanning threads
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
@@ -92,7 +93,7 @@ class ChunkParser:
         return self._scanner.scan(chunk)
 
     def _new_scanner(self) -> _Scanner:
-        return _Scanner(self.parser, self.every_line, self.ops)
+        return _Scanner(self._prefixes, self.every_line, self.ops)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
         """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
@@ -281,11 +282,42 @@ class ChunkParser:
         return tables
 
 
+class _ParsedPrefixes:
+    """What the general parser made of each line prefix the scanning threads met, so that they parse each
+    once between them: a directory of per-rank files brings a new prefix with every file, which each thread
+    met, and a call of ``LineParser.parse_prefixes`` costs a few ms however few its prefixes. Its rows
+    depend on the prefix alone (``learn=False``). Emptied past ``MAX_PREFIXES``, as a scanner's prefix
+    table is (a launcher's timestamp makes every line's prefix new)."""
+
+    MAX_PREFIXES = 1 << 16
+
+    def __init__(self, parser: LineParser):
+        self._parser = parser
+        self._lock = threading.Lock()
+        self._row: dict[str, int] = {}  # prefix → its row in the parsed frames, all in one
+        self._parsed: list[pl.DataFrame] = []
+
+    def parse(self, prefixes: list[str]) -> pl.DataFrame:
+        with self._lock:
+            if len(self._row) + len(prefixes) > self.MAX_PREFIXES:
+                self._row, self._parsed = {}, []
+            new = [prefix for prefix in prefixes if prefix not in self._row]
+            if new:
+                parsed = self._parser.parse_prefixes(new, learn=False)
+                self._row.update(zip(new, range(len(self._row), len(self._row) + len(new))))
+                self._parsed.append(parsed)
+                if len(new) == len(prefixes):
+                    return parsed
+            if len(self._parsed) > 1:
+                self._parsed = [pl.concat(self._parsed)]
+            return self._parsed[0][[self._row[prefix] for prefix in prefixes]]
+
+
 class _Scanner:
     """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread."""
 
-    def __init__(self, parser: LineParser, every_line: bool, ops: Names):
-        self.parser = parser
+    def __init__(self, prefixes: _ParsedPrefixes, every_line: bool, ops: Names):
+        self._prefixes = prefixes
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
         self._learned: list[str] = []
 
@@ -296,7 +328,7 @@ class _Scanner:
         return Scanned(chunk, found, hosts, cut)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
-        parsed = self.parser.parse_prefixes(prefixes, learn=False)
+        parsed = self._prefixes.parse(prefixes)
         self._learned += hosts_of(parsed)
         return parsed
 
