@@ -75,7 +75,11 @@ class ParseOptions:
 
 @dataclass(slots=True)
 class Batch:
-    """Tables parsed from consecutive lines of one source, and their COLL calls, already numbered.
+    """Tables parsed from consecutive lines, and their COLL calls, already numbered.
+
+    The lines are those of ``source``, preceded by the last lines of sources before it whose leftovers
+    waited for its own (``ChunkParser.may_wait``): a directory of small files is parsed a few batches in
+    all, not one or more per file. The rows keep their sources' ``source_id`` and line numbers.
 
     ``logsift parse`` (``every_line``) gets the calls as the ``collectives`` table too; the diagnosis
     reads ``calls`` and builds rows only for those it keeps (:attr:`collectives` builds them all).
