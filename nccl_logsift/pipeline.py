@@ -78,7 +78,7 @@ class Batch:
     """Tables parsed from consecutive lines, and their COLL calls, already numbered.
 
     The lines are those of ``source``, preceded by the last lines of sources before it whose leftovers
-    waited for its own (``ChunkParser.may_wait``): a directory of small files is parsed a few batches in
+    waited for its own (``ChunkParser.hold``): a directory of small files is parsed a few batches in
     all, not one or more per file. The rows keep their sources' ``source_id`` and line numbers.
 
     ``logsift parse`` (``every_line``) gets the calls as the ``collectives`` table too; the diagnosis
@@ -187,7 +187,7 @@ class TableStream:
         Live input already arrives through a reader thread and is handed out as it comes; files and pipes
         read to the end are read and scanned ahead in threads that run on from one source into the next.
         At the end of a source, what the fast path left of it may wait to be parsed with the next source's
-        leftovers (``ChunkParser.may_wait``): a directory of per-rank files costs what one file does.
+        leftovers (``ChunkParser.hold``): a directory of per-rank files costs what one file does.
         """
         options = self.options
         live = options.max_wait is not None
@@ -204,7 +204,7 @@ class TableStream:
         stats, read_before = ReadStats(), 0
         for scanned in map(chunks.scan, read()) if live else chunks.scan_ahead(read()):
             if source is None or scanned.chunk.source_id != source.source_id:  # the first chunk of a source
-                if source is not None and not chunks.may_wait():
+                if source is not None and not chunks.hold():
                     flushed = chunks.flush_calls()
                     if flushed is not None:
                         yield self._batch(*flushed, source)

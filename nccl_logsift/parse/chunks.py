@@ -25,10 +25,10 @@ from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import UNPARSED, LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
-from nccl_logsift.parse.sources import Joined, cut_alike
+from nccl_logsift.parse.sources import Joined, apart, cut_alike
 
 # A batch is parsed when this many leftover lines or fast rows of a source wait, or at the end of a source
-# when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.may_wait).
+# when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.hold).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
 SCAN_AHEAD = 6  # chunks read and scanned ahead of the batches (4 MB each)
@@ -209,7 +209,7 @@ class ChunkParser:
         unparsed_before = parser.state.unparsed_envelope_lines
         several = bool(self._rest) and self._rest[0].source_id != self._rest[-1].source_id
         rest = LineChunk.concat(self._rest) if self._rest and not several else None
-        if several:  # leftovers of sources that waited for the next one's (may_wait)
+        if several:  # leftovers of sources held for the next one's (hold)
             tables = self._parse_sources(self._rest)
         elif rest is not None and self.repeats is not None:
             rest, keys = self.repeats.split(rest, parser.state)
@@ -243,15 +243,19 @@ class ChunkParser:
         self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
         return tables, calls
 
-    def may_wait(self) -> bool:
-        """At the end of a source: whether what waits may wait for the next source's lines, to be parsed
-        with them in one call of the general parser (``parse/sources.py``). Not when REST_LINES or
-        FAST_ROWS wait in all, nor when a leftover line of the source could be cut where it would not be
-        if parsed now."""
+    def hold(self) -> bool:
+        """At the end of a source: keep what waits for the next source's lines, to be parsed with them in
+        one call of the general parser (``parse/sources.py``), and say so; False when it must be parsed now:
+        when REST_LINES or FAST_ROWS wait in all, or a leftover line of the source could be cut where it
+        would not be if parsed now. The held lines' text is copied out of the chunks they were read in,
+        which are freed."""
         if sum(map(len, self._rest)) >= REST_LINES or sum(map(len, self._fast)) >= FAST_ROWS:
             return False
         ending = [chunk.text for chunk in self._rest if chunk.source_id == self._source_id]
-        return not ending or cut_alike(pl.concat(ending))
+        if ending and not cut_alike(pl.concat(ending)):
+            return False
+        self._rest = [apart(chunk) if chunk.source_id == self._source_id else chunk for chunk in self._rest]
+        return True
 
     def _parse_sources(self, rest: list[LineChunk]) -> dict[str, pl.DataFrame]:
         """The tables of the leftover lines of several sources, parsed in one call: numbered in one run,

@@ -3,7 +3,7 @@
 A directory of per-rank files (``NCCL_DEBUG_FILE=%h.%p``) is dozens of sources, each of a few dozen lines
 the COLL fast path leaves (a process's init and teardown) and many COLL lines it takes. The general parser
 costs a fixed few tens of milliseconds per call however few its lines, so the leftovers of a source wait
-for those of the next (``parse/chunks.py``, :meth:`ChunkParser.may_wait`) and are parsed in one call.
+for those of the next (``parse/chunks.py``, :meth:`ChunkParser.hold`) and are parsed in one call.
 
 The parser numbers the lines of one source: :class:`Joined` numbers the lines of all of them 1 to n in input
 order, and :meth:`Joined.restore` puts each row's source and line number back, so the tables are those of
@@ -17,10 +17,11 @@ known; a source's leftovers wait only when every one of them is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from nccl_logsift.io.lines import LineChunk
 
@@ -81,3 +82,12 @@ class Joined:
         """The source and line number of each of ``line_no`` (numbers of :attr:`chunk`)."""
         at = line_no.to_numpy().astype(np.int64) - 1
         return self.source_id[at], pl.Series(line_no.name, self.line_no[at], dtype=pl.UInt32)
+
+
+def apart(chunk: LineChunk) -> LineChunk:
+    """``chunk`` with its text copied out of the block it was read in (its lines are views into it): lines
+    that wait for the next source's keep their own bytes, not a 4 MB block each."""
+    # As a one-column table, as io/lines.py builds its columns: polars' Series constructor would import
+    # pyarrow.compute for an Arrow array.
+    copy = pa.table({chunk.text.name: chunk.text.to_arrow().cast(pa.large_string())})
+    return replace(chunk, text=pl.DataFrame(copy).to_series())

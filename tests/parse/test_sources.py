@@ -62,7 +62,7 @@ def test_the_general_parser_runs_a_bounded_number_of_times_not_once_per_file(ran
 
 def test_the_tables_are_those_of_parsing_each_file_on_its_own(ranks, monkeypatch):
     summary, job = parse_job([str(ranks)], OPTIONS)
-    monkeypatch.setattr(ChunkParser, "may_wait", lambda self: False)  # every file's lines parsed at its end
+    monkeypatch.setattr(ChunkParser, "hold", lambda self: False)  # every file's lines parsed at its end
     alone, job_alone = parse_job([str(ranks)], OPTIONS)
     assert summary.inputs == alone.inputs
     assert [i.unparsed_lines for i in summary.inputs if i.path == str(second_rank(ranks))] == [1]
