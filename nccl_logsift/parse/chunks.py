@@ -22,10 +22,10 @@ import polars as pl
 from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
-from nccl_logsift.parse.lineparser import UNPARSED, LineParser, hosts_of
+from nccl_logsift.parse.lineparser import LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
-from nccl_logsift.parse.sources import Joined, apart, cut_alike
+from nccl_logsift.parse.sources import apart, cut_alike, parse_sources
 
 # A batch is parsed when this many leftover lines or fast rows of a source wait, or at the end of a source
 # when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.hold).
@@ -210,7 +210,8 @@ class ChunkParser:
         several = bool(self._rest) and self._rest[0].source_id != self._rest[-1].source_id
         rest = LineChunk.concat(self._rest) if self._rest and not several else None
         if several:  # leftovers of sources held for the next one's (hold)
-            tables = self._parse_sources(self._rest)
+            tables, unparsed = parse_sources(parser, self.repeats, self._rest)
+            self.unparsed_lines.update(unparsed)
         elif rest is not None and self.repeats is not None:
             rest, keys = self.repeats.split(rest, parser.state)
             if len(rest):
@@ -256,34 +257,6 @@ class ChunkParser:
             return False
         self._rest = [apart(chunk) if chunk.source_id == self._source_id else chunk for chunk in self._rest]
         return True
-
-    def _parse_sources(self, rest: list[LineChunk]) -> dict[str, pl.DataFrame]:
-        """The tables of the leftover lines of several sources, parsed in one call: numbered in one run,
-        then given back their sources and line numbers (:class:`~nccl_logsift.parse.sources.Joined`)."""
-        parser, repeats = self.parser, self.repeats
-        sources = [
-            LineChunk.concat([chunk for chunk in rest if chunk.source_id == source_id])
-            for source_id in dict.fromkeys(chunk.source_id for chunk in rest)
-        ]
-        split = [repeats.split(chunk, parser.state) for chunk in sources] if repeats is not None else []
-        parsed = [chunk for chunk, _ in split] if repeats is not None else sources
-        if not any(map(len, parsed)):
-            return dict(self._empty)
-        joined = Joined.of([chunk for chunk in parsed if len(chunk)])
-        if repeats is None:
-            tables = parser.parse(joined.chunk)
-        else:
-            tables, unfit = parser.parse_unfit(joined.chunk)
-        tables = {name: joined.restore(frame) for name, frame in tables.items()}
-        lines = tables["lines"]
-        self.unparsed_lines.update(dict(lines.filter(UNPARSED).group_by("source_id").len().iter_rows()))
-        if repeats is not None:
-            unfit_source, unfit_lines = joined.sources(unfit)
-            for chunk, keys in split:
-                if len(chunk):
-                    mine = lines.filter(pl.col("source_id") == chunk.source_id)
-                    repeats.learn(chunk, keys, mine, unfit_lines.filter(unfit_source == chunk.source_id))
-        return tables
 
 
 class _ParsedPrefixes:

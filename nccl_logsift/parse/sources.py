@@ -5,14 +5,15 @@ the COLL fast path leaves (a process's init and teardown) and many COLL lines it
 costs a fixed few tens of milliseconds per call however few its lines, so the leftovers of a source wait
 for those of the next (``parse/chunks.py``, :meth:`ChunkParser.hold`) and are parsed in one call.
 
-The parser numbers the lines of one source: :class:`Joined` numbers the lines of all of them 1 to n in input
-order, and :meth:`Joined.restore` puts each row's source and line number back, so the tables are those of
-parsing each source on its own, in the same order.
+The parser numbers the lines of one source: :func:`parse_sources` gives it the lines of all of them numbered 1
+to n in input order (:class:`Joined`), then puts each row's source and line number back, so the tables are
+those of parsing each source on its own, in the same order.
 
 Only one thing the parser does depends on what came before a line: where a glued line is cut depends on
 the hosts known when the parser runs (grammar §9.2, ``LineParser._split_glued``), and parsed after the next
 source was read, more are known. :func:`cut_alike` tells the lines that are cut alike whatever hosts are
-known; a source's leftovers wait only when every one of them is.
+known; a source's leftovers wait only when every one of them is. A batch within a source still ends where
+it did (``ChunkParser.ready`` counts the lines of the source being read).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import polars as pl
 import pyarrow as pa
 
 from nccl_logsift.io.lines import LineChunk
+from nccl_logsift.parse.lineparser import UNPARSED, LineParser
+from nccl_logsift.parse.repeats import RepeatSkip
 
 # An NCCL envelope at the start of a line (grammars/envelope/nccl.toml without its optional timestamp and
 # source-location fields): no launcher pattern takes the start of such a line, so the parser reads it as the
@@ -44,6 +47,38 @@ def cut_alike(text: pl.Series) -> bool:
     message = text.str.replace(_PLAIN_ENVELOPE, "")  # the text itself where no plain envelope starts it
     glued = message.str.contains(" NCCL ", literal=True) | text.str.contains("\x1b", literal=True)
     return not glued.any()
+
+
+def parse_sources(
+    parser: LineParser, repeats: RepeatSkip | None, rest: list[LineChunk]
+) -> tuple[dict[str, pl.DataFrame], dict[int, int]]:
+    """The tables of the leftover lines of several sources (``rest``, in input order), parsed in one call as
+    each source's would be on its own, and how many lines of each source were not understood (by
+    ``source_id``). The repeats of each source's lines are skipped and learnt by source, as they are
+    when each is parsed on its own (``ChunkParser.flush_calls``)."""
+    sources = [
+        LineChunk.concat([chunk for chunk in rest if chunk.source_id == source_id])
+        for source_id in dict.fromkeys(chunk.source_id for chunk in rest)
+    ]
+    split = [repeats.split(chunk, parser.state) for chunk in sources] if repeats is not None else []
+    parsed = [chunk for chunk, _ in split] if repeats is not None else sources
+    if not any(map(len, parsed)):
+        return dict(parser.empty_tables), {}
+    joined = Joined.of([chunk for chunk in parsed if len(chunk)])
+    if repeats is None:
+        tables = parser.parse(joined.chunk)
+    else:
+        tables, unfit = parser.parse_unfit(joined.chunk)
+    tables = {name: joined.restore(frame) for name, frame in tables.items()}
+    lines = tables["lines"]
+    unparsed = dict(lines.filter(UNPARSED).group_by("source_id").len().iter_rows())
+    if repeats is not None:
+        unfit_source, unfit_lines = joined.sources(unfit)
+        for chunk, keys in split:
+            if len(chunk):
+                mine = lines.filter(pl.col("source_id") == chunk.source_id)
+                repeats.learn(chunk, keys, mine, unfit_lines.filter(unfit_source == chunk.source_id))
+    return tables, unparsed
 
 
 @dataclass(frozen=True, slots=True)
