@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from nccl_logsift import accel
 from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
@@ -40,6 +41,8 @@ class Scanned:
 
     chunk: RawChunk  # with its lines longer than MAX_LINE_BYTES cut
     found: fastcoll.FastRows
+    rest: np.ndarray  # the positions of the lines the fast path left, for the general parser
+    keys: np.ndarray | None = None  # the keys of their texts (accel.split_keys), when repeats are skipped
     hosts: list[str] = field(default_factory=list)
     cut: int = 0  # lines cut
 
@@ -69,6 +72,7 @@ class ChunkParser:
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
+        self._keys: list[np.ndarray] = []  # the keys of the lines in _rest, when repeats are skipped
         self._source_id = 0
         self._fast_rows = 0
         self._empty = parser.empty_tables  # the tables of a batch without leftover lines
@@ -88,7 +92,7 @@ class ChunkParser:
         return self._scanner.scan(chunk)
 
     def _new_scanner(self) -> _Scanner:
-        return _Scanner(self.parser, self.every_line, self.ops)
+        return _Scanner(self.parser, self.every_line, self.ops, keys=self.repeats is not None)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
         """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
@@ -173,14 +177,20 @@ class ChunkParser:
                 piece.lines = (chunk.view, chunk.starts[lines], chunk.ends[lines])
             self._fast.append(piece)
             self._fast_rows += len(piece)
-        rest = None
-        if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
-            left = np.ones(len(chunk), dtype=bool)
-            left[found.index] = False
-            rest = np.flatnonzero(left)
-        if rest is None or len(rest):
-            self._rest.append(chunk.lines(rest))
-            self._rest_lines += len(self._rest[-1])
+        rest = scanned.rest
+        if not len(rest):
+            return
+        # Counted before repeats are skipped, so that a batch holds the same lines whatever is skipped.
+        self._rest_lines += len(rest)
+        if self.repeats is not None and scanned.keys is not None:
+            keys = scanned.keys
+            keep = self.repeats.skip(chunk.source_id, keys, self.parser.state)
+            if keep is not None:
+                rest, keys = rest[keep], keys[keep]
+            if not len(rest):
+                return
+            self._keys.append(keys)
+        self._rest.append(chunk.lines(rest))
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -196,17 +206,13 @@ class ChunkParser:
     def flush_calls(self) -> tuple[dict[str, pl.DataFrame], Calls] | None:
         """The tables of the lines added since the last flush but ``collectives``, and their COLL calls;
         None when nothing is waiting."""
-        if not self._fast and not self._rest:
+        if not self._fast and not self._rest and not self._rest_lines:
             return None
         parser = self.parser
         rest = LineChunk.concat(self._rest) if self._rest else None
         if rest is not None and self.repeats is not None:
-            rest, keys = self.repeats.split(rest, parser.state)
-            if len(rest):
-                tables, unfit = parser.parse_unfit(rest)
-                self.repeats.learn(rest, keys, tables["lines"], unfit)
-            else:
-                tables = dict(self._empty)
+            tables, unfit = parser.parse_unfit(rest)
+            self.repeats.learn(rest, np.concatenate(self._keys), tables["lines"], unfit)
         elif rest is not None:
             tables = parser.parse(rest)
         else:
@@ -227,23 +233,36 @@ class ChunkParser:
                     "line_no", "part"
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
-        self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
+        self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
         return tables, calls
 
 
 class _Scanner:
-    """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread."""
+    """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
+    ``keys``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
+    already, parse/repeats.py), here where the bytes are, before any of them becomes a string."""
 
-    def __init__(self, parser: LineParser, every_line: bool, ops: Names):
+    def __init__(self, parser: LineParser, every_line: bool, ops: Names, keys: bool = False):
         self.parser = parser
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
+        self.keys = keys
         self._learned: list[str] = []
 
     def scan(self, chunk: RawChunk) -> Scanned:
         chunk, cut = cut_long_lines(chunk)
         found = self.fast.read(chunk)
+        if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
+            left = np.ones(len(chunk), dtype=bool)
+            left[found.index] = False
+            rest = np.flatnonzero(left)
+        else:
+            rest = np.arange(len(chunk))
+        keys = None
+        if self.keys and len(rest):
+            keys = np.empty(len(rest), dtype=np.uint64)
+            accel.split_keys(chunk.view.raw, chunk.starts, chunk.ends, rest, keys)
         hosts, self._learned = self._learned, []
-        return Scanned(chunk, found, hosts, cut)
+        return Scanned(chunk, found, rest, keys, hosts, cut)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self.parser.parse_prefixes(prefixes, learn=False)
