@@ -20,6 +20,7 @@ import polars as pl
 
 from nccl_logsift import accel
 from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
+from nccl_logsift.memory import detached
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import LineParser, hosts_of
@@ -29,6 +30,12 @@ from nccl_logsift.parse.schema import conform
 # A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
+# The tables whose rows the calls of a batch are numbered by (communicator inits) or that hold calls: a
+# leftover line that may bring one is parsed with the fast rows around it (ChunkParser.rest_may_wait).
+NUMBERED_BY = ("comms", fastcoll.TABLE)
+# What a line must hold to be cut into glued pieces (LineParser._split_glued), where the cut depends on the
+# hosts known when it is parsed.
+GLUE_MARKS = (" NCCL ", "]:[", ".cpp:")
 SCAN_AHEAD = 6  # chunks read and scanned ahead of the batches (4 MB each)
 # Threads that scan chunks side by side: the compiled scan releases the GIL, so two keep two cores busy
 # while the batches are numbered and digested between them.
@@ -78,6 +85,14 @@ class ChunkParser:
         self._empty = parser.empty_tables  # the tables of a batch without leftover lines
         self._rest_lines = 0
         self.coll_text = False
+        # Set by an analysis: fast rows may go out without the leftover lines waiting beside them, when
+        # none of those can change how the calls are numbered (see flush_calls).
+        self.rest_may_wait = False
+        self._rest_blocks = False  # a waiting leftover line may bring a comms row or a call, or be glued
+        self._blocking = sorted(
+            {p.anchor for g in parser.grammars.grammars if g.table in NUMBERED_BY for p in g.patterns}
+            | set(GLUE_MARKS)
+        )
 
     @property
     def ready(self) -> bool:
@@ -190,7 +205,10 @@ class ChunkParser:
             if not len(rest):
                 return
             self._keys.append(keys)
-        self._rest.append(chunk.lines(rest))
+        lines = chunk.lines(rest)
+        if self.rest_may_wait and not self._rest_blocks:
+            self._rest_blocks = bool(lines.text.str.contains_any(self._blocking).any())
+        self._rest.append(lines)
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -203,11 +221,30 @@ class ChunkParser:
         tables[fastcoll.TABLE] = conform(coll, schema) if self.every_line or coll.is_empty() else coll
         return tables
 
-    def flush_calls(self) -> tuple[dict[str, pl.DataFrame], Calls] | None:
+    def flush_calls(self, final: bool = True) -> tuple[dict[str, pl.DataFrame], Calls] | None:
         """The tables of the lines added since the last flush but ``collectives``, and their COLL calls;
-        None when nothing is waiting."""
+        None when nothing is waiting.
+
+        With ``rest_may_wait``, a flush that is not ``final`` (the end of a source) and finds fewer than
+        REST_LINES leftover lines waiting gives the fast rows' calls alone, with empty tables, and the
+        leftovers wait for the next flush, when none of them can change the numbering of those calls: no
+        communicator's Init or Destroy line or COLL line (their patterns' anchors), and no line that may
+        be glued (where it is cut depends on the hosts known when it is parsed). The general parser then
+        runs once per REST_LINES leftovers, not once per FAST_ROWS calls: each call compiles again every
+        regex it uses (polars keeps 32 per thread), a fixed cost that a training print every 50 COLL
+        lines paid 20 times per GB. The tables are the same, in the same order: only COLL calls went out
+        ahead of the lines they came between."""
         if not self._fast and not self._rest and not self._rest_lines:
             return None
+        if (
+            not final
+            and self.rest_may_wait
+            and self._fast
+            and not self._rest_blocks
+            and self._rest_lines < REST_LINES
+        ):
+            return self._fast_alone()
+        self._rest_blocks = False
         parser = self.parser
         rest = LineChunk.concat(self._rest) if self._rest else None
         if rest is not None and self.repeats is not None:
@@ -235,6 +272,16 @@ class ChunkParser:
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
         return tables, calls
+
+    def _fast_alone(self) -> tuple[dict[str, pl.DataFrame], Calls]:
+        """The calls of the fast rows waiting, with empty tables; the leftover lines keep waiting, their
+        text copied out of the chunks they were read with (a few lines held every 4 MB chunk)."""
+        schema = self.parser.schemas.tables[fastcoll.TABLE]
+        calls = Calls.of(self._fast, self.ops, schema)
+        self.parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in self._fast))
+        self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+        self._fast, self._fast_rows = [], 0
+        return dict(self._empty), calls
 
 
 class _Scanner:
