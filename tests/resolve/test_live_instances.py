@@ -67,7 +67,7 @@ def init_rows(seed: int, lines: int) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SCHEMA)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(6))
 def test_what_is_kept_batch_by_batch_is_what_every_row_builds(seed):
     rows = init_rows(seed, 120)
     live = LiveInstances()
