@@ -162,6 +162,8 @@ class TableStream:
         parser, options = self.parser, self.options
         chunks = ChunkParser(parser, options.every_line, self.ops, self.repeats)
         live = options.max_wait is not None
+        # Every line parsed in line order for `logsift parse`, and at once for a live job.
+        chunks.rest_may_wait = not options.every_line and not live
         workers = worker_count(options.workers, self.sources, live)
         pool = (
             SegmentPool(workers, self.grammars, options.keep_text, options.every_line, options.chunk_bytes)
@@ -215,7 +217,7 @@ class TableStream:
             chunks.add(scanned.chunk, scanned)
             self.bytes_read = read_before + stats.bytes
             if live or chunks.ready:
-                ready = chunks.flush_calls()
+                ready = chunks.flush_calls(final=False)
                 if ready is not None:
                     yield self._batch(*ready, source)
         flushed = chunks.flush_calls()

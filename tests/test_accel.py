@@ -157,6 +157,25 @@ def test_split_gives_the_same_lines(data):
         both("split_next_newline", raw, start)
         for stop in (start - 1, start, start + 1, len(raw)):
             both("split_last_newline", raw, start, stop)
+    starts, ends = np.zeros(lines, np.int64), np.zeros(lines, np.int64)
+    accel.split_bounds(raw, newlines, count, starts, ends)
+    every = np.arange(lines, dtype=np.int64)
+    both("split_keys", raw, starts, ends, every, np.zeros(lines, np.uint64))
+    keys = np.zeros(lines, np.uint64)
+    accel.split_keys(raw, starts, ends, every, keys)
+    texts = [data[a:b] for a, b in zip(starts, ends)]
+    # Equal texts, and only those, share a key.
+    assert len(set(keys.tolist())) == len(set(texts))
+    assert {(t, k) for t, k in zip(texts, keys.tolist())} == set(zip(texts, keys.tolist()))
+
+
+def test_text_keys_tell_apart_texts_that_differ_in_length_or_trailing_zero_bytes():
+    data = np.frombuffer(b"abcdefgh" + b"abcdefgh\0" + b"abcdefgh\0\0" + b"\0" * 9, dtype=np.uint8)
+    starts = np.array([0, 8, 17, 0, 27, 27, 20], dtype=np.int64)
+    ends = np.array([8, 17, 27, 0, 27, 28, 29], dtype=np.int64)
+    keys = np.zeros(7, np.uint64)
+    accel.split_keys(data, starts, ends, np.arange(7, dtype=np.int64), keys)
+    assert keys[3] == keys[4] and len(set(keys.tolist())) == 6
 
 
 # ------------------------------------------------------------------ keymap
@@ -304,6 +323,11 @@ def test_both_refuse_the_same_arguments_with_the_same_message():
     both("split_next_newline", b"a\nb\n", -1)
     both("split_newlines", data, np.zeros(64, np.int64), 3, 0, 0)
     both("split_newlines", data, np.zeros(64, np.int64), 0, 0, -1)
+    one = np.zeros(1, np.uint64)
+    both("split_keys", data, np.array([0]), np.array([1]), np.array([1]), one)
+    both("split_keys", data, np.array([3]), np.array([9]), np.array([0]), one)
+    both("split_keys", data, np.array([2]), np.array([1]), np.array([0]), one)
+    both("split_keys", data, np.array([0]), np.array([1]), np.array([0]), np.zeros(2, np.uint64))
     view, starts, stops = spans([b"x" * 100])
     table = ByteTable()
     both("collscan_find", table.arrays, view.raw, view.words, starts, stops + 1, np.zeros(1, np.int32))

@@ -10,7 +10,7 @@ same inputs.
 
 :data:`NATIVE` says which is in use. The loops' callers import them from here only:
 
-* ``split_*``: the lines of a chunk (``io/split.py``);
+* ``split_*``: the lines of a chunk (``io/split.py``) and the keys of their texts (``parse/chunks.py``);
 * ``collscan_*``: the COLL fast path and its table of distinct strings (``parse/collscan.py``);
 * ``keymap_*``: dense slots for 64-bit keys (``accel/keymap.py``, and numbering's table of starts);
 * ``calls_*``: call signatures and keys (``parse/calls.py``) and numbering (``resolve/progress.py``);
@@ -33,6 +33,7 @@ ENTRY_POINTS = (
     "split_bounds",
     "split_last_newline",
     "split_next_newline",
+    "split_keys",
     "collscan_scan",
     "collscan_find",
     "collscan_add",
@@ -82,6 +83,7 @@ split_newlines = _loops.split_newlines
 split_bounds = _loops.split_bounds
 split_last_newline = _loops.split_last_newline
 split_next_newline = _loops.split_next_newline
+split_keys = _loops.split_keys
 collscan_scan = _loops.collscan_scan
 collscan_find = _loops.collscan_find
 collscan_add = _loops.collscan_add

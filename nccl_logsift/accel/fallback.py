@@ -230,6 +230,39 @@ def split_next_newline(data, start):
     return -1
 
 
+def _text_key(text: bytes) -> int:
+    """The key of one line's text (split.c's ``text_key``)."""
+    odd, state = 0x9E3779B97F4A7C15, 0x243F6A8885A308D3
+    for at in range(0, len(text), 8):
+        mixed = state ^ ((int.from_bytes(text[at : at + 8], "little") * odd) & M64)
+        state = ((((mixed << 27) | (mixed >> 37)) & M64) * 0xC2B2AE3D27D4EB4F) & M64
+    state ^= len(text)
+    state ^= state >> 33
+    state = (state * 0xFF51AFD7ED558CCD) & M64
+    state ^= state >> 33
+    state = (state * 0xC4CEB9FE1A85EC53) & M64
+    return state ^ (state >> 33)
+
+
+@_entry(5)
+def split_keys(data, starts, ends, index, keys):
+    """keys[k] = the key of data[starts[i]:ends[i]], i = index[k]."""
+    data = _take(data, "data", _U8)
+    starts, ends = _take(starts, "starts", _I64), _take(ends, "ends", _I64)
+    index, keys = _take(index, "index", _I64), _take(keys, "keys", _U64, writable=True)
+    ok = len(starts) == len(ends) and len(keys) == len(index)
+    if ok and len(index):
+        ok = bool(index.min() >= 0 and index.max() < len(starts))
+        if ok:
+            s, e = starts[index], ends[index]
+            ok = bool((s >= 0).all() and (s <= e).all() and (e <= len(data)).all())
+    if not ok:
+        raise _bad("split_keys", "index, starts and ends must name ranges of the data, one key each")
+    raw = data.tobytes()
+    for k, i in enumerate(index.tolist()):
+        keys[k] = _text_key(raw[starts[i] : ends[i]])
+
+
 # ------------------------------------------------------------------ keymap.h, keymap.c
 def _home(key: int, mask: int) -> int:
     """SplitMix64's finaliser of ``key``, masked."""

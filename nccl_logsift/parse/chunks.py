@@ -19,18 +19,26 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from nccl_logsift import accel
 from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
+from nccl_logsift.memory import detached
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
-from nccl_logsift.parse.sources import apart, cut_alike, parse_sources
+from nccl_logsift.parse.sources import cut_alike, parse_sources
 
 # A batch is parsed when this many leftover lines or fast rows of a source wait, or at the end of a source
 # when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.hold).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
+# The tables whose rows the calls of a batch are numbered by (communicator inits) or that hold calls: a
+# leftover line that may bring one is parsed with the fast rows around it (ChunkParser.rest_may_wait).
+NUMBERED_BY = ("comms", fastcoll.TABLE)
+# What a line must hold to be cut into glued pieces (LineParser._split_glued), where the cut depends on the
+# hosts known when it is parsed.
+GLUE_MARKS = (" NCCL ", "]:[", ".cpp:")
 SCAN_AHEAD = 6  # chunks read and scanned ahead of the batches (4 MB each)
 # Threads that scan chunks side by side: the compiled scan releases the GIL, so two keep two cores busy
 # while the batches are numbered and digested between them.
@@ -43,6 +51,8 @@ class Scanned:
 
     chunk: RawChunk  # with its lines longer than MAX_LINE_BYTES cut
     found: fastcoll.FastRows
+    rest: np.ndarray  # the positions of the lines the fast path left, for the general parser
+    keys: np.ndarray | None = None  # the keys of their texts (accel.split_keys), when repeats are skipped
     hosts: list[str] = field(default_factory=list)
     cut: int = 0  # lines cut
 
@@ -73,12 +83,25 @@ class ChunkParser:
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
+        self._keys: list[np.ndarray] = []  # the keys of the lines in _rest, when repeats are skipped
         self._source_id = 0
         self._fast_rows = 0
         self._empty = parser.empty_tables  # the tables of a batch without leftover lines
         self._rest_lines = 0
         self.coll_text = False
+        # Set by an analysis: fast rows may go out without the leftover lines waiting beside them, when
+        # none of those can change how the calls are numbered (see flush_calls).
+        self.rest_may_wait = False
+        self._rest_blocks = False  # a waiting leftover line may bring a comms row or a call, or be glued
+        # What waits of sources before the one being read (hold): their leftover lines, keys and fast rows.
+        self._held_rest: list[LineChunk] = []
+        self._held_keys: list[np.ndarray] = []
+        self._held_fast: list[FastPiece] = []
         self.unparsed_lines: Counter[int] = Counter()  # by source: its enveloped lines no family claimed
+        self._blocking = sorted(
+            {p.anchor for g in parser.grammars.grammars if g.table in NUMBERED_BY for p in g.patterns}
+            | set(GLUE_MARKS)
+        )
 
     @property
     def ready(self) -> bool:
@@ -93,7 +116,7 @@ class ChunkParser:
         return self._scanner.scan(chunk)
 
     def _new_scanner(self) -> _Scanner:
-        return _Scanner(self._prefixes, self.every_line, self.ops)
+        return _Scanner(self._prefixes, self.every_line, self.ops, keys=self.repeats is not None)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
         """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
@@ -161,8 +184,6 @@ class ChunkParser:
                 worker.join()
 
     def add(self, chunk: RawChunk, scanned: Scanned | None = None) -> None:
-        if chunk.source_id != self._source_id:  # ready counts what waits of the source being read
-            self._fast_rows = self._rest_lines = 0
         self._source_id = chunk.source_id
         scanned = scanned or self.scan(chunk)
         chunk = scanned.chunk
@@ -180,14 +201,23 @@ class ChunkParser:
                 piece.lines = (chunk.view, chunk.starts[lines], chunk.ends[lines])
             self._fast.append(piece)
             self._fast_rows += len(piece)
-        rest = None
-        if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
-            left = np.ones(len(chunk), dtype=bool)
-            left[found.index] = False
-            rest = np.flatnonzero(left)
-        if rest is None or len(rest):
-            self._rest.append(chunk.lines(rest))
-            self._rest_lines += len(self._rest[-1])
+        rest = scanned.rest
+        if not len(rest):
+            return
+        # Counted before repeats are skipped, so that a batch holds the same lines whatever is skipped.
+        self._rest_lines += len(rest)
+        if self.repeats is not None and scanned.keys is not None:
+            keys = scanned.keys
+            keep = self.repeats.skip(chunk.source_id, keys, self.parser.state)
+            if keep is not None:
+                rest, keys = rest[keep], keys[keep]
+            if not len(rest):
+                return
+            self._keys.append(keys)
+        lines = chunk.lines(rest)
+        if self.rest_may_wait and not self._rest_blocks:
+            self._rest_blocks = bool(lines.text.str.contains_any(self._blocking).any())
+        self._rest.append(lines)
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -200,38 +230,51 @@ class ChunkParser:
         tables[fastcoll.TABLE] = conform(coll, schema) if self.every_line or coll.is_empty() else coll
         return tables
 
-    def flush_calls(self) -> tuple[dict[str, pl.DataFrame], Calls] | None:
+    def flush_calls(self, final: bool = True) -> tuple[dict[str, pl.DataFrame], Calls] | None:
         """The tables of the lines added since the last flush but ``collectives``, and their COLL calls;
-        None when nothing is waiting."""
-        if not self._fast and not self._rest:
+        None when nothing is waiting.
+
+        With ``rest_may_wait``, a flush that is not ``final`` (the end of a source) and finds fewer than
+        REST_LINES leftover lines waiting gives the fast rows' calls alone, with empty tables, and the
+        leftovers wait for the next flush, when none of them can change the numbering of those calls: no
+        communicator's Init or Destroy line or COLL line (their patterns' anchors), and no line that may
+        be glued (where it is cut depends on the hosts known when it is parsed). The general parser then
+        runs once per REST_LINES leftovers, not once per FAST_ROWS calls: each call compiles again every
+        regex it uses (polars keeps 32 per thread), a fixed cost that a training print every 50 COLL
+        lines paid 20 times per GB. The tables are the same, in the same order: only COLL calls went out
+        ahead of the lines they came between."""
+        held = bool(self._held_rest or self._held_fast)
+        if not self._fast and not self._rest and not self._rest_lines and not held:
             return None
+        alone = (
+            not final
+            and self.rest_may_wait
+            and bool(self._fast)
+            and not self._rest_blocks
+            and self._rest_lines < REST_LINES
+        )
+        if alone and not held:
+            return self._fast_alone()
         parser = self.parser
-        unparsed_before = parser.state.unparsed_envelope_lines
-        several = bool(self._rest) and self._rest[0].source_id != self._rest[-1].source_id
-        rest = LineChunk.concat(self._rest) if self._rest and not several else None
-        if several:  # leftovers of sources held for the next one's (hold)
-            tables, unparsed = parse_sources(parser, self.repeats, self._rest)
-            self.unparsed_lines.update(unparsed)
-        elif rest is not None and self.repeats is not None:
-            rest, keys = self.repeats.split(rest, parser.state)
-            if len(rest):
-                tables, unfit = parser.parse_unfit(rest)
-                self.repeats.learn(rest, keys, tables["lines"], unfit)
-            else:
-                tables = dict(self._empty)
-        elif rest is not None:
-            tables = parser.parse(rest)
-        else:
-            tables = dict(self._empty)
-        if rest is not None:
-            self.unparsed_lines[rest.source_id] += parser.state.unparsed_envelope_lines - unparsed_before
+        # What sources before this one held goes out whole, with this source's calls alone or its lines.
+        rest, keys, pieces = self._held_rest, self._held_keys, [*self._held_fast, *self._fast]
+        self._held_rest, self._held_keys, self._held_fast = [], [], []
+        if not alone:
+            rest, keys = [*rest, *self._rest], [*keys, *self._keys]
+        tables = self._parse_rest(rest, keys)
         general = tables.pop(fastcoll.TABLE)
         schema = parser.schemas.tables[fastcoll.TABLE]
-        calls = Calls.of([*self._fast, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
-        if self._fast:
-            fast_rows = sum(len(piece) for piece in self._fast)
+        calls = Calls.of([*pieces, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
+        if alone:  # as _fast_alone: this source's leftovers keep waiting
+            parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in pieces))
+            self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+            self._fast, self._fast_rows = [], 0
+            return tables, calls
+        self._rest_blocks = False
+        if pieces:
+            fast_rows = sum(len(piece) for piece in pieces)
             if self.every_line:
-                fast = pl.concat([piece.frame() for piece in self._fast], how="vertical_relaxed")
+                fast = pl.concat([piece.frame() for piece in pieces], how="vertical_relaxed")
                 lines = (
                     fast.drop(*fastcoll.COLL_FIELDS)
                     .rename({LAUNCHER_STREAM: "stream"})
@@ -241,22 +284,58 @@ class ChunkParser:
                     "source_id", "line_no", "part"
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
-        self._fast, self._rest, self._fast_rows, self._rest_lines = [], [], 0, 0
+        self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
         return tables, calls
+
+    def _parse_rest(self, rest: list[LineChunk], keys: list[np.ndarray]) -> dict[str, pl.DataFrame]:
+        """The tables of leftover lines (``keys``: theirs, when repeats are skipped), of one source or of
+        several (``parse/sources.py``), in one call of the general parser; their repeats learnt."""
+        parser = self.parser
+        if not rest:
+            return dict(self._empty)
+        if rest[0].source_id != rest[-1].source_id:  # leftovers of sources held for the next one's
+            tables, unparsed = parse_sources(parser, self.repeats, rest, keys)
+            self.unparsed_lines.update(unparsed)
+            return tables
+        unparsed_before = parser.state.unparsed_envelope_lines
+        lines = LineChunk.concat(rest)
+        if self.repeats is not None:
+            tables, unfit = parser.parse_unfit(lines)
+            self.repeats.learn(lines, np.concatenate(keys), tables["lines"], unfit)
+        else:
+            tables = parser.parse(lines)
+        self.unparsed_lines[lines.source_id] += parser.state.unparsed_envelope_lines - unparsed_before
+        return tables
 
     def hold(self) -> bool:
         """At the end of a source: keep what waits for the next source's lines, to be parsed with them in
         one call of the general parser (``parse/sources.py``), and say so; False when it must be parsed now:
         when REST_LINES or FAST_ROWS wait in all, or a leftover line of the source could be cut where it
-        would not be if parsed now. The held lines' text is copied out of the chunks they were read in,
-        which are freed."""
-        if sum(map(len, self._rest)) >= REST_LINES or sum(map(len, self._fast)) >= FAST_ROWS:
+        would not be if parsed now. The next source's batches then end where they would on their own
+        (``ready`` counts its lines alone); the held lines' text is copied out of the chunks they were read
+        in, which are freed."""
+        rest = self._rest_lines + sum(map(len, self._held_rest))
+        fast = self._fast_rows + sum(map(len, self._held_fast))
+        if rest >= REST_LINES or fast >= FAST_ROWS:
             return False
-        ending = [chunk.text for chunk in self._rest if chunk.source_id == self._source_id]
-        if ending and not cut_alike(pl.concat(ending)):
+        if self._rest and not cut_alike(pl.concat([chunk.text for chunk in self._rest])):
             return False
-        self._rest = [apart(chunk) if chunk.source_id == self._source_id else chunk for chunk in self._rest]
+        self._held_rest += [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+        self._held_keys += self._keys
+        self._held_fast += self._fast
+        self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
+        self._rest_blocks = False
         return True
+
+    def _fast_alone(self) -> tuple[dict[str, pl.DataFrame], Calls]:
+        """The calls of the fast rows waiting, with empty tables; the leftover lines keep waiting, their
+        text copied out of the chunks they were read with (a few lines held every 4 MB chunk)."""
+        schema = self.parser.schemas.tables[fastcoll.TABLE]
+        calls = Calls.of(self._fast, self.ops, schema)
+        self.parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in self._fast))
+        self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+        self._fast, self._fast_rows = [], 0
+        return dict(self._empty), calls
 
 
 class _ParsedPrefixes:
@@ -291,18 +370,31 @@ class _ParsedPrefixes:
 
 
 class _Scanner:
-    """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread."""
+    """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
+    ``keys``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
+    already, parse/repeats.py), here where the bytes are, before any of them becomes a string."""
 
-    def __init__(self, prefixes: _ParsedPrefixes, every_line: bool, ops: Names):
+    def __init__(self, prefixes: _ParsedPrefixes, every_line: bool, ops: Names, keys: bool = False):
         self._prefixes = prefixes
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
+        self.keys = keys
         self._learned: list[str] = []
 
     def scan(self, chunk: RawChunk) -> Scanned:
         chunk, cut = cut_long_lines(chunk)
         found = self.fast.read(chunk)
+        if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
+            left = np.ones(len(chunk), dtype=bool)
+            left[found.index] = False
+            rest = np.flatnonzero(left)
+        else:
+            rest = np.arange(len(chunk))
+        keys = None
+        if self.keys and len(rest):
+            keys = np.empty(len(rest), dtype=np.uint64)
+            accel.split_keys(chunk.view.raw, chunk.starts, chunk.ends, rest, keys)
         hosts, self._learned = self._learned, []
-        return Scanned(chunk, found, hosts, cut)
+        return Scanned(chunk, found, rest, keys, hosts, cut)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._prefixes.parse(prefixes)

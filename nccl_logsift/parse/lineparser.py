@@ -186,8 +186,11 @@ class LineParser:
         }
         self._glued_ok = True
         self._plain_test = self._plain()
+        # The same test of what is left once launcher prefixes are stripped (an `srun -l` label before a
+        # training print).
+        self._plain_rest = self._plain("rest")
 
-    def _plain(self) -> tuple[pl.Expr, pl.Expr] | None:
+    def _plain(self, column: str = "text") -> tuple[pl.Expr, pl.Expr] | None:
         """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope and no
         launcher prefix), tested with one regex for all launcher patterns, one for all envelopes and one for
         all the message patterns of plain text: no ANSI escape (stripped first), no launcher or envelope
@@ -207,7 +210,7 @@ class LineParser:
         ]
         if not heads or _GROUP_NAME.search("".join(heads + texts)):
             return None
-        text = pl.col("text")
+        text = pl.col(column)
         unmarked = ~pl.any_horizontal(
             text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
         )
@@ -216,17 +219,22 @@ class LineParser:
             *[text.str.contains(t) for t in texts if t],
         )
         try:  # polars compiles the regexes when the query runs
-            pl.DataFrame({"text": ["", "x"]}).select(test)
+            pl.DataFrame({column: ["", "x"]}).select(test)
         except pl.exceptions.PolarsError:
             return None
         return unmarked, test
 
-    def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
+    def _plain_rows(self, frame: pl.DataFrame, after_launchers: bool = False) -> pl.Series | None:
         """Which rows of ``frame`` are plain (:meth:`_plain`): the regexes run only over the lines without
-        the literals (every NCCL line has one)."""
-        if self._plain_test is None:
+        the literals (every NCCL line has one). ``after_launchers``: which rows of a frame whose launcher
+        prefixes were stripped are plain after them, of those a prefix was stripped from (with no number
+        out of range in it): nothing but the prefix is left to parse in them."""
+        plain = self._plain_rest if after_launchers else self._plain_test
+        if plain is None:
             return None
-        unmarked, test = self._plain_test
+        unmarked, test = plain
+        if after_launchers:
+            unmarked = unmarked & (pl.col("rest") != pl.col("text")) & (pl.col(_UNFIT[Layer.LAUNCHER]) == 0)
         apart = frame.select(unmarked).to_series()
         if not apart.any():
             return None
@@ -280,6 +288,11 @@ class LineParser:
             plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
         if frame.height or plain is None:
             frame = self._strip_launchers(frame)
+            after = self._plain_rows(frame, after_launchers=True) if plain_apart else None
+            if after is not None and after.any():
+                row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
+                prefixed, frame = frame.filter(after), frame.filter(~after).with_columns(row)
+                plain = prefixed if plain is None else pl.concat([plain, prefixed], how="diagonal_relaxed")
             frame = self._match_envelopes(frame)
             frame = self._split_glued(frame)
             tables, assigned = self._dispatch_messages(frame)
@@ -291,7 +304,7 @@ class LineParser:
             lines = self.empty_tables["lines"]
         if plain is not None:
             family = (
-                pl.when(pl.col("text").str.strip_chars() == "")
+                pl.when(pl.col("rest").str.strip_chars() == "")
                 .then(pl.lit("blank"))
                 .otherwise(pl.lit("text"))
             )

@@ -7,7 +7,7 @@ of each launcher label (``tables.PlainLines``). Both decide on what a line parse
 run its regexes over it. A line is parsed to the same rows whatever came before it when it is not torn or
 glued (grammar §9.2: where a glued line is cut depends on the hosts known so far) and has no number too
 large for its column: such a line says the same as the last time its text was seen in the same source.
-:class:`RepeatSkip` remembers, per source and by a hash of the text, what such a line parsed to, and
+:class:`RepeatSkip` remembers, per source and by a key of the text, what such a line parsed to, and
 counts how often it was seen since: once a text was parsed ``kept`` times (a row of a folded table) or once
 (a plain line), the lines that repeat it are the ones the folds drop, and they are counted instead of
 parsed, as the parser would have counted them (lines, family, envelope) and as ``Repeats`` would have
@@ -73,15 +73,15 @@ class RepeatSkip:
         self._families = ["text", "blank", *self._foldable]
         self._texts: dict[int, _Texts] = {}
 
-    def split(self, chunk: LineChunk, state: ParseState) -> tuple[LineChunk, np.ndarray]:
-        """The lines of ``chunk`` to parse and their keys; the others are counted into ``state``."""
-        keys = chunk.text.hash(seed=0).to_numpy()
-        texts = self._texts.get(chunk.source_id)
+    def skip(self, source_id: int, keys: np.ndarray, state: ParseState) -> np.ndarray | None:
+        """Of lines of ``source_id`` in line order, by the keys of their texts (``accel.split_keys``), which
+        to parse (a mask; None for all of them); the others are counted into ``state``."""
+        texts = self._texts.get(source_id)
         if texts is None:
-            return chunk, keys
+            return None
         rows, slots = texts.find(keys)
         if not len(rows):
-            return chunk, keys
+            return None
         # Each line's occurrence: those of this chunk before it, plus those parsed before.
         order = np.argsort(slots, kind="stable")
         ordered = slots[order]
@@ -92,23 +92,16 @@ class RepeatSkip:
         texts.seen += np.bincount(slots[~skip], minlength=len(texts.keys))
         np.minimum(texts.seen, texts.limit, out=texts.seen)
         if not skip.any():
-            return chunk, keys
-        skipped = slots[skip]
-        _account(texts, skipped, self._families, state)
-        mask = np.ones(len(keys), dtype=bool)
-        mask[rows[skip]] = False
-        keep = pl.Series(mask)
-        kept = LineChunk(
-            source_id=chunk.source_id,
-            line_no=chunk.line_no.filter(keep),
-            byte_offset=chunk.byte_offset.filter(keep),
-            text=chunk.text.filter(keep),
-        )
-        return kept, keys[mask]
+            return None
+        _account(texts, slots[skip], self._families, state)
+        keep = np.ones(len(keys), dtype=bool)
+        keep[rows[skip]] = False
+        return keep
 
     def learn(self, chunk: LineChunk, keys: np.ndarray, lines: pl.DataFrame, unfit: pl.Series) -> None:
-        """Remember what the new texts among the lines of ``chunk`` (parsed: their ``lines`` rows, and the
-        line numbers with a value out of range) parsed to, when their repeats can be skipped."""
+        """Remember what the new texts among the lines of ``chunk`` (``keys``: those of their texts; parsed:
+        their ``lines`` rows, and the line numbers with a value out of range) parsed to, when their repeats
+        can be skipped."""
         texts = self._texts.get(chunk.source_id)
         if texts is None or len(texts.keys) > MAX_TEXTS:
             texts = self._texts[chunk.source_id] = _Texts()

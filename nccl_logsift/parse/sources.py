@@ -12,17 +12,16 @@ those of parsing each source on its own, in the same order.
 Only one thing the parser does depends on what came before a line: where a glued line is cut depends on
 the hosts known when the parser runs (grammar §9.2, ``LineParser._split_glued``), and parsed after the next
 source was read, more are known. :func:`cut_alike` tells the lines that are cut alike whatever hosts are
-known; a source's leftovers wait only when every one of them is. A batch within a source still ends where
-it did (``ChunkParser.ready`` counts the lines of the source being read).
+known; a source's leftovers wait only when every one of them is. The batches of the next source still end
+where they would on their own (``ChunkParser.ready`` counts its lines alone).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.lineparser import UNPARSED, LineParser
@@ -50,21 +49,15 @@ def cut_alike(text: pl.Series) -> bool:
 
 
 def parse_sources(
-    parser: LineParser, repeats: RepeatSkip | None, rest: list[LineChunk]
+    parser: LineParser, repeats: RepeatSkip | None, rest: list[LineChunk], keys: list[np.ndarray]
 ) -> tuple[dict[str, pl.DataFrame], dict[int, int]]:
-    """The tables of the leftover lines of several sources (``rest``, in input order), parsed in one call as
-    each source's would be on its own, and how many lines of each source were not understood (by
-    ``source_id``). The repeats of each source's lines are skipped and learnt by source, as they are
-    when each is parsed on its own (``ChunkParser.flush_calls``)."""
-    sources = [
-        LineChunk.concat([chunk for chunk in rest if chunk.source_id == source_id])
-        for source_id in dict.fromkeys(chunk.source_id for chunk in rest)
-    ]
-    split = [repeats.split(chunk, parser.state) for chunk in sources] if repeats is not None else []
-    parsed = [chunk for chunk, _ in split] if repeats is not None else sources
-    if not any(map(len, parsed)):
-        return dict(parser.empty_tables), {}
-    joined = Joined.of([chunk for chunk in parsed if len(chunk)])
+    """The tables of the leftover lines of several sources (``rest``, in input order; ``keys``: the keys of
+    their texts, when repeats are skipped), parsed in one call as each source's would be on its own, and
+    how many lines of each source were not understood (by ``source_id``). The texts of each source are
+    learnt by source, as they are when each is parsed on its own (``ChunkParser.flush_calls``)."""
+    order = list(dict.fromkeys(chunk.source_id for chunk in rest))
+    sources = [LineChunk.concat([chunk for chunk in rest if chunk.source_id == sid]) for sid in order]
+    joined = Joined.of(sources)
     if repeats is None:
         tables = parser.parse(joined.chunk)
     else:
@@ -74,10 +67,11 @@ def parse_sources(
     unparsed = dict(lines.filter(UNPARSED).group_by("source_id").len().iter_rows())
     if repeats is not None:
         unfit_source, unfit_lines = joined.sources(unfit)
-        for chunk, keys in split:
-            if len(chunk):
-                mine = lines.filter(pl.col("source_id") == chunk.source_id)
-                repeats.learn(chunk, keys, mine, unfit_lines.filter(unfit_source == chunk.source_id))
+        for sid, chunk in zip(order, sources):
+            mine = np.concatenate([key for c, key in zip(rest, keys) if c.source_id == sid])
+            repeats.learn(
+                chunk, mine, lines.filter(pl.col("source_id") == sid), unfit_lines.filter(unfit_source == sid)
+            )
     return tables, unparsed
 
 
@@ -117,12 +111,3 @@ class Joined:
         """The source and line number of each of ``line_no`` (numbers of :attr:`chunk`)."""
         at = line_no.to_numpy().astype(np.int64) - 1
         return self.source_id[at], pl.Series(line_no.name, self.line_no[at], dtype=pl.UInt32)
-
-
-def apart(chunk: LineChunk) -> LineChunk:
-    """``chunk`` with its text copied out of the block it was read in (its lines are views into it): lines
-    that wait for the next source's keep their own bytes, not a 4 MB block each."""
-    # As a one-column table, as io/lines.py builds its columns: polars' Series constructor would import
-    # pyarrow.compute for an Arrow array.
-    copy = pa.table({chunk.text.name: chunk.text.to_arrow().cast(pa.large_string())})
-    return replace(chunk, text=pl.DataFrame(copy).to_series())

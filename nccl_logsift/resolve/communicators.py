@@ -95,9 +95,27 @@ def instances(comms: pl.DataFrame) -> pl.DataFrame:
     init = numbered.filter(pl.col("what") == "Init")
     if init.is_empty():
         return _empty_instances()
+    ended = (
+        numbered.filter(pl.col("what").is_in(["Destroy", "Abort"]))
+        .group_by(INSTANCE)
+        .agg(ended=pl.col("what").first(), end_seq=pl.col(SEQ).min())
+    )
+    table = _instance_rows(init).join(ended, on=INSTANCE, how="left", maintain_order="left")  # in start order
+    table = table.with_columns(_ORDINAL.alias("ordinal"))
+    return _with_world_ranks(_without_parents(_with_uids(table)))
+
+
+# An instance's position among the instances of its size that its process created (the fallback uid's k).
+_ORDINAL = pl.int_range(pl.len()).over([*PROCESS, "nranks"], order_by="start_seq")
+# The columns _with_uids adds to find an instance's parent, that instances() does not keep.
+_PARENT_COLUMNS = ("ordinal", "parent_seq", "parent_uid")
+
+
+def _instance_rows(init: pl.DataFrame) -> pl.DataFrame:
+    """One row per instance of the numbered Init rows ``init``, in start order."""
     first = pl.col("phase") == "START"
     done = pl.col("phase") == "COMPLETE"
-    table = (
+    return (
         init.group_by(INSTANCE)
         .agg(
             start_seq=pl.col(SEQ).min(),
@@ -119,29 +137,28 @@ def instances(comms: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("start_seq")
     )
-    ended = (
-        numbered.filter(pl.col("what").is_in(["Destroy", "Abort"]))
-        .group_by(INSTANCE)
-        .agg(ended=pl.col("what").first(), end_seq=pl.col(SEQ).min())
-    )
-    table = table.join(ended, on=INSTANCE, how="left", maintain_order="left")  # rows stay in start order
-    return _assign_uids(table)
 
 
-def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
-    ordinal = pl.int_range(pl.len()).over([*PROCESS, "nranks"], order_by="start_seq")
-    table = table.with_columns(
-        fallback_uid=pl.format("n{}#{}", pl.col("nranks"), ordinal),
-    )
-    # Split children without commId: parent's uid (the parent pointer's latest instance before the child).
-    parents = table.select(
+def _parent_candidates(table: pl.DataFrame) -> pl.DataFrame:
+    """Each instance as a split child's parent: its pointer, its start, the uid a child builds on."""
+    return table.select(
         *PROCESS,
         pl.col("comm").alias("parent"),
         pl.col("start_seq").alias("parent_seq"),
-        pl.coalesce("comm_id", "fallback_uid").alias("parent_uid"),
-    ).sort("parent_seq")
+        pl.coalesce("comm_id", pl.format("n{}#{}", pl.col("nranks"), pl.col("ordinal"))).alias("parent_uid"),
+    )
+
+
+def _with_uids(table: pl.DataFrame, earlier: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``table`` (instances with their ``ordinal``) with ``comm_uid`` and ``uid_exact``, and the parent each
+    split child was matched to (``parent_seq``, ``parent_uid``). ``earlier`` adds parents that are not in
+    ``table`` (instances :class:`LiveInstances` no longer holds), as :func:`_parent_candidates` gives them."""
+    # Split children without commId: parent's uid (the parent pointer's latest instance before the child).
+    parents = _parent_candidates(table)
+    if earlier is not None:
+        parents = pl.concat([parents, earlier])
     table = table.sort("start_seq").join_asof(
-        parents,
+        parents.sort("parent_seq"),
         left_on="start_seq",
         right_on="parent_seq",
         by=[*PROCESS, "parent"],
@@ -149,15 +166,23 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         check_sortedness=False,
     )
     split_uid = pl.format("{}/color{}#{}", "parent_uid", pl.col("color"), pl.col("split_count").fill_null(0))
-    table = table.with_columns(
+    return table.with_columns(
         comm_uid=pl.when(pl.col("comm_id").is_not_null())
         .then(pl.col("comm_id"))
         .when(pl.col("parent_uid").is_not_null() & pl.col("color").is_not_null())
         .then(split_uid)
-        .otherwise(pl.col("fallback_uid")),
+        .otherwise(pl.format("n{}#{}", pl.col("nranks"), pl.col("ordinal"))),
         uid_exact=pl.col("comm_id").is_not_null()
         | pl.col("parent_uid").str.starts_with("0x").fill_null(False),
-    ).drop("fallback_uid", "parent_seq", "parent_uid")
+    )
+
+
+def _without_parents(table: pl.DataFrame) -> pl.DataFrame:
+    return table.drop(_PARENT_COLUMNS)
+
+
+def _with_world_ranks(table: pl.DataFrame) -> pl.DataFrame:
+    """``table`` with each instance's ``global_rank`` (its process's rank in the world) and ``world_size``."""
     # A typed literal: every size may be null (too large for its column, parse/kinds.py), no world then.
     world = table["nranks"].max()
     worlds = table.filter(pl.col("nranks") == pl.lit(world, table.schema["nranks"])).sort("start_seq")
@@ -182,6 +207,124 @@ def _assign_uids(table: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("device_rank")
     )
+
+
+class LiveInstances:
+    """The instances that calls from now on can belong to, kept up to date as Init rows arrive in line order.
+
+    A call belongs to the latest instance of its (host, pid, comm) that started before it. Rows come in line
+    order, so once a later Init opened a new instance of a key, the one it replaced takes no more rows and
+    no later call; and an instance that exists has every instance that started before it, so its
+    generation and its ordinal among its process's instances of its size (its fallback uid) never change.
+    This keeps each key's latest instance with its Init rows (a COMPLETE line may still fill in its commId)
+    and, of the instances it let go, only those a live split child names as its parent, with the uid the
+    child builds on (for a child whose init is under way, whose parent a later line may name, the last
+    instance of every pointer of its process that started before it). :meth:`update` then costs what is
+    live and what arrived, where building every instance from every Init row at each batch was quadratic
+    in a log that keeps creating communicators; its instances are those :func:`instances` finds over all
+    rows so far, with the same generation, rank and uid. Rows that come out of line order (a caller's
+    mistake) raise ``ValueError``.
+    """
+
+    def __init__(self) -> None:
+        self._rows: pl.DataFrame | None = None  # each key's latest instance's Init rows, generation, ordinal
+        self._counts: pl.DataFrame | None = None  # host, pid, nranks → instances so far
+        self._parents: pl.DataFrame | None = None  # let-go instances a live child names (_parent_candidates)
+        self._last_seq: int | None = None
+
+    def update(self, inits: pl.DataFrame) -> pl.DataFrame:
+        """Take the Init rows that arrived since the last update (comms rows of ``INSTANCE_COLUMNS``) and
+        return every instance they opened or touched, and every other key's latest instance: ``INSTANCE``,
+        ``start_seq``, ``rank``, ``nranks``, ``comm_uid`` and the other columns of :func:`instances` but
+        the ended and global-rank ones, in start order."""
+        new = with_seq(inits.filter(pl.col("comm").is_not_null() & (pl.col("what") == "Init")))
+        if not new.is_empty():
+            first = new[SEQ].min()
+            if self._last_seq is not None and first <= self._last_seq:
+                raise ValueError("Init rows out of line order")
+            self._last_seq = new[SEQ].max()
+        new = new.drop(SEQ)
+        held = self._rows
+        rows = (
+            new
+            if held is None
+            else pl.concat([held.drop("generation", "ordinal"), new], how="vertical_relaxed")
+        )
+        if rows.is_empty():
+            return _empty_instances().drop("ended", "end_seq", "global_rank", "world_size")
+        key = ["host", "pid", "comm"]
+        numbered = number_instances(rows)
+        if held is not None:  # generations continue from each held instance's
+            base = held.group_by(key).agg(base=pl.col("generation").first() - 1)
+            numbered = numbered.join(base, on=key, how="left", nulls_equal=True, maintain_order="left")
+            numbered = numbered.with_columns(
+                pl.col("generation") + pl.col("base").fill_null(0).cast(pl.Int32)
+            ).drop("base")
+        table = _instance_rows(numbered)
+        table = table.with_columns(_ORDINAL.alias("ordinal"))
+        if held is not None:  # a held instance keeps its ordinal; a new one counts on from the process's
+            kept = held.select(*INSTANCE, pl.col("ordinal").alias("held")).unique(INSTANCE)
+            table = table.join(kept, on=INSTANCE, how="left", nulls_equal=True, maintain_order="left")
+            new_ordinal = pl.int_range(pl.len()).over(
+                [*PROCESS, "nranks", pl.col("held").is_null()], order_by="start_seq"
+            )
+            table = table.with_columns(ordinal=new_ordinal)
+            if self._counts is not None:
+                table = table.join(
+                    self._counts, on=[*PROCESS, "nranks"], how="left", nulls_equal=True, maintain_order="left"
+                ).with_columns(ordinal=pl.col("ordinal") + pl.col("count").fill_null(0))
+                table = table.drop("count")
+            table = table.with_columns(ordinal=pl.coalesce("held", "ordinal")).drop("held")
+        table = _with_uids(table, self._parents)
+        self._let_go(numbered, table, held)
+        return table.drop("parent_seq", "parent_uid", "ordinal")
+
+    def _let_go(self, numbered: pl.DataFrame, table: pl.DataFrame, held: pl.DataFrame | None) -> None:
+        """Keep each key's latest instance (its rows, generation and ordinal), the count of instances per
+        process and size, and the let-go instances a kept one names as its parent."""
+        key = ["host", "pid", "comm"]
+        latest = table.group_by(key).agg(pl.col("generation").max())
+        live = table.join(latest, on=[*key, "generation"], how="semi", nulls_equal=True)
+        self._rows = (
+            numbered.join(latest, on=[*key, "generation"], how="semi", nulls_equal=True)
+            .join(
+                live.select(*INSTANCE, "ordinal"),
+                on=INSTANCE,
+                how="left",
+                nulls_equal=True,
+                maintain_order="left",
+            )
+            .drop(SEQ)
+        )
+        held_keys = (
+            held.select(*INSTANCE).unique()
+            if held is not None
+            else pl.DataFrame(schema=table.select(INSTANCE).schema)
+        )
+        opened = table.join(held_keys, on=INSTANCE, how="anti", nulls_equal=True)
+        added = opened.group_by(*PROCESS, "nranks").agg(count=pl.len().cast(pl.Int64))
+        counts = added if self._counts is None else pl.concat([self._counts, added])
+        self._counts = counts.group_by(*PROCESS, "nranks").agg(pl.col("count").sum())
+        gone = table.join(latest, on=[*key, "generation"], how="anti", nulls_equal=True)
+        candidates = _parent_candidates(gone)
+        if self._parents is not None:
+            candidates = pl.concat([self._parents, candidates])
+        named = live.select(*PROCESS, "parent", "parent_seq").drop_nulls(["parent", "parent_seq"])
+        # An instance whose init is under way (no COMPLETE yet) may still learn its parent from a later
+        # line: keep, of every pointer of its process, the last instance that started before it.
+        pending = live.filter(~pl.col("init_completed")).select(*PROCESS, pl.col("start_seq").alias("child"))
+        if not pending.is_empty():
+            before = (
+                candidates.join(pending, on=PROCESS, how="inner", nulls_equal=True)
+                .filter(pl.col("parent_seq") <= pl.col("child"))
+                .group_by(*PROCESS, "parent", "child")
+                .agg(pl.col("parent_seq").max())
+                .select(*PROCESS, "parent", "parent_seq")
+            )
+            named = pl.concat([named, before], how="vertical_relaxed")
+        self._parents = candidates.join(
+            named.unique(), on=[*PROCESS, "parent", "parent_seq"], how="semi", nulls_equal=True
+        )
 
 
 # One row per communicator instance per process: the `communicators` table.

@@ -35,6 +35,7 @@ from nccl_logsift.resolve.communicators import (
     INSTANCE,
     INSTANCE_COLUMNS,
     INSTANCE_ROWS,
+    LiveInstances,
     ends_once,
     instances,
 )
@@ -61,6 +62,10 @@ class CollectiveNumbering:
         self.uids = Names()
         self._compacted = 0  # rows of the comms merged last
         self._pending = 0  # rows observed since
+        # The instances calls can still belong to, fed the Init rows observed since the starts were built;
+        # None once rows came out of line order (the starts are then built from every row).
+        self._live: LiveInstances | None = LiveInstances()
+        self._inits: list[pl.DataFrame] = []
 
     def observe(self, comms: pl.DataFrame) -> None:
         # Only the rows an instance is made of, and their columns (resolve/communicators.py): a log that
@@ -76,7 +81,9 @@ class CollectiveNumbering:
                 self._merge()
             # Instances start at Init lines only: Destroy and Summary lines (all of a job's last batch: 16k
             # for a 4096-rank job) change the table, not the starts calls are numbered by.
-            if (comms["what"] == "Init").any():
+            inits = comms.filter(pl.col("what") == "Init")
+            if inits.height:
+                self._inits.append(inits)
                 self._starts = None
 
     def _merge(self) -> pl.DataFrame | None:
@@ -95,6 +102,17 @@ class CollectiveNumbering:
             self._instances = instances(merged) if merged is not None else instances(_no_comms())
         return self._instances
 
+    def _current(self) -> pl.DataFrame:
+        """The instances the calls of the batch being numbered can belong to."""
+        inits, self._inits = self._inits, []
+        if self._live is not None:
+            new = pl.concat(inits, how="vertical_relaxed") if inits else _no_comms()
+            try:
+                return self._live.update(new)
+            except ValueError:  # rows out of line order: number by every instance, as from now on
+                self._live = None
+        return self.instances
+
     def number(self, calls: Calls) -> None:
         """Add ``NUMBERED`` to ``calls``: each call's instance, ordinal, generation, comm rank and uid."""
         if not len(calls):  # the batches of a job's init: the instances are found when calls come
@@ -102,7 +120,7 @@ class CollectiveNumbering:
             calls.uids = self.uids
             return
         if self._starts is None:
-            self._starts = _Starts(self.instances, self.uids)
+            self._starts = _Starts(self._current(), self.uids)
             self._epoch += 1
         starts = self._starts
         seq = calls["seq"]

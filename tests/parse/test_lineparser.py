@@ -106,8 +106,9 @@ def test_tables_no_line_reached_are_empty_with_their_schema(parser):
 
 def test_the_lines_set_apart_as_plain_are_parsed_as_the_stages_parse_them():
     """parse() makes the lines row of a line it can tell is plain without the stages (no launcher or envelope
-    head, no glued head, no text pattern): the tables and counts are those of running every line through
-    them (parse_frame), the glued line's pieces included."""
+    head, no glued head, no text pattern; or none of these once its launcher prefixes are stripped): the
+    tables and counts are those of running every line through them (parse_frame), the glued lines' pieces
+    included."""
     texts = [
         "step 10/100 | loss 2.5 |     15.1 ms/step",
         "",
@@ -119,6 +120,14 @@ def test_the_lines_set_apart_as_plain_are_parsed_as_the_stages_parse_them():
         "\x1b[31mred\x1b[0m text",
         "[rank3]:[E1126 10:00:00.000 ProcessGroupNCCL.cpp:100] something",
         "NCCL version 2.21.5+cuda12.4",
+        # Plain once a launcher prefix is stripped (srun -l, torchrun's tag), or not.
+        " 3: step 10/100 | loss 2.5 |     15.1 ms/step",
+        "12: ",
+        "[default0]:step 11/100 | loss 2.4",
+        " 3: [default0]:  warnings.warn(",
+        "99999999999999999999999: step 12/100",
+        " 0: Traceback (most recent call last):",
+        " 1: plain then glued gpu-node-1:12:13 [0] NCCL INFO Using network IB",
     ]
     chunk = LineChunk(
         0,
@@ -130,7 +139,7 @@ def test_the_lines_set_apart_as_plain_are_parsed_as_the_stages_parse_them():
     tables = apart.parse(chunk)
     expected, _ = whole.parse_frame(chunk)
     assert tables["lines"]["family"].to_list()[:3] == ["text", "blank", "text"]
-    assert tables["lines"].height == len(texts) + 1  # the glued line in two pieces
+    assert tables["lines"].height == len(texts) + 2  # the glued lines in two pieces each
     for name, table in expected.items():
         assert tables[name].equals(table), name
     assert apart.state == whole.state

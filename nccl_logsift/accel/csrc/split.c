@@ -185,10 +185,70 @@ static PyObject *py_next_newline(PyObject *self, PyObject *const *args, Py_ssize
     return result;
 }
 
+/* The key of a line's text: equal texts have equal keys, and distinct ones collide with a chance of about
+ * 2^-64 per pair. Each 8-byte little-endian word (the last one padded with zeros) is multiplied into the
+ * state and rotated; the length and a final avalanche (MurmurHash3's 64-bit finaliser, whose constants
+ * are public) make texts that differ in their trailing zero bytes or only in length differ.
+ * parse/repeats.py keeps the keys of texts whose repeats it skips. */
+static inline uint64_t text_key(const uint8_t *bytes, int64_t length) {
+    const uint64_t odd = 0x9E3779B97F4A7C15ull;
+    uint64_t state = 0x243F6A8885A308D3ull;
+    int64_t at = 0;
+    for (; at + 8 <= length; at += 8) {
+        uint64_t word;
+        memcpy(&word, bytes + at, 8);
+        state = ((state ^ (word * odd)) << 27 | (state ^ (word * odd)) >> 37) * 0xC2B2AE3D27D4EB4Full;
+    }
+    if (at < length) {
+        uint64_t word = 0;
+        memcpy(&word, bytes + at, (size_t)(length - at));
+        state = ((state ^ (word * odd)) << 27 | (state ^ (word * odd)) >> 37) * 0xC2B2AE3D27D4EB4Full;
+    }
+    state ^= (uint64_t)length;
+    state ^= state >> 33;
+    state *= 0xFF51AFD7ED558CCDull;
+    state ^= state >> 33;
+    state *= 0xC4CEB9FE1A85EC53ull;
+    state ^= state >> 33;
+    return state;
+}
+
+/* split_keys(data, starts, ends, index, keys): keys[k] = the key of data[starts[i]:ends[i]], i = index[k] */
+static PyObject *py_keys(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data, starts, ends, index, keys;
+    PyObject *result = NULL;
+    if (arity(n, 5, "split_keys") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take(&held, args[1], "starts", I64, 1, false, &starts) && take(&held, args[2], "ends", I64, 1, false, &ends)
+        && take(&held, args[3], "index", I64, 1, false, &index) && take(&held, args[4], "keys", U64, 1, true, &keys)) {
+        const int64_t *start = starts.data, *end = ends.data, *at = index.data;
+        const uint8_t *bytes = data.data;
+        uint64_t *out = keys.data;
+        bool ok = starts.length == ends.length && keys.length == index.length;
+        for (int64_t k = 0; ok && k < index.length; k++) {
+            int64_t i = at[k];
+            ok = 0 <= i && i < starts.length && 0 <= start[i] && start[i] <= end[i] && end[i] <= data.length;
+        }
+        if (!ok) {
+            bad_arguments("split_keys", "index, starts and ends must name ranges of the data, one key each");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            for (int64_t k = 0; k < index.length; k++)
+                out[k] = text_key(bytes + start[at[k]], end[at[k]] - start[at[k]]);
+            Py_END_ALLOW_THREADS
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+    }
+    release(&held);
+    return result;
+}
+
 PyMethodDef split_methods[] = {
     {"split_newlines", (PyCFunction)(void (*)(void))py_newlines, METH_FASTCALL, "Newline positions of a chunk."},
     {"split_bounds", (PyCFunction)(void (*)(void))py_bounds, METH_FASTCALL, "Line bounds from newline positions."},
     {"split_last_newline", (PyCFunction)(void (*)(void))py_last_newline, METH_FASTCALL, "The last newline of a range."},
     {"split_next_newline", (PyCFunction)(void (*)(void))py_next_newline, METH_FASTCALL, "The next newline from a place."},
+    {"split_keys", (PyCFunction)(void (*)(void))py_keys, METH_FASTCALL, "A key for the text of each line."},
     {NULL, NULL, 0, NULL},
 };

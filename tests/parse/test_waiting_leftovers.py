@@ -1,0 +1,58 @@
+"""An analysis lets the COLL calls of a batch go out ahead of the few leftover lines between them (training
+prints), which wait to be parsed with the next ones, in fewer calls of the general parser: the diagnosis is
+the same. A leftover line that can change how calls are numbered (a communicator's Init or Destroy line, a
+COLL line the fast path left) or that may be glued is parsed with the calls around it."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_logsift.parse import chunks
+from nccl_logsift.parse.chunks import ChunkParser
+from nccl_logsift.pipeline import ParseOptions, read_job, report_of
+from nccl_logsift.render.json import render_json
+from nccl_logsift.simulate import Options, write
+
+SIZE = 200_000  # bytes of steady state: ~1,000 COLL lines, 13 chunks of 16 KB
+CASES = {
+    "prints": Options(scenario="collective-mismatch", ranks=4, nodes=2, print_every=10, size=SIZE),
+    "world": Options(
+        scenario="rank-stall",
+        ranks=4,
+        nodes=2,
+        comms="world",
+        interleave="op",
+        print_every=7,
+        layout="srun",
+        size=SIZE,
+    ),
+    "inits and glued lines": Options(
+        scenario="healthy", ranks=4, nodes=2, print_every=10, other_lines=0.01, torn_rate=0.005, size=SIZE
+    ),
+}
+
+
+def diagnosis(path, options):
+    """The findings JSON, and every table of the job (the kept calls with their numbering among them)."""
+    summary, job = read_job([str(path)], options)
+    return render_json(report_of(summary, job)), job.tables
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_calls_going_out_ahead_of_waiting_leftovers_change_no_finding(tmp_path, monkeypatch, case):
+    path = tmp_path / "job.log"
+    write(CASES[case], str(path))
+    monkeypatch.setattr(chunks, "FAST_ROWS", 150)
+    options = ParseOptions(workers=1, chunk_bytes=1 << 14)
+    alone = []
+    fast_alone = ChunkParser._fast_alone
+    monkeypatch.setattr(ChunkParser, "_fast_alone", lambda self: alone.append(1) or fast_alone(self))
+    waited, tables = diagnosis(path, options)
+    assert alone, "no batch of calls went out ahead of its leftover lines"
+    flush_calls = ChunkParser.flush_calls
+    monkeypatch.setattr(ChunkParser, "flush_calls", lambda self, final=True: flush_calls(self, True))
+    expected, expected_tables = diagnosis(path, options)
+    assert waited == expected
+    assert tables.keys() == expected_tables.keys()
+    for name, table in expected_tables.items():
+        assert tables[name].equals(table, null_equal=True), name
