@@ -443,11 +443,16 @@ class Repeats:
     def _first(self, name: str, hashes: pl.Series) -> pl.Series:
         """Whether each row is among the first ``kept`` of its hash, counting the batches before."""
         keys, seen = self._seen.get(name) or (KeyMap(), np.zeros(512, dtype=np.int64))
+        known = keys.count
         slots = keys.ids(hashes.to_numpy())
         seen = grown(seen, keys.count)
-        # Rows before in this batch with the same hash, plus those of earlier batches.
-        within = pl.DataFrame({"slot": slots}).select(pl.int_range(pl.len()).over("slot")).to_series()
-        at = within.to_numpy() + seen[slots]
+        # Rows before in this batch with the same hash, plus those of earlier batches. When every row
+        # brought a hash of its own (a 4096-rank job's init lines are all distinct), none came before.
+        if keys.count - known == len(slots):
+            at = np.zeros(len(slots), dtype=np.int64)
+        else:
+            within = pl.DataFrame({"slot": slots}).select(pl.int_range(pl.len()).over("slot")).to_series()
+            at = within.to_numpy() + seen[slots]
         seen[: keys.count] += np.bincount(slots, minlength=keys.count)
         np.minimum(seen, self._kept, out=seen)  # a count past ``kept`` decides nothing more
         self._seen[name] = (keys, seen)
