@@ -451,14 +451,24 @@ class Repeats:
         if keys.count - known == len(slots):
             at = np.zeros(len(slots), dtype=np.int64)
         else:
-            within = pl.DataFrame({"slot": slots}).select(pl.int_range(pl.len()).over("slot")).to_series()
-            at = within.to_numpy() + seen[slots]
+            at = _earlier(slots) + seen[slots]
         seen[: keys.count] += np.bincount(slots, minlength=keys.count)
         np.minimum(seen, self._kept, out=seen)  # a count past ``kept`` decides nothing more
         self._seen[name] = (keys, seen)
         keep = at < self._kept
         self.folded += int(len(keep) - keep.sum())
         return pl.Series(keep)
+
+
+def _earlier(slots: np.ndarray) -> np.ndarray:
+    """For each of ``slots``, how many rows before it hold the same slot: a stable sort groups equal slots
+    in row order (a fourth of the time of polars' window ``int_range().over(slot)``)."""
+    order = np.argsort(slots, kind="stable")
+    ordered = slots[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    earlier = np.empty(len(slots), dtype=np.int64)
+    earlier[order] = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
+    return earlier
 
 
 @dataclass(frozen=True, slots=True)
