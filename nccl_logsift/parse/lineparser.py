@@ -155,6 +155,31 @@ class _Prefix:
 
 
 @dataclass(frozen=True, slots=True)
+class _Extraction:
+    """One message pattern's capture step, and each of its fields cast to its kind, built once per parser:
+    on a batch of a few lines, building the expressions cost more than running them."""
+
+    captures: pl.Expr  # __g: the groups
+    columns: tuple[pl.Expr, ...]  # the fields, constants, family, pattern and __unfit
+
+    @classmethod
+    def of(cls, grammar: Grammar, pattern: Pattern) -> _Extraction:
+        kinds = grammar.field_kinds
+        groups = group_names(pattern.regex)
+        columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
+        columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
+        columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
+        lost = [unfit(pl.col("__g").struct.field(g), kinds[g]) for g in groups if g in kinds]
+        lost = [u for u in lost if u is not None]
+        unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
+        columns.append(unfit_count.alias("__unfit"))
+        return cls(pl.col("msg").str.extract_groups(pattern.regex).alias("__g"), tuple(columns))
+
+    def extract(self, hit: pl.DataFrame) -> pl.DataFrame:
+        return hit.select("row", self.captures).with_columns(self.columns).drop("__g")
+
+
+@dataclass(frozen=True, slots=True)
 class _Prefixes:
     """The launcher or the envelope patterns, and one test of whether any of them matches a row."""
 
@@ -218,6 +243,14 @@ class LineParser:
         self._anchors: dict[str, list[str] | None] = {
             g.family: sorted({p.anchor for p in g.patterns}) if all(p.anchor for p in g.patterns) else None
             for g in grammars.layer(Layer.MESSAGE)
+        }
+        # Per message family, its patterns' candidate tests (_candidate) and capture steps, built once.
+        self._marks = {
+            g.family: tuple(_candidate(p).alias(f"__anchor{i}") for i, p in enumerate(g.patterns))
+            for g in grammars.layer(Layer.MESSAGE)
+        }
+        self._extractions = {
+            g.family: tuple(_Extraction.of(g, p) for p in g.patterns) for g in grammars.layer(Layer.MESSAGE)
         }
         self._glued_ok = True
         self._plain_test = self._plain()
@@ -532,11 +565,10 @@ class LineParser:
                 if candidates.is_empty():
                     continue
                 marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
-                marked = candidates.with_columns(
-                    _candidate(p).alias(m) for p, m in zip(grammar.patterns, marks)
-                )
+                marked = candidates.with_columns(self._marks[grammar.family])
                 anchored = marked.select(pl.col(m).any() for m in marks).row(0)
-                for pattern, mark, present in zip(grammar.patterns, marks, anchored):
+                extractions = self._extractions[grammar.family]
+                for pattern, extraction, mark, present in zip(grammar.patterns, extractions, marks, anchored):
                     if not present:
                         continue
                     hit = marked.filter(pl.col(mark))
@@ -546,7 +578,7 @@ class LineParser:
                     if hit.is_empty():
                         continue
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
-                    extracted = self._extract(hit, grammar, pattern)
+                    extracted = extraction.extract(hit)
                     self.state.values_out_of_range += int(extracted["__unfit"].sum())
                     assigned.append(extracted.select("row", "family", "pattern", "__unfit"))
                     extracted = extracted.drop("__unfit")
@@ -566,20 +598,6 @@ class LineParser:
                 tables[name] = self.empty_tables[name]
         assignments = pl.concat(assigned) if assigned else pl.DataFrame(schema=_ASSIGNED)
         return tables, assignments
-
-    @staticmethod
-    def _extract(hit: pl.DataFrame, grammar: Grammar, pattern: Pattern) -> pl.DataFrame:
-        kinds = grammar.field_kinds
-        groups = group_names(pattern.regex)
-        out = hit.select("row", pl.col("msg").str.extract_groups(pattern.regex).alias("__g"))
-        columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
-        columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
-        columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
-        lost = [unfit(pl.col("__g").struct.field(g), kinds[g]) for g in groups if g in kinds]
-        lost = [u for u in lost if u is not None]
-        unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
-        columns.append(unfit_count.alias("__unfit"))
-        return out.with_columns(columns).drop("__g")
 
     # ------------------------------------------------------------------ the lines table and counts
     def _lines_table(self, frame: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:
