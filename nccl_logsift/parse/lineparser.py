@@ -249,9 +249,8 @@ class LineParser:
             g.family: tuple(_candidate(p).alias(f"__anchor{i}") for i, p in enumerate(g.patterns))
             for g in grammars.layer(Layer.MESSAGE)
         }
-        self._extractions = {
-            g.family: tuple(_Extraction.of(g, p) for p in g.patterns) for g in grammars.layer(Layer.MESSAGE)
-        }
+        # Built when a pattern first matches (building compiles its regex: ~1 ms, for ~300 patterns).
+        self._extractions: dict[tuple[str, int], _Extraction] = {}
         self._glued_ok = True
         self._plain_test = self._plain()
 
@@ -567,8 +566,7 @@ class LineParser:
                 marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
                 marked = candidates.with_columns(self._marks[grammar.family])
                 anchored = marked.select(pl.col(m).any() for m in marks).row(0)
-                extractions = self._extractions[grammar.family]
-                for pattern, extraction, mark, present in zip(grammar.patterns, extractions, marks, anchored):
+                for n, (pattern, mark, present) in enumerate(zip(grammar.patterns, marks, anchored)):
                     if not present:
                         continue
                     hit = marked.filter(pl.col(mark))
@@ -578,6 +576,9 @@ class LineParser:
                     if hit.is_empty():
                         continue
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
+                    extraction = self._extractions.get((grammar.family, n))
+                    if extraction is None:
+                        extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, pattern)
                     extracted = extraction.extract(hit)
                     self.state.values_out_of_range += int(extracted["__unfit"].sum())
                     assigned.append(extracted.select("row", "family", "pattern", "__unfit"))
