@@ -253,17 +253,14 @@ class LineParser:
         self._extractions: dict[tuple[str, int], _Extraction] = {}
         self._glued_ok = True
         self._plain_test = self._plain()
-        # The same test of what is left once launcher prefixes are stripped (an `srun -l` label before a
-        # training print).
-        self._plain_rest = self._plain("rest")
 
-    def _plain(self, column: str = "text") -> tuple[pl.Expr, pl.Expr] | None:
-        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope and no
-        launcher prefix), tested with one regex for all launcher patterns, one for all envelopes and one for
-        all the message patterns of plain text: no ANSI escape (stripped first), no launcher or envelope
-        pattern matching where the line starts, no glued head (``_split_glued`` looks at the lines with
-        these literals), and no pattern of a ``text`` family matching anywhere (whatever its anchor and
-        level). None when the patterns cannot be joined into one regex."""
+    def _plain(self) -> tuple[pl.Expr, pl.Expr] | None:
+        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope) once
+        their launcher prefixes are stripped, tested on what is left (``rest``) with one regex for all
+        launcher patterns, one for all envelopes and one per text grammar: no ANSI escape (stripped first),
+        no launcher or envelope pattern matching where it starts, no glued head (``_split_glued`` looks at
+        the lines with these literals), and no pattern of a ``text`` family matching anywhere (whatever its
+        anchor and level). None when the patterns cannot be joined into one regex."""
         heads = [
             _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
             for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
@@ -277,7 +274,7 @@ class LineParser:
         ]
         if not heads or _GROUP_NAME.search("".join(heads + texts)):
             return None
-        text = pl.col(column)
+        text = pl.col("rest")
         unmarked = ~pl.any_horizontal(
             text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
         )
@@ -286,27 +283,25 @@ class LineParser:
             *[text.str.contains(t) for t in texts if t],
         )
         try:  # polars compiles the regexes when the query runs
-            pl.DataFrame({column: ["", "x"]}).select(test)
+            pl.DataFrame({"rest": ["", "x"]}).select(test)
         except pl.exceptions.PolarsError:
             return None
         return unmarked, test
 
-    def _plain_rows(self, frame: pl.DataFrame, after_launchers: bool = False) -> pl.Series | None:
-        """Which rows of ``frame`` are plain (:meth:`_plain`): the regexes run only over the lines without
-        the literals (every NCCL line has one). ``after_launchers``: which rows of a frame whose launcher
-        prefixes were stripped are plain after them, of those a prefix was stripped from (with no number
-        out of range in it): nothing but the prefix is left to parse in them."""
-        plain = self._plain_rest if after_launchers else self._plain_test
-        if plain is None:
+    def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
+        """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have
+        no number out of range in those prefixes: nothing but the prefixes is left to parse in them (a
+        training print, with or without an ``srun -l`` label). The regexes run only over the lines without
+        the literals (every NCCL line has one). One test, after the launchers, for every line: each parse
+        call compiles its regexes again (polars keeps 32 per thread), 16 ms for this test."""
+        if self._plain_test is None:
             return None
-        unmarked, test = plain
-        if after_launchers:
-            unmarked = unmarked & (pl.col("rest") != pl.col("text")) & (pl.col(_UNFIT[Layer.LAUNCHER]) == 0)
-        apart = frame.select(unmarked).to_series()
+        unmarked, test = self._plain_test
+        apart = frame.select(unmarked & (pl.col(_UNFIT[Layer.LAUNCHER]) == 0)).to_series()
         if not apart.any():
             return None
-        candidates = apart.arg_true()
-        return apart.scatter(candidates, frame[candidates].select(test).to_series())
+        candidates = frame.get_column("rest").filter(apart).to_frame()
+        return apart.scatter(apart.arg_true(), candidates.select(test).to_series())
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
@@ -348,18 +343,13 @@ class LineParser:
             .otherwise(pl.col("text"))
         )
         plain = None
+        frame = self._strip_launchers(frame)
         apart = self._plain_rows(frame) if plain_apart else None
         if apart is not None and apart.any():
             # Rows numbered again: the glued pieces are numbered from the frame's height on.
             row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
             plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
         if frame.height or plain is None:
-            frame = self._strip_launchers(frame)
-            after = self._plain_rows(frame, after_launchers=True) if plain_apart else None
-            if after is not None and after.any():
-                row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
-                prefixed, frame = frame.filter(after), frame.filter(~after).with_columns(row)
-                plain = prefixed if plain is None else pl.concat([plain, prefixed], how="diagonal_relaxed")
             frame = self._match_envelopes(frame)
             frame = self._split_glued(frame)
             tables, assigned = self._dispatch_messages(frame)
@@ -367,7 +357,7 @@ class LineParser:
         else:  # every line plain
             tables = {name: self.empty_tables[name] for name in self.schemas.tables}
             assigned = pl.DataFrame(schema=_ASSIGNED)
-            frame = self._match_envelopes(self._with_prefix_columns(frame))
+            frame = self._match_envelopes(frame)
             lines = self.empty_tables["lines"]
         if plain is not None:
             family = (
