@@ -443,17 +443,32 @@ class Repeats:
     def _first(self, name: str, hashes: pl.Series) -> pl.Series:
         """Whether each row is among the first ``kept`` of its hash, counting the batches before."""
         keys, seen = self._seen.get(name) or (KeyMap(), np.zeros(512, dtype=np.int64))
+        known = keys.count
         slots = keys.ids(hashes.to_numpy())
         seen = grown(seen, keys.count)
-        # Rows before in this batch with the same hash, plus those of earlier batches.
-        within = pl.DataFrame({"slot": slots}).select(pl.int_range(pl.len()).over("slot")).to_series()
-        at = within.to_numpy() + seen[slots]
+        # Rows before in this batch with the same hash, plus those of earlier batches. When every row
+        # brought a hash of its own (a 4096-rank job's init lines are all distinct), none came before.
+        if keys.count - known == len(slots):
+            at = np.zeros(len(slots), dtype=np.int64)
+        else:
+            at = _earlier(slots) + seen[slots]
         seen[: keys.count] += np.bincount(slots, minlength=keys.count)
         np.minimum(seen, self._kept, out=seen)  # a count past ``kept`` decides nothing more
         self._seen[name] = (keys, seen)
         keep = at < self._kept
         self.folded += int(len(keep) - keep.sum())
         return pl.Series(keep)
+
+
+def _earlier(slots: np.ndarray) -> np.ndarray:
+    """For each of ``slots``, how many rows before it hold the same slot: a stable sort groups equal slots
+    in row order (a fourth of the time of polars' window ``int_range().over(slot)``)."""
+    order = np.argsort(slots, kind="stable")
+    ordered = slots[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    earlier = np.empty(len(slots), dtype=np.int64)
+    earlier[order] = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
+    return earlier
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,19 @@ def test_repeats_keep_the_first_of_each_content_across_batches_with_their_lines(
     assert repeats.folded == 2
 
 
+def test_a_batch_of_distinct_contents_is_kept_whole_and_counted_for_the_batches_after():
+    repeats = Repeats(DIAGNOSIS_COLUMNS, kept=1)
+    first = repeats.fold(
+        {"network": network([{"line_no": n, "pattern": "p", "ifname": f"ib{n}"} for n in (1, 2)])}
+    )
+    assert first["network"]["line_no"].to_list() == [1, 2]
+    rows = [
+        {"line_no": n, "pattern": "p", "ifname": name} for n, name in [(3, "ib1"), (4, "ib3"), (5, "ib3")]
+    ]
+    assert repeats.fold({"network": network(rows)})["network"]["line_no"].to_list() == [4]
+    assert repeats.folded == 2
+
+
 def test_another_process_or_source_is_another_content():
     repeats = Repeats(DIAGNOSIS_COLUMNS, kept=1)
     rows = [

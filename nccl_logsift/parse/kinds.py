@@ -39,7 +39,10 @@ def unfit(expr: pl.Expr, kind: FieldKind) -> pl.Expr | None:
     shape = _NUMBER.get(kind)
     if shape is None:
         return None
-    return cast_field(expr, kind).is_null() & expr.str.contains(shape).fill_null(False)
+    # The shape is tested only where the cast gave null (the regex skips null text): every field of every
+    # line is cast, few casts fail.
+    failed = pl.when(cast_field(expr, kind).is_null()).then(expr)
+    return failed.str.contains(shape).fill_null(False)
 
 
 def typed_value(value: object, kind: FieldKind) -> object:

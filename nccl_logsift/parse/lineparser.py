@@ -112,6 +112,7 @@ class _Prefix:
 
     fields: tuple[str, ...]
     captures: pl.Expr  # __g: the groups, and the whole match as __all
+    matches: pl.Expr  # whether the regex matches any row (no captures: the DFA runs)
     hit: pl.Expr  # __hit: the rows the pattern applies to
     updates: tuple[pl.Expr, ...]  # its fields and constants, and the rest (launcher) or message (envelope)
 
@@ -122,6 +123,7 @@ class _Prefix:
         fields = tuple(name for name in grammar.field_kinds if name in groups)
         kinds = grammar.field_kinds
         captures = pl.col("rest").str.extract_groups(f"^(?P<{_MATCH}>{body})").alias("__g")
+        matches = pl.col("rest").str.contains(f"^(?:{_ungrouped(body)})").any()
         hit = pl.col("__g").struct.field(_MATCH).is_not_null()
         if grammar.layer is Layer.ENVELOPE:
             hit = hit & pl.col("producer").is_null()  # the first envelope that matches a line is its envelope
@@ -149,19 +151,80 @@ class _Prefix:
         target = "rest" if grammar.layer is Layer.LAUNCHER else "msg"
         after = pl.col("rest").str.slice(consumed)
         updates.append(pl.when(pl.col("__hit")).then(after).otherwise(pl.col(target)).alias(target))
-        return cls(fields, captures, hit.alias("__hit"), tuple(updates))
+        return cls(fields, captures, matches, hit.alias("__hit"), tuple(updates))
 
     def apply(self, frame: pl.LazyFrame) -> pl.LazyFrame:
         return frame.with_columns(self.captures).with_columns(self.hit).with_columns(self.updates).drop("__g")
 
 
-def _applied(frame: pl.DataFrame, prefixes: list[_Prefix]) -> pl.DataFrame:
-    """``frame`` with every pattern of ``prefixes`` applied in turn, as one query: eagerly, each step of
-    each pattern ran polars' engine on its own (~250 queries a batch)."""
-    lazy = frame.lazy()
-    for prefix in prefixes:
-        lazy = prefix.apply(lazy)
-    return lazy.collect()
+@dataclass(frozen=True, slots=True)
+class _Extraction:
+    """One message pattern's capture step, and each of its fields cast to its kind, built once per parser:
+    on a batch of a few lines, building the expressions cost more than running them."""
+
+    captures: pl.Expr  # __g: the groups
+    columns: tuple[pl.Expr, ...]  # the fields, constants, family, pattern and __unfit
+
+    @classmethod
+    def of(cls, grammar: Grammar, pattern: Pattern) -> _Extraction:
+        kinds = grammar.field_kinds
+        groups = group_names(pattern.regex)
+        columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
+        columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
+        columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
+        lost = [unfit(pl.col("__g").struct.field(g), kinds[g]) for g in groups if g in kinds]
+        lost = [u for u in lost if u is not None]
+        unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
+        columns.append(unfit_count.alias("__unfit"))
+        return cls(pl.col("msg").str.extract_groups(pattern.regex).alias("__g"), tuple(columns))
+
+    def extract(self, hit: pl.DataFrame) -> pl.DataFrame:
+        return hit.select("row", self.captures).with_columns(self.columns).drop("__g")
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefixes:
+    """The launcher or the envelope patterns, and one test of whether any of them matches a row."""
+
+    patterns: tuple[_Prefix, ...]
+    strips: bool  # launcher patterns: each strips its match from ``rest``, which the patterns after it read
+    any_matches: pl.Expr | None  # None when the patterns cannot be joined into one regex
+
+    @classmethod
+    def of(cls, grammars: GrammarSet, layer: Layer) -> _Prefixes:
+        patterns = [p for g in grammars.layer(layer) for p in g.patterns]
+        bodies = [_ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex) for p in patterns]
+        joined = "^(?:" + "|".join(f"(?:{b})" for b in bodies) + ")"
+        any_matches = None if _GROUP_NAME.search(joined) else pl.col("rest").str.contains(joined).any()
+        prefixes = tuple(_Prefix.of(g, p) for g in grammars.layer(layer) for p in g.patterns)
+        return cls(prefixes, layer is Layer.LAUNCHER, any_matches)
+
+    def fields(self) -> set[str]:
+        return {f for spec in self.patterns for f in spec.fields}
+
+    def applied(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` with every pattern applied in turn, as one query: eagerly, each step of each pattern
+        ran polars' engine on its own (~250 queries a batch).
+
+        A pattern that matches no row changes nothing, and capturing costs several times testing (most
+        patterns match no line of a log), so the patterns are tested first, all in one query. A launcher
+        pattern changes ``rest``, which the patterns after it read, so only those ahead of the first that
+        matches are left out; an envelope pattern leaves ``rest`` as it is, so each that matches nothing
+        is."""
+        if not frame.height or not self.patterns:
+            return frame
+        if self.any_matches is not None and not frame.select(self.any_matches).item():
+            return frame
+        found = frame.select(p.matches.alias(str(n)) for n, p in enumerate(self.patterns)).row(0)
+        if self.strips:
+            first = next((n for n, hit in enumerate(found) if hit), len(found))
+            applied = self.patterns[first:]
+        else:
+            applied = tuple(p for p, hit in zip(self.patterns, found) if hit)
+        lazy = frame.lazy()
+        for prefix in applied:
+            lazy = prefix.apply(lazy)
+        return lazy.collect()
 
 
 class LineParser:
@@ -177,26 +240,30 @@ class LineParser:
         }
         self.empty_tables["lines"] = pl.DataFrame(schema=self.schemas.lines)
         self.state = ParseState()
-        self._launchers = [_Prefix.of(g, p) for g in grammars.layer(Layer.LAUNCHER) for p in g.patterns]
-        self._envelopes = [_Prefix.of(g, p) for g in grammars.layer(Layer.ENVELOPE) for p in g.patterns]
+        self._launchers = _Prefixes.of(grammars, Layer.LAUNCHER)
+        self._envelopes = _Prefixes.of(grammars, Layer.ENVELOPE)
         # Each message grammar's anchors, or None when a pattern has none (every message is a candidate).
         self._anchors: dict[str, list[str] | None] = {
             g.family: sorted({p.anchor for p in g.patterns}) if all(p.anchor for p in g.patterns) else None
             for g in grammars.layer(Layer.MESSAGE)
         }
+        # Per message family, its patterns' candidate tests (_candidate) and capture steps, built once.
+        self._marks = {
+            g.family: tuple(_candidate(p).alias(f"__anchor{i}") for i, p in enumerate(g.patterns))
+            for g in grammars.layer(Layer.MESSAGE)
+        }
+        # Built when a pattern first matches (building compiles its regex: ~1 ms, for ~300 patterns).
+        self._extractions: dict[tuple[str, int], _Extraction] = {}
         self._glued_ok = True
         self._plain_test = self._plain()
-        # The same test of what is left once launcher prefixes are stripped (an `srun -l` label before a
-        # training print).
-        self._plain_rest = self._plain("rest")
 
-    def _plain(self, column: str = "text") -> tuple[pl.Expr, pl.Expr] | None:
-        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope and no
-        launcher prefix), tested with one regex for all launcher patterns, one for all envelopes and one for
-        all the message patterns of plain text: no ANSI escape (stripped first), no launcher or envelope
-        pattern matching where the line starts, no glued head (``_split_glued`` looks at the lines with
-        these literals), and no pattern of a ``text`` family matching anywhere (whatever its anchor and
-        level). None when the patterns cannot be joined into one regex."""
+    def _plain(self) -> tuple[pl.Expr, pl.Expr] | None:
+        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope) once
+        their launcher prefixes are stripped, tested on what is left (``rest``) with one regex for all
+        launcher patterns, one for all envelopes and one per text grammar: no ANSI escape (stripped first),
+        no launcher or envelope pattern matching where it starts, no glued head (``_split_glued`` looks at
+        the lines with these literals), and no pattern of a ``text`` family matching anywhere (whatever its
+        anchor and level). None when the patterns cannot be joined into one regex."""
         heads = [
             _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
             for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
@@ -210,7 +277,7 @@ class LineParser:
         ]
         if not heads or _GROUP_NAME.search("".join(heads + texts)):
             return None
-        text = pl.col(column)
+        text = pl.col("rest")
         unmarked = ~pl.any_horizontal(
             text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
         )
@@ -219,27 +286,25 @@ class LineParser:
             *[text.str.contains(t) for t in texts if t],
         )
         try:  # polars compiles the regexes when the query runs
-            pl.DataFrame({column: ["", "x"]}).select(test)
+            pl.DataFrame({"rest": ["", "x"]}).select(test)
         except pl.exceptions.PolarsError:
             return None
         return unmarked, test
 
-    def _plain_rows(self, frame: pl.DataFrame, after_launchers: bool = False) -> pl.Series | None:
-        """Which rows of ``frame`` are plain (:meth:`_plain`): the regexes run only over the lines without
-        the literals (every NCCL line has one). ``after_launchers``: which rows of a frame whose launcher
-        prefixes were stripped are plain after them, of those a prefix was stripped from (with no number
-        out of range in it): nothing but the prefix is left to parse in them."""
-        plain = self._plain_rest if after_launchers else self._plain_test
-        if plain is None:
+    def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
+        """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have
+        no number out of range in those prefixes: nothing but the prefixes is left to parse in them (a
+        training print, with or without an ``srun -l`` label). The regexes run only over the lines without
+        the literals (every NCCL line has one). One test, after the launchers, for every line: each parse
+        call compiles its regexes again (polars keeps 32 per thread), 16 ms for this test."""
+        if self._plain_test is None:
             return None
-        unmarked, test = plain
-        if after_launchers:
-            unmarked = unmarked & (pl.col("rest") != pl.col("text")) & (pl.col(_UNFIT[Layer.LAUNCHER]) == 0)
-        apart = frame.select(unmarked).to_series()
+        unmarked, test = self._plain_test
+        apart = frame.select(unmarked & (pl.col(_UNFIT[Layer.LAUNCHER]) == 0)).to_series()
         if not apart.any():
             return None
-        candidates = apart.arg_true()
-        return apart.scatter(candidates, frame[candidates].select(test).to_series())
+        candidates = frame.get_column("rest").filter(apart).to_frame()
+        return apart.scatter(apart.arg_true(), candidates.select(test).to_series())
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
@@ -281,18 +346,13 @@ class LineParser:
             .otherwise(pl.col("text"))
         )
         plain = None
+        frame = self._strip_launchers(frame)
         apart = self._plain_rows(frame) if plain_apart else None
         if apart is not None and apart.any():
             # Rows numbered again: the glued pieces are numbered from the frame's height on.
             row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
             plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
         if frame.height or plain is None:
-            frame = self._strip_launchers(frame)
-            after = self._plain_rows(frame, after_launchers=True) if plain_apart else None
-            if after is not None and after.any():
-                row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
-                prefixed, frame = frame.filter(after), frame.filter(~after).with_columns(row)
-                plain = prefixed if plain is None else pl.concat([plain, prefixed], how="diagonal_relaxed")
             frame = self._match_envelopes(frame)
             frame = self._split_glued(frame)
             tables, assigned = self._dispatch_messages(frame)
@@ -300,7 +360,7 @@ class LineParser:
         else:  # every line plain
             tables = {name: self.empty_tables[name] for name in self.schemas.tables}
             assigned = pl.DataFrame(schema=_ASSIGNED)
-            frame = self._match_envelopes(self._with_prefix_columns(frame))
+            frame = self._match_envelopes(frame)
             lines = self.empty_tables["lines"]
         if plain is not None:
             family = (
@@ -361,7 +421,7 @@ class LineParser:
         # Prefixes stack (k8s timestamp + torchrun tag + [rankN]:), in any order: strip in rounds.
         for _ in range(_LAUNCHER_ROUNDS):
             before = frame["rest"]
-            frame = _applied(frame, self._launchers)
+            frame = self._launchers.applied(frame)
             if frame["rest"].equals(before):
                 break
         return frame.drop("__hit", strict=False)
@@ -370,7 +430,7 @@ class LineParser:
         frame = self._with_prefix_columns(frame).with_columns(
             pl.lit(None, dtype=pl.String).alias("msg"), pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.ENVELOPE])
         )
-        return _applied(frame, self._envelopes).drop("__hit", strict=False)
+        return self._envelopes.applied(frame).drop("__hit", strict=False)
 
     # ------------------------------------------------------------------ torn and glued lines
     def _split_glued(self, frame: pl.DataFrame) -> pl.DataFrame:
@@ -450,7 +510,7 @@ class LineParser:
         return pl.concat([kept, fresh]).sort("row")
 
     def _launcher_fields(self) -> set[str]:
-        return {f for spec in self._launchers for f in spec.fields}
+        return self._launchers.fields()
 
     def _cut_points(self, text: str) -> list[int]:
         cuts = []
@@ -510,11 +570,9 @@ class LineParser:
                 if candidates.is_empty():
                     continue
                 marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
-                marked = candidates.with_columns(
-                    _candidate(p).alias(m) for p, m in zip(grammar.patterns, marks)
-                )
+                marked = candidates.with_columns(self._marks[grammar.family])
                 anchored = marked.select(pl.col(m).any() for m in marks).row(0)
-                for pattern, mark, present in zip(grammar.patterns, marks, anchored):
+                for n, (pattern, mark, present) in enumerate(zip(grammar.patterns, marks, anchored)):
                     if not present:
                         continue
                     hit = marked.filter(pl.col(mark))
@@ -524,7 +582,10 @@ class LineParser:
                     if hit.is_empty():
                         continue
                     marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
-                    extracted = self._extract(hit, grammar, pattern)
+                    extraction = self._extractions.get((grammar.family, n))
+                    if extraction is None:
+                        extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, pattern)
+                    extracted = extraction.extract(hit)
                     self.state.values_out_of_range += int(extracted["__unfit"].sum())
                     assigned.append(extracted.select("row", "family", "pattern", "__unfit"))
                     extracted = extracted.drop("__unfit")
@@ -544,20 +605,6 @@ class LineParser:
                 tables[name] = self.empty_tables[name]
         assignments = pl.concat(assigned) if assigned else pl.DataFrame(schema=_ASSIGNED)
         return tables, assignments
-
-    @staticmethod
-    def _extract(hit: pl.DataFrame, grammar: Grammar, pattern: Pattern) -> pl.DataFrame:
-        kinds = grammar.field_kinds
-        groups = group_names(pattern.regex)
-        out = hit.select("row", pl.col("msg").str.extract_groups(pattern.regex).alias("__g"))
-        columns = [cast_field(pl.col("__g").struct.field(g), kinds[g]).alias(g) for g in groups if g in kinds]
-        columns += [pl.lit(v).alias(k) for k, v in pattern.set.items()]
-        columns += [pl.lit(grammar.family).alias("family"), pl.lit(pattern.name).alias("pattern")]
-        lost = [unfit(pl.col("__g").struct.field(g), kinds[g]) for g in groups if g in kinds]
-        lost = [u for u in lost if u is not None]
-        unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
-        columns.append(unfit_count.alias("__unfit"))
-        return out.with_columns(columns).drop("__g")
 
     # ------------------------------------------------------------------ the lines table and counts
     def _lines_table(self, frame: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:

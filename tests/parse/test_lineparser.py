@@ -96,6 +96,29 @@ def test_a_pattern_with_a_level_claims_only_lines_of_that_level(parser):
     assert tables["lines"].sort("line_no")["family"].to_list() == [None, "probe"]
 
 
+def test_stacked_launcher_prefixes_are_stripped_in_either_order_beside_lines_without_any(parser):
+    """The launcher patterns are tested before they capture: one that matches only once another has stripped
+    its prefix (here srun's label behind PyTorch's rank tag, or the other way round) still applies."""
+    texts = [
+        "node1:7:7 [0] NCCL INFO Probe 1",
+        "3: [rank3]:node1:7:7 [0] NCCL INFO Probe 2",
+        "[rank4]:4: node1:7:8 [0] NCCL INFO Probe 3",
+    ]
+    tables = parser.parse(
+        LineChunk(
+            source_id=0,
+            line_no=pl.Series("line_no", range(1, len(texts) + 1), dtype=pl.UInt32),
+            byte_offset=pl.Series("byte_offset", [0] * len(texts), dtype=pl.UInt64),
+            text=pl.Series("text", texts, dtype=pl.String),
+        )
+    )
+    assert tables["probes"].select("line_no", "n", "task", "torch_rank", "tid").rows() == [
+        (1, 1, None, None, 7),
+        (2, 2, 3, 3, 7),
+        (3, 3, 4, 4, 8),
+    ]
+
+
 def test_tables_no_line_reached_are_empty_with_their_schema(parser):
     tables = parse(parser, ["INFO nothing anyone claims"])
     for name, columns in parser.schemas.tables.items():

@@ -115,10 +115,7 @@ class DuplicateGpu(Rule):
         inst = lifecycle_instances(job)
         if inst.is_empty():
             return
-        gpu = pl.coalesce(
-            pl.col("bus_id"),
-            pl.col("nvml_dev").cast(pl.String).map_elements(lambda s: f"nvml{s}", return_dtype=pl.String),
-        )
+        gpu = pl.coalesce(pl.col("bus_id"), pl.lit("nvml") + pl.col("nvml_dev").cast(pl.String))
         inst = inst.with_columns(gpu=gpu).filter(
             pl.col("gpu").is_not_null() & pl.col("global_rank").is_not_null()
         )
