@@ -16,15 +16,15 @@ from nccl_logsift.pipeline import ParseOptions, parse_job
 from nccl_logsift.simulate import Options, write
 
 # Small chunks, so that every file is read in several and each scanning thread meets its prefix.
-OPTIONS = ParseOptions(workers=1, chunk_bytes=4096)
+OPTIONS = ParseOptions(workers=1, chunk_bytes=2048)
 
 
 @pytest.fixture
 def ranks(tmp_path: Path) -> Path:
-    """A 16-rank job as NCCL_DEBUG_FILE writes it: a file per process (and the launcher's console.log), one of
+    """A 4-rank job as NCCL_DEBUG_FILE writes it: a file per process (and the launcher's console.log), one of
     them with an NCCL line that no family parses."""
     out = tmp_path / "job"
-    write(Options(scenario="healthy", ranks=16, nodes=2, ops=30, noise=False, layout="per-rank"), str(out))
+    write(Options(scenario="healthy", ranks=4, nodes=2, ops=10, noise=False, layout="per-rank"), str(out))
     odd = second_rank(out)
     envelope = odd.read_text().split(" NCCL ", 1)[0]
     odd.write_text(f"{envelope} NCCL INFO a line no grammar knows 42\n" + odd.read_text())
@@ -54,7 +54,7 @@ def test_the_general_parser_runs_a_bounded_number_of_times_not_once_per_file(ran
     parses = [Calls(monkeypatch, LineParser, name) for name in ("parse", "parse_unfit")]
     prefixes = Calls(monkeypatch, LineParser, "parse_prefixes")
     summary, _ = parse_job([str(ranks)], OPTIONS)
-    assert files == 17 and len(summary.inputs) == files
+    assert files == 5 and len(summary.inputs) == files
     assert sum(calls.count for calls in parses) == 1
     # Each process's COLL lines have one prefix, met by both scanning threads and parsed once.
     assert prefixes.count <= files - 1
