@@ -75,7 +75,11 @@ class ParseOptions:
 
 @dataclass(slots=True)
 class Batch:
-    """Tables parsed from consecutive lines of one source, and their COLL calls, already numbered.
+    """Tables parsed from consecutive lines, and their COLL calls, already numbered.
+
+    The lines are those of ``source``, preceded by the last lines of sources before it whose leftovers
+    waited for its own (``ChunkParser.hold``): a directory of small files is parsed a few batches in
+    all, not one or more per file. The rows keep their sources' ``source_id`` and line numbers.
 
     ``logsift parse`` (``every_line``) gets the calls as the ``collectives`` table too; the diagnosis
     reads ``calls`` and builds rows only for those it keeps (:attr:`collectives` builds them all).
@@ -101,6 +105,20 @@ def _quotable(segment: Segment) -> RawChunk | None:
     stats = ReadStats()
     chunk = split_lines(segment.data, segment.source_id, 1, segment.offset, stats)
     return None if stats.invalid_utf8_lines or not len(chunk) else chunk
+
+
+def _summary(source: Source, stats: ReadStats, unparsed_lines: int) -> InputSummary:
+    """What reading ``source`` found (``stats``, complete) and how many of its lines were not understood."""
+    return InputSummary(
+        path=source.path,
+        bytes=stats.bytes,
+        lines=stats.lines,
+        unparsed_lines=unparsed_lines,
+        compression=stats.compression,
+        invalid_utf8_lines=stats.invalid_utf8_lines,
+        problem=stats.problem,
+        problems=stats.all_problems(),
+    )
 
 
 def _readable_again(source: Source) -> bool:
@@ -152,51 +170,62 @@ class TableStream:
             if workers > 1
             else None
         )
+        if pool is None:
+            yield from self._in_order(chunks)
+            return
         try:
             for source in self.sources:
                 unparsed_before = parser.state.unparsed_envelope_lines
                 stats = ReadStats()
-                if pool is None:
-                    batches = self._in_order(source, chunks, stats)
-                else:
-                    batches = self._by_segments(source, chunks, pool, stats)
-                yield from batches
-                self.inputs.append(
-                    InputSummary(
-                        path=source.path,
-                        bytes=stats.bytes,
-                        lines=stats.lines,
-                        unparsed_lines=parser.state.unparsed_envelope_lines - unparsed_before,
-                        compression=stats.compression,
-                        invalid_utf8_lines=stats.invalid_utf8_lines,
-                        problem=stats.problem,
-                        problems=stats.all_problems(),
-                    )
-                )
+                yield from self._by_segments(source, chunks, pool, stats)
+                unparsed = parser.state.unparsed_envelope_lines - unparsed_before
+                self.inputs.append(_summary(source, stats, unparsed))
         finally:
-            if pool is not None:
-                pool.close()
+            pool.close()
 
-    def _in_order(self, source: Source, chunks: ChunkParser, stats: ReadStats) -> Iterator[Batch]:
-        """One source read chunk by chunk in this process."""
+    def _in_order(self, chunks: ChunkParser) -> Iterator[Batch]:
+        """Every source read chunk by chunk in this process, one after the other.
+
+        Live input already arrives through a reader thread and is handed out as it comes; files and pipes
+        read to the end are read and scanned ahead in threads that run on from one source into the next.
+        At the end of a source, what the fast path left of it may wait to be parsed with the next source's
+        leftovers (``ChunkParser.hold``): a directory of per-rank files costs what one file does.
+        """
         options = self.options
-        reader = LineReader(source, options.chunk_bytes, options.max_wait)
-        reader.stats = stats
-        chunks.coll_text = not options.every_line and not _readable_again(source)
-        read_before = self.bytes_read
-        # Live input already arrives through a reader thread and is handed out as it comes; files and
-        # pipes read to the end are scanned ahead in a thread of their own.
         live = options.max_wait is not None
-        for scanned in map(chunks.scan, reader) if live else chunks.scan_ahead(reader):
+        started: list[tuple[Source, ReadStats]] = []  # appended by the thread that reads, in source order
+        position = {source.source_id: n for n, source in enumerate(self.sources)}
+
+        def read() -> Iterator[RawChunk]:
+            for source in self.sources:
+                reader = LineReader(source, options.chunk_bytes, options.max_wait)
+                started.append((source, reader.stats))
+                yield from reader
+
+        source: Source | None = None  # the source of the chunks being added
+        stats, read_before = ReadStats(), 0
+        for scanned in map(chunks.scan, read()) if live else chunks.scan_ahead(read()):
+            if source is None or scanned.chunk.source_id != source.source_id:  # the first chunk of a source
+                if source is not None and not chunks.hold():
+                    flushed = chunks.flush_calls()
+                    if flushed is not None:
+                        yield self._batch(*flushed, source)
+                at = position[scanned.chunk.source_id]
+                source, stats = started[at]
+                read_before = sum(done.bytes for _, done in started[:at])
+                chunks.coll_text = not options.every_line and not _readable_again(source)
             chunks.add(scanned.chunk, scanned)
             self.bytes_read = read_before + stats.bytes
-            if options.max_wait is not None or chunks.ready:
+            if live or chunks.ready:
                 ready = chunks.flush_calls(final=False)
                 if ready is not None:
                     yield self._batch(*ready, source)
         flushed = chunks.flush_calls()
-        if flushed is not None:
+        if flushed is not None and source is not None:
             yield self._batch(*flushed, source)
+        self.bytes_read = sum(done.bytes for _, done in started)
+        for source, stats in started:
+            self.inputs.append(_summary(source, stats, chunks.unparsed_lines[source.source_id]))
 
     def _by_segments(
         self, source: Source, chunks: ChunkParser, pool: SegmentPool, stats: ReadStats

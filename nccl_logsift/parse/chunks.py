@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -26,8 +27,10 @@ from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
+from nccl_logsift.parse.sources import cut_alike, parse_sources
 
-# A batch is parsed when this many leftover lines or fast rows wait (or at the end of a source).
+# A batch is parsed when this many leftover lines or fast rows of a source wait, or at the end of a source
+# when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.hold).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
 # The tables whose rows the calls of a batch are numbered by (communicator inits) or that hold calls: a
@@ -76,6 +79,7 @@ class ChunkParser:
         self.repeats = repeats  # an analysis's: repeats of lines already parsed are counted, not parsed
         self.every_line = every_line
         self.ops = ops or Names()
+        self._prefixes = _ParsedPrefixes(parser)  # shared by the scanning threads
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
@@ -89,6 +93,11 @@ class ChunkParser:
         # none of those can change how the calls are numbered (see flush_calls).
         self.rest_may_wait = False
         self._rest_blocks = False  # a waiting leftover line may bring a comms row or a call, or be glued
+        # What waits of sources before the one being read (hold): their leftover lines, keys and fast rows.
+        self._held_rest: list[LineChunk] = []
+        self._held_keys: list[np.ndarray] = []
+        self._held_fast: list[FastPiece] = []
+        self.unparsed_lines: Counter[int] = Counter()  # by source: its enveloped lines no family claimed
         self._blocking = sorted(
             {p.anchor for g in parser.grammars.grammars if g.table in NUMBERED_BY for p in g.patterns}
             | set(GLUE_MARKS)
@@ -107,7 +116,7 @@ class ChunkParser:
         return self._scanner.scan(chunk)
 
     def _new_scanner(self) -> _Scanner:
-        return _Scanner(self.parser, self.every_line, self.ops, keys=self.repeats is not None)
+        return _Scanner(self._prefixes, self.every_line, self.ops, keys=self.repeats is not None)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
         """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
@@ -234,44 +243,89 @@ class ChunkParser:
         regex it uses (polars keeps 32 per thread), a fixed cost that a training print every 50 COLL
         lines paid 20 times per GB. The tables are the same, in the same order: only COLL calls went out
         ahead of the lines they came between."""
-        if not self._fast and not self._rest and not self._rest_lines:
+        held = bool(self._held_rest or self._held_fast)
+        if not self._fast and not self._rest and not self._rest_lines and not held:
             return None
-        if (
+        alone = (
             not final
             and self.rest_may_wait
-            and self._fast
+            and bool(self._fast)
             and not self._rest_blocks
             and self._rest_lines < REST_LINES
-        ):
+        )
+        if alone and not held:
             return self._fast_alone()
-        self._rest_blocks = False
         parser = self.parser
-        rest = LineChunk.concat(self._rest) if self._rest else None
-        if rest is not None and self.repeats is not None:
-            tables, unfit = parser.parse_unfit(rest)
-            self.repeats.learn(rest, np.concatenate(self._keys), tables["lines"], unfit)
-        elif rest is not None:
-            tables = parser.parse(rest)
-        else:
-            tables = dict(self._empty)
+        # What sources before this one held goes out whole, with this source's calls alone or its lines.
+        rest, keys, pieces = self._held_rest, self._held_keys, [*self._held_fast, *self._fast]
+        self._held_rest, self._held_keys, self._held_fast = [], [], []
+        if not alone:
+            rest, keys = [*rest, *self._rest], [*keys, *self._keys]
+        tables = self._parse_rest(rest, keys)
         general = tables.pop(fastcoll.TABLE)
         schema = parser.schemas.tables[fastcoll.TABLE]
-        calls = Calls.of([*self._fast, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
-        if self._fast:
-            fast_rows = sum(len(piece) for piece in self._fast)
+        calls = Calls.of([*pieces, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
+        if alone:  # as _fast_alone: this source's leftovers keep waiting
+            parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in pieces))
+            self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+            self._fast, self._fast_rows = [], 0
+            return tables, calls
+        self._rest_blocks = False
+        if pieces:
+            fast_rows = sum(len(piece) for piece in pieces)
             if self.every_line:
-                fast = pl.concat([piece.frame() for piece in self._fast], how="vertical_relaxed")
+                fast = pl.concat([piece.frame() for piece in pieces], how="vertical_relaxed")
                 lines = (
                     fast.drop(*fastcoll.COLL_FIELDS)
                     .rename({LAUNCHER_STREAM: "stream"})
                     .with_columns(producer=pl.lit("nccl"), torn=pl.lit(False))
                 )
                 tables["lines"] = pl.concat([tables["lines"], conform(lines, parser.schemas.lines)]).sort(
-                    "line_no", "part"
+                    "source_id", "line_no", "part"
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
         return tables, calls
+
+    def _parse_rest(self, rest: list[LineChunk], keys: list[np.ndarray]) -> dict[str, pl.DataFrame]:
+        """The tables of leftover lines (``keys``: theirs, when repeats are skipped), of one source or of
+        several (``parse/sources.py``), in one call of the general parser; their repeats learnt."""
+        parser = self.parser
+        if not rest:
+            return dict(self._empty)
+        if rest[0].source_id != rest[-1].source_id:  # leftovers of sources held for the next one's
+            tables, unparsed = parse_sources(parser, self.repeats, rest, keys)
+            self.unparsed_lines.update(unparsed)
+            return tables
+        unparsed_before = parser.state.unparsed_envelope_lines
+        lines = LineChunk.concat(rest)
+        if self.repeats is not None:
+            tables, unfit = parser.parse_unfit(lines)
+            self.repeats.learn(lines, np.concatenate(keys), tables["lines"], unfit)
+        else:
+            tables = parser.parse(lines)
+        self.unparsed_lines[lines.source_id] += parser.state.unparsed_envelope_lines - unparsed_before
+        return tables
+
+    def hold(self) -> bool:
+        """At the end of a source: keep what waits for the next source's lines, to be parsed with them in
+        one call of the general parser (``parse/sources.py``), and say so; False when it must be parsed now:
+        when REST_LINES or FAST_ROWS wait in all, or a leftover line of the source could be cut where it
+        would not be if parsed now. The next source's batches then end where they would on their own
+        (``ready`` counts its lines alone); the held lines' text is copied out of the chunks they were read
+        in, which are freed."""
+        rest = self._rest_lines + sum(map(len, self._held_rest))
+        fast = self._fast_rows + sum(map(len, self._held_fast))
+        if rest >= REST_LINES or fast >= FAST_ROWS:
+            return False
+        if self._rest and not cut_alike(pl.concat([chunk.text for chunk in self._rest])):
+            return False
+        self._held_rest += [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+        self._held_keys += self._keys
+        self._held_fast += self._fast
+        self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
+        self._rest_blocks = False
+        return True
 
     def _fast_alone(self) -> tuple[dict[str, pl.DataFrame], Calls]:
         """The calls of the fast rows waiting, with empty tables; the leftover lines keep waiting, their
@@ -284,13 +338,44 @@ class ChunkParser:
         return dict(self._empty), calls
 
 
+class _ParsedPrefixes:
+    """What the general parser made of each line prefix the scanning threads met, so that they parse each
+    once between them: a directory of per-rank files brings a new prefix with every file, which each thread
+    met, and a call of ``LineParser.parse_prefixes`` costs a few ms however few its prefixes. Its rows
+    depend on the prefix alone (``learn=False``). Emptied past ``MAX_PREFIXES``, as a scanner's prefix
+    table is (a launcher's timestamp makes every line's prefix new)."""
+
+    MAX_PREFIXES = 1 << 16
+
+    def __init__(self, parser: LineParser):
+        self._parser = parser
+        self._lock = threading.Lock()
+        self._row: dict[str, int] = {}  # prefix → its row in the parsed frames, all in one
+        self._parsed: list[pl.DataFrame] = []
+
+    def parse(self, prefixes: list[str]) -> pl.DataFrame:
+        with self._lock:
+            if len(self._row) + len(prefixes) > self.MAX_PREFIXES:
+                self._row, self._parsed = {}, []
+            new = [prefix for prefix in prefixes if prefix not in self._row]
+            if new:
+                parsed = self._parser.parse_prefixes(new, learn=False)
+                self._row.update(zip(new, range(len(self._row), len(self._row) + len(new))))
+                self._parsed.append(parsed)
+                if len(new) == len(prefixes):
+                    return parsed
+            if len(self._parsed) > 1:
+                self._parsed = [pl.concat(self._parsed)]
+            return self._parsed[0][[self._row[prefix] for prefix in prefixes]]
+
+
 class _Scanner:
     """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
     ``keys``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
     already, parse/repeats.py), here where the bytes are, before any of them becomes a string."""
 
-    def __init__(self, parser: LineParser, every_line: bool, ops: Names, keys: bool = False):
-        self.parser = parser
+    def __init__(self, prefixes: _ParsedPrefixes, every_line: bool, ops: Names, keys: bool = False):
+        self._prefixes = prefixes
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
         self.keys = keys
         self._learned: list[str] = []
@@ -312,7 +397,7 @@ class _Scanner:
         return Scanned(chunk, found, rest, keys, hosts, cut)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
-        parsed = self.parser.parse_prefixes(prefixes, learn=False)
+        parsed = self._prefixes.parse(prefixes)
         self._learned += hosts_of(parsed)
         return parsed
 

@@ -52,6 +52,9 @@ _GLUED_HEAD = regex.compile(
 )
 
 
+# The rows of a lines table counted as not understood (ParseState.unparsed_envelope_lines): an envelope no
+# family claimed, not a torn fragment.
+UNPARSED = pl.col("producer").is_not_null() & pl.col("family").is_null() & ~pl.col("torn")
 # The frame of the rows each message pattern claimed (LineParser._dispatch_messages).
 _ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
 # A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
@@ -632,7 +635,7 @@ class LineParser:
         # A piece of a line that another process's output cut short is damage, not an unknown format: it is
         # counted as a torn fragment, and only the other enveloped lines no family claimed count as unparsed.
         unclaimed = pl.col("family").is_null()
-        missing = lines.filter(pl.col("producer").is_not_null() & unclaimed & ~pl.col("torn"))
+        missing = lines.filter(UNPARSED)
         state.unparsed_envelope_lines += missing.height
         state.torn_fragments += lines.filter(pl.col("torn") & unclaimed).height
         if missing.height:

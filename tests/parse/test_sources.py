@@ -1,0 +1,100 @@
+"""A directory of per-rank files is parsed as one file of the same lines would be: the general parser runs a
+bounded number of times whatever the number of files, each prefix is parsed once, and the tables are
+those of parsing each file on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from nccl_logsift.parse.chunks import ChunkParser
+from nccl_logsift.parse.lineparser import LineParser
+from nccl_logsift.parse.sources import cut_alike
+from nccl_logsift.pipeline import ParseOptions, parse_job
+from nccl_logsift.simulate import Options, write
+
+# Small chunks, so that every file is read in several and each scanning thread meets its prefix.
+OPTIONS = ParseOptions(workers=1, chunk_bytes=2048)
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> Path:
+    """A 4-rank job as NCCL_DEBUG_FILE writes it: a file per process (and the launcher's console.log), one of
+    them with an NCCL line that no family parses."""
+    out = tmp_path / "job"
+    write(Options(scenario="healthy", ranks=4, nodes=2, ops=10, noise=False, layout="per-rank"), str(out))
+    odd = second_rank(out)
+    envelope = odd.read_text().split(" NCCL ", 1)[0]
+    odd.write_text(f"{envelope} NCCL INFO a line no grammar knows 42\n" + odd.read_text())
+    return out
+
+
+def second_rank(job: Path) -> Path:
+    return sorted(path for path in job.iterdir() if path.name != "console.log")[1]
+
+
+class Calls:
+    """Counts the calls of a method (wrapped in place by monkeypatch)."""
+
+    def __init__(self, monkeypatch, cls, name: str):
+        self.count = 0
+        method = getattr(cls, name)
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return method(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+
+
+def test_the_general_parser_runs_a_bounded_number_of_times_not_once_per_file(ranks, monkeypatch):
+    files = len(list(ranks.iterdir()))
+    parses = [Calls(monkeypatch, LineParser, name) for name in ("parse", "parse_unfit")]
+    prefixes = Calls(monkeypatch, LineParser, "parse_prefixes")
+    summary, _ = parse_job([str(ranks)], OPTIONS)
+    assert files == 5 and len(summary.inputs) == files
+    assert sum(calls.count for calls in parses) == 1
+    # Each process's COLL lines have one prefix, met by both scanning threads and parsed once.
+    assert prefixes.count <= files - 1
+
+
+def test_the_tables_are_those_of_parsing_each_file_on_its_own(ranks, monkeypatch):
+    summary, job = parse_job([str(ranks)], OPTIONS)
+    monkeypatch.setattr(ChunkParser, "hold", lambda self: False)  # every file's lines parsed at its end
+    alone, job_alone = parse_job([str(ranks)], OPTIONS)
+    assert summary.inputs == alone.inputs
+    assert [i.unparsed_lines for i in summary.inputs if i.path == str(second_rank(ranks))] == [1]
+    assert summary.unparsed_envelope_lines == 1
+    assert job.tables.keys() == job_alone.tables.keys()
+    for name, table in job.tables.items():
+        assert table.equals(job_alone.tables[name], null_equal=True), name
+
+
+def test_a_file_with_a_line_cut_by_the_hosts_known_is_parsed_at_its_end(ranks, monkeypatch):
+    glued = second_rank(ranks)
+    glued.write_text(glued.read_text() + "teardown gpu-9:2205442:2205442 [2] NCCL INFO cudaDriverVersion 1\n")
+    parses = Calls(monkeypatch, LineParser, "parse_unfit"), Calls(monkeypatch, LineParser, "parse")
+    parse_job([str(ranks)], OPTIONS)
+    assert sum(calls.count for calls in parses) == 2
+
+
+@pytest.mark.parametrize(
+    "line, alike",
+    [
+        ("nid1:12:34 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>", True),
+        ("nid1:12:34 NCCL WARN Cuda failure 'out of memory'", True),
+        ("nid1:12:34 [0] NCCL INFO NCCL version 2.21.5+cuda12.4", True),
+        ("epoch 3 loss 0.25", True),
+        ("[rank3]:[W ProcessGroupNCCL.cpp:1168] Warning: WorkNCCL timed out", True),
+        # Another process's line glued in, or the tail of a torn line before one: where to cut depends on
+        # whether its host was seen.
+        ("nid1:12:34 [0] NCCL INFO Channel 00/0 :nid2:56:78 [1] NCCL INFO Connected all rings", False),
+        ("CUMEM/readnid2:56:78 [1] NCCL INFO Connected all rings", False),
+        ("\x1b[32mnid1:12:34 [0] NCCL INFO Connected all rings\x1b[0m", False),
+        ("[2024-05-01 10:00:00] nid1:12:34 [0] NCCL INFO Connected all rings", False),
+    ],
+)
+def test_cut_alike_vouches_only_for_lines_without_a_glued_envelope(line, alike):
+    assert cut_alike(pl.Series([line])) is alike
