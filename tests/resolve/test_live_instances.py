@@ -9,33 +9,14 @@ import polars as pl
 import pytest
 
 from nccl_logsift.resolve.communicators import INSTANCE, LiveInstances, instances
+from nccl_logsift.resolve.progress import COMMS_SCHEMA
 
 # What numbering reads of an instance, and what the uid is built from.
 COMPARED = [*INSTANCE, "start_seq", "rank", "nranks", "comm_id", "parent", "color", "comm_uid", "uid_exact"]
-SCHEMA = {
-    "source_id": pl.UInt16,
-    "line_no": pl.UInt32,
-    "part": pl.UInt8,
-    "host": pl.String,
-    "pid": pl.Int64,
-    "what": pl.String,
-    "phase": pl.String,
-    "comm": pl.UInt64,
-    "rank": pl.Int64,
-    "nranks": pl.Int64,
-    "cuda_dev": pl.Int64,
-    "nvml_dev": pl.Int64,
-    "bus_id": pl.String,
-    "comm_id": pl.String,
-    "func": pl.String,
-    "parent": pl.UInt64,
-    "color": pl.Int64,
-    "split_count": pl.Int64,
-}
 
 
 def init_rows(seed: int, lines: int) -> pl.DataFrame:
-    """Init rows of 3 processes that create, split, re-create and destroy-and-reuse 4 comm pointers, with a
+    """Init rows of 4 processes (2 hosts, 2 pids) that create, split and re-create 4 comm pointers, with a
     commId on some START lines, on some COMPLETE lines only, or on none (the fallback and split uids)."""
     rng = random.Random(seed)
     rows = []
@@ -64,7 +45,7 @@ def init_rows(seed: int, lines: int) -> pl.DataFrame:
                 "split_count": rng.randrange(2) if split else None,
             }
         )
-    return pl.DataFrame(rows, schema=SCHEMA)
+    return pl.DataFrame(rows, schema=COMMS_SCHEMA)
 
 
 @pytest.mark.parametrize("seed", range(6))
