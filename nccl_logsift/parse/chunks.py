@@ -253,8 +253,6 @@ class ChunkParser:
             and not self._rest_blocks
             and self._rest_lines < REST_LINES
         )
-        if alone and not held:
-            return self._fast_alone()
         parser = self.parser
         # What sources before this one held goes out whole, with this source's calls alone or its lines.
         rest, keys, pieces = self._held_rest, self._held_keys, [*self._held_fast, *self._fast]
@@ -265,10 +263,8 @@ class ChunkParser:
         general = tables.pop(fastcoll.TABLE)
         schema = parser.schemas.tables[fastcoll.TABLE]
         calls = Calls.of([*pieces, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
-        if alone:  # as _fast_alone: this source's leftovers keep waiting
-            parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in pieces))
-            self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
-            self._fast, self._fast_rows = [], 0
+        if alone:
+            self._leftovers_wait(pieces)
             return tables, calls
         self._rest_blocks = False
         if pieces:
@@ -327,15 +323,12 @@ class ChunkParser:
         self._rest_blocks = False
         return True
 
-    def _fast_alone(self) -> tuple[dict[str, pl.DataFrame], Calls]:
-        """The calls of the fast rows waiting, with empty tables; the leftover lines keep waiting, their
-        text copied out of the chunks they were read with (a few lines held every 4 MB chunk)."""
-        schema = self.parser.schemas.tables[fastcoll.TABLE]
-        calls = Calls.of(self._fast, self.ops, schema)
-        self.parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in self._fast))
+    def _leftovers_wait(self, pieces: list[FastPiece]) -> None:
+        """The calls of ``pieces`` went out without this source's leftover lines, which keep waiting: their
+        text is copied out of the chunks they were read in (a few lines held every 4 MB chunk)."""
+        self.parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in pieces))
         self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
         self._fast, self._fast_rows = [], 0
-        return dict(self._empty), calls
 
 
 class _ParsedPrefixes:

@@ -45,8 +45,10 @@ def test_calls_going_out_ahead_of_waiting_leftovers_change_no_finding(tmp_path, 
     monkeypatch.setattr(chunks, "FAST_ROWS", 150)
     options = ParseOptions(workers=1, chunk_bytes=1 << 14)
     alone = []
-    fast_alone = ChunkParser._fast_alone
-    monkeypatch.setattr(ChunkParser, "_fast_alone", lambda self: alone.append(1) or fast_alone(self))
+    leftovers_wait = ChunkParser._leftovers_wait
+    monkeypatch.setattr(
+        ChunkParser, "_leftovers_wait", lambda self, pieces: alone.append(1) or leftovers_wait(self, pieces)
+    )
     waited, tables = diagnosis(path, options)
     assert alone, "no batch of calls went out ahead of its leftover lines"
     flush_calls = ChunkParser.flush_calls
