@@ -27,28 +27,29 @@ MAX_RANKS = 1 << 20
 
 
 # The comms rows an instance is made of (Init opens it, Destroy or Abort ends it), and the columns of theirs
-# that instances() reads.
+# that instances() reads, with their types.
 INSTANCE_ROWS = ("Init", "Destroy", "Abort")
-INSTANCE_COLUMNS = frozenset(
-    {
-        *INSTANCE,
-        "source_id",
-        "line_no",
-        "part",
-        "what",
-        "phase",
-        "rank",
-        "nranks",
-        "cuda_dev",
-        "nvml_dev",
-        "bus_id",
-        "comm_id",
-        "func",
-        "parent",
-        "color",
-        "split_count",
-    }
-)
+COMMS_SCHEMA: dict[str, pl.DataType] = {
+    "source_id": pl.UInt16(),
+    "line_no": pl.UInt32(),
+    "part": pl.UInt8(),
+    "host": pl.String(),
+    "pid": pl.Int64(),
+    "what": pl.String(),
+    "phase": pl.String(),
+    "comm": pl.UInt64(),
+    "rank": pl.Int64(),
+    "nranks": pl.Int64(),
+    "cuda_dev": pl.Int64(),
+    "nvml_dev": pl.Int64(),
+    "bus_id": pl.String(),
+    "comm_id": pl.String(),
+    "func": pl.String(),
+    "parent": pl.UInt64(),
+    "color": pl.Int64(),
+    "split_count": pl.Int64(),
+}
+INSTANCE_COLUMNS = frozenset({*COMMS_SCHEMA, *INSTANCE})
 
 
 def with_seq(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:

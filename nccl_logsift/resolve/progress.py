@@ -32,6 +32,7 @@ from nccl_logsift.parse.calls import (
     process_keys,
 )
 from nccl_logsift.resolve.communicators import (
+    COMMS_SCHEMA,
     INSTANCE,
     INSTANCE_COLUMNS,
     INSTANCE_ROWS,
@@ -201,29 +202,6 @@ class _Starts:
         ].astype(np.int32)
         self.rank = np.r_[table["rank"].cast(pl.Int64).fill_null(NO_RANK).to_numpy(), NO_RANK]
         self.uid = np.r_[uids.of(table["comm_uid"].cast(pl.String)), -1].astype(np.int32)
-
-
-# The comms rows numbering reads (resolve/communicators.py's INSTANCE_COLUMNS), with their types.
-COMMS_SCHEMA: dict[str, pl.DataType] = {
-    "source_id": pl.UInt16(),
-    "line_no": pl.UInt32(),
-    "part": pl.UInt8(),
-    "host": pl.String(),
-    "pid": pl.Int64(),
-    "what": pl.String(),
-    "phase": pl.String(),
-    "comm": pl.UInt64(),
-    "rank": pl.Int64(),
-    "nranks": pl.Int64(),
-    "cuda_dev": pl.Int64(),
-    "nvml_dev": pl.Int64(),
-    "bus_id": pl.String(),
-    "comm_id": pl.String(),
-    "func": pl.String(),
-    "parent": pl.UInt64(),
-    "color": pl.Int64(),
-    "split_count": pl.Int64(),
-}
 
 
 def _no_comms() -> pl.DataFrame:

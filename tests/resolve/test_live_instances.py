@@ -8,8 +8,7 @@ import random
 import polars as pl
 import pytest
 
-from nccl_logsift.resolve.communicators import INSTANCE, LiveInstances, instances
-from nccl_logsift.resolve.progress import COMMS_SCHEMA
+from nccl_logsift.resolve.communicators import COMMS_SCHEMA, INSTANCE, LiveInstances, instances
 
 # What numbering reads of an instance, and what the uid is built from.
 COMPARED = [*INSTANCE, "start_seq", "rank", "nranks", "comm_id", "parent", "color", "comm_uid", "uid_exact"]
