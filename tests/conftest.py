@@ -10,6 +10,7 @@ its absence is an error instead of a skip.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,18 @@ def cli_peak_mb(args: list[str], stdin, stdout, tmp_dir: Path) -> tuple[int, flo
         cwd=ROOT,
     )
     return proc.returncode, int(peak.read_text()) / 1024
+
+
+# Run a command as a shell runs a foreground job: with Ctrl-C's SIGINT at its default disposition. A process
+# started in the background by a non-interactive shell (`cmd &`, as CI runners and `nohup` wrappers may
+# start the tests) inherits SIGINT ignored, and so would every command a test starts, which logsift then
+# leaves ignored, as it must for `nohup logsift ...`.
+_FOREGROUND = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def foreground(argv: list[str]) -> list[str]:
+    """``argv`` (a program and its arguments) run with SIGINT at its default disposition."""
+    return [sys.executable, "-c", _FOREGROUND, *argv]

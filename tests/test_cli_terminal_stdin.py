@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, foreground
 
 from nccl_logsift.cli.options import STDIN_HINT
 
@@ -33,7 +33,7 @@ def on_a_terminal(*args: str) -> tuple[subprocess.Popen, int]:
     """``logsift ARGS`` with a pseudo-terminal on stdin; the terminal's other end is returned with it."""
     ours, theirs = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-c", TAKE_TERMINAL_AND_RUN, *args],
+        foreground([sys.executable, "-c", TAKE_TERMINAL_AND_RUN, *args]),
         cwd=ROOT,
         stdin=theirs,
         stdout=subprocess.PIPE,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import ROOT
+from conftest import ROOT, foreground
 
 from nccl_logsift.simulate import Options, write
 
@@ -69,7 +69,12 @@ def test_ctrl_c_stops_the_batch_and_its_workers_and_a_rerun_completes(tmp_path, 
     ]
     # A session of its own: Ctrl-C in a terminal signals the whole foreground process group, workers included.
     proc = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        foreground(command),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
