@@ -328,28 +328,28 @@ class LiveInstances:
         )
 
 
-# One row per communicator instance per process: the `communicators` table.
+# One row per communicator instance per process: the `communicators` table. The columns an instance takes
+# from its Init rows have their types there (COMMS_SCHEMA).
+_FROM_INIT = (
+    "rank",
+    "nranks",
+    "cuda_dev",
+    "nvml_dev",
+    "bus_id",
+    "comm_id",
+    "func",
+    "parent",
+    "color",
+    "split_count",
+)
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
-    "host": pl.String(),
-    "pid": pl.Int64(),
-    "comm": pl.UInt64(),
+    **{name: COMMS_SCHEMA[name] for name in ("host", "pid", "comm")},
     "generation": pl.Int32(),
     "start_seq": pl.Int64(),
     "complete_seq": pl.Int64(),
     "init_started": pl.Boolean(),
     "init_completed": pl.Boolean(),
-    "rank": pl.Int64(),
-    "nranks": pl.Int64(),
-    "cuda_dev": pl.Int64(),
-    "nvml_dev": pl.Int64(),
-    "bus_id": pl.String(),
-    "comm_id": pl.String(),
-    "func": pl.String(),
-    "parent": pl.UInt64(),
-    "color": pl.Int64(),
-    "split_count": pl.Int64(),
-    "source_id": pl.UInt16(),
-    "line_no": pl.UInt32(),
+    **{name: COMMS_SCHEMA[name] for name in (*_FROM_INIT, "source_id", "line_no")},
     "ended": pl.String(),
     "end_seq": pl.Int64(),
     "comm_uid": pl.String(),
