@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import re
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -204,7 +205,7 @@ def read_grammar(path: Path) -> tuple[Grammar | None, list[str]]:
         patterns.append(
             Pattern(
                 spec.get("name", f"p{i}"),
-                spec["regex"],
+                ascii_classes(spec["regex"]),  # the engines read the class escapes alike (grammar/dialect.py)
                 spec["anchor"],
                 spec.get("versions", ""),
                 spec.get("set", {}),
@@ -259,6 +260,55 @@ def _kinds(table: dict) -> tuple[tuple[ErrorKind, ...], list[str]]:
             continue
         kinds.append(ErrorKind(name, str(role), owner, str(spec.get("doc", ""))))
     return tuple(kinds), problems
+
+
+# The ASCII class of each class escape, as it is written inside a character class.
+_ASCII_CLASSES = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\x0B\\f\\r "}
+
+
+def _tokens(pattern: str) -> Iterator[tuple[str, bool]]:
+    """The characters and escapes of ``pattern``, each with whether it is inside a character class."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        if pattern[i] == "\\" and i + 1 < len(pattern):
+            yield pattern[i : i + 2], in_class
+            i += 2
+            continue
+        ch = pattern[i]
+        yield ch, in_class
+        i += 1
+        if ch == "[" and not in_class:
+            in_class = True
+            # A "]" right after "[" or "[^" is a member, not the end of the class.
+            for lead in ("^", "]"):
+                if pattern.startswith(lead, i):
+                    yield lead, True
+                    i += 1
+        elif ch == "]" and in_class:
+            in_class = False
+
+
+def ascii_classes(pattern: str) -> str:
+    """``pattern`` with ``\\d``, ``\\w``, ``\\s`` and their negations written out as ASCII classes
+    (``[0-9]``, ``[^0-9]``; inside a class, its members). A negated escape inside a class (``[\\S:]``) is
+    left as it is, since no list of ASCII members says it: :func:`class_escapes` finds it."""
+    out = []
+    for token, in_class in _tokens(pattern):
+        members = _ASCII_CLASSES.get(token[1:].lower()) if len(token) == 2 else None
+        if members is None:
+            out.append(token)
+        elif token[1].islower():
+            out.append(members if in_class else f"[{members}]")
+        elif not in_class:
+            out.append(f"[^{members}]")
+        else:
+            out.append(token)
+    return "".join(out)
+
+
+def class_escapes(pattern: str) -> list[str]:
+    """The class escapes (``\\d``, ``\\S``, ...) in ``pattern``."""
+    return [token for token, _ in _tokens(pattern) if len(token) == 2 and token[1] in "dwsDWS"]
 
 
 _GROUP = re.compile(r"\(\?P<(\w+)>")

@@ -1,0 +1,61 @@
+"""The class escapes of the grammars are read as ASCII classes, so that every engine that runs a pattern
+(Python ``regex``, polars' Rust engine, RE2 in pyarrow) matches the same lines."""
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import regex
+
+from nccl_logsift.grammar import load_grammars
+from nccl_logsift.grammar.dialect import dialect_problems
+from nccl_logsift.grammar.schema import ascii_classes, class_escapes
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        (r"^(?P<pid>\d+) \S+", r"^(?P<pid>[0-9]+) [^\t\n\x0B\f\r ]+"),
+        (r"[\w.]*", r"[0-9A-Za-z_.]*"),
+        (r"[^\s:]+", r"[^\t\n\x0B\f\r :]+"),
+        (r"\D\W", r"[^0-9][^0-9A-Za-z_]"),
+        (r"\\d \.", r"\\d \."),  # an escaped backslash, then a letter: no class
+        (r"[]\d]", r"[]0-9]"),  # a "]" first in a class is a member
+        (r"[^]\s]", r"[^]\t\n\x0B\f\r ]"),
+        (r"\[\d\]", r"\[[0-9]\]"),  # escaped brackets open no class
+    ],
+)
+def test_class_escapes_are_written_out_as_ascii_classes(written, read):
+    assert ascii_classes(written) == read
+    assert ascii_classes(read) == read
+
+
+def test_a_negated_escape_inside_a_class_is_left_and_reported():
+    assert ascii_classes(r"[\S:]") == r"[\S:]"
+    assert any("ASCII" in problem for problem in dialect_problems(ascii_classes(r"^[\S:]+$")))
+
+
+def test_a_non_ascii_digit_or_space_is_not_a_digit_or_space_to_any_engine():
+    pattern = ascii_classes(r"^\d+\s\w$")
+    for line in ("١٢ x", "12\u00a0x", "12 é"):
+        assert regex.search(pattern, line) is None
+        assert not pl.Series([line]).str.contains(pattern)[0]
+        assert not pc.match_substring_regex(pa.array([line]), pattern)[0].as_py()
+    assert regex.search(pattern, "12 x")
+
+
+GRAMMARS = load_grammars()
+
+
+@pytest.mark.parametrize("grammar", GRAMMARS.grammars, ids=[g.family for g in GRAMMARS.grammars])
+def test_the_three_engines_match_the_same_sample_lines(grammar):
+    """Each pattern of a grammar, over its samples and near misses and the other grammars' samples: the
+    lines each engine finds a match in are the same (the parser tests lines in RE2 before polars runs the
+    patterns: lineparser.LineParser._plain)."""
+    lines = [s.line for g in GRAMMARS.grammars for s in g.samples] + list(grammar.near_misses)
+    assert not any(class_escapes(p.regex) for p in grammar.patterns)
+    for pattern in grammar.patterns:
+        python = [regex.search(pattern.regex, line) is not None for line in lines]
+        rust = pl.Series(lines, dtype=pl.String).str.contains(pattern.regex).to_list()
+        re2 = pc.match_substring_regex(pa.array(lines, pa.large_string()), pattern.regex).to_pylist()
+        assert python == rust == re2, pattern.name
