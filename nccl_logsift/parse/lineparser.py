@@ -11,12 +11,15 @@ extraction runs once per line and the pool is small by the time the rare familie
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import regex
 
 from nccl_logsift.grammar.registry import GrammarSet
@@ -160,7 +163,11 @@ class _Prefix:
 @dataclass(frozen=True, slots=True)
 class _Extraction:
     """One message pattern's capture step, and each of its fields cast to its kind, built once per parser:
-    on a batch of a few lines, building the expressions cost more than running them."""
+    on a batch of a few lines, building the expressions cost more than running them.
+
+    The captures also say whether the pattern matches (an empty group, ``_MATCH``, ahead of the pattern is
+    null where it does not), so that a batch compiles each pattern once, not once to test and once to
+    capture: polars keeps 32 compiled regexes per thread, and the grammars hold ~400."""
 
     captures: pl.Expr  # __g: the groups
     columns: tuple[pl.Expr, ...]  # the fields, constants, family, pattern and __unfit
@@ -176,10 +183,17 @@ class _Extraction:
         lost = [u for u in lost if u is not None]
         unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
         columns.append(unfit_count.alias("__unfit"))
-        return cls(pl.col("msg").str.extract_groups(pattern.regex).alias("__g"), tuple(columns))
+        captures = pl.col("msg").str.extract_groups(f"(?P<{_MATCH}>)(?:{pattern.regex})").alias("__g")
+        return cls(captures, tuple(columns))
 
-    def extract(self, hit: pl.DataFrame) -> pl.DataFrame:
-        return hit.select("row", self.captures).with_columns(self.columns).drop("__g")
+    def captured(self, rows: pl.LazyFrame) -> pl.LazyFrame:
+        """The rows of ``rows`` the pattern matches, with their fields."""
+        return (
+            rows.select("row", self.captures)
+            .filter(pl.col("__g").struct.field(_MATCH).is_not_null())
+            .with_columns(self.columns)
+            .drop("__g")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,13 +271,16 @@ class LineParser:
         self._glued_ok = True
         self._plain_test = self._plain()
 
-    def _plain(self) -> tuple[pl.Expr, pl.Expr] | None:
+    def _plain(self) -> tuple[pl.Expr, tuple[str, ...]] | None:
         """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope) once
-        their launcher prefixes are stripped, tested on what is left (``rest``) with one regex for all
-        launcher patterns, one for all envelopes and one per text grammar: no ANSI escape (stripped first),
-        no launcher or envelope pattern matching where it starts, no glued head (``_split_glued`` looks at
-        the lines with these literals), and no pattern of a ``text`` family matching anywhere (whatever its
-        anchor and level). None when the patterns cannot be joined into one regex."""
+        their launcher prefixes are stripped, tested on what is left (``rest``): no ANSI escape (stripped
+        first), none of the literals ``_split_glued`` looks for, and none of these regexes matching: one
+        for all launcher and envelope patterns where the rest starts, and one per text grammar anywhere
+        (whatever its anchor and level). None when the patterns cannot be joined into one regex.
+
+        The regexes run in RE2 (pyarrow), which compiles the joined patterns in ~1 ms: the Rust engine
+        polars uses took 16 ms, paid again in every batch (polars keeps 32 compiled regexes per thread).
+        The grammars are written so that both engines read them alike (grammar/dialect.py)."""
         heads = [
             _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
             for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
@@ -281,30 +298,29 @@ class LineParser:
         unmarked = ~pl.any_horizontal(
             text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
         )
-        test = ~pl.any_horizontal(
-            text.str.contains("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")"),
-            *[text.str.contains(t) for t in texts if t],
-        )
-        try:  # polars compiles the regexes when the query runs
-            pl.DataFrame({"rest": ["", "x"]}).select(test)
-        except pl.exceptions.PolarsError:
+        regexes = ("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")", *(t for t in texts if t))
+        try:
+            for rx in regexes:
+                pc.match_substring_regex(pa.array(["", "x"]), rx)
+        except pa.ArrowInvalid:
             return None
-        return unmarked, test
+        return unmarked, regexes
 
     def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
         """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have
         no number out of range in those prefixes: nothing but the prefixes is left to parse in them (a
         training print, with or without an ``srun -l`` label). The regexes run only over the lines without
-        the literals (every NCCL line has one). One test, after the launchers, for every line: each parse
-        call compiles its regexes again (polars keeps 32 per thread), 16 ms for this test."""
+        the literals (every NCCL line has one)."""
         if self._plain_test is None:
             return None
-        unmarked, test = self._plain_test
+        unmarked, regexes = self._plain_test
         apart = frame.select(unmarked & (pl.col(_UNFIT[Layer.LAUNCHER]) == 0)).to_series()
         if not apart.any():
             return None
-        candidates = frame.get_column("rest").filter(apart).to_frame()
-        return apart.scatter(apart.arg_true(), candidates.select(test).to_series())
+        candidates = frame.get_column("rest").filter(apart).to_arrow()
+        matched = functools.reduce(pc.or_, (pc.match_substring_regex(candidates, rx) for rx in regexes))
+        plain = pl.Series(pc.invert(matched), dtype=pl.Boolean)
+        return apart.scatter(apart.arg_true(), plain)
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
@@ -556,43 +572,20 @@ class LineParser:
             if pool.height and grammars and None not in anchors:  # no message without an anchor is claimed
                 every = sorted({anchor for some in anchors if some for anchor in some})
                 pool = pool.filter(pl.col("msg").str.contains_any(every))
-            for grammar in grammars:
-                if pool.is_empty():
-                    break
-                # Only the messages with one of the grammar's anchors at all (one Aho-Corasick pass), then
-                # the literal anchor of each pattern over those, the regex only over the rows that contain
-                # it: an expression "anchor & regex" would run the regex over every row for every pattern.
-                # The anchors of all the grammar's patterns are marked in one query, so a pattern whose
-                # anchor no message has costs nothing more (most, in a batch; a query costs ~0.05 ms however
-                # few rows).
-                anchors = self._anchors[grammar.family]
-                candidates = pool if anchors is None else pool.filter(pl.col("msg").str.contains_any(anchors))
-                if candidates.is_empty():
-                    continue
-                marks = [f"__anchor{i}" for i in range(len(grammar.patterns))]
-                marked = candidates.with_columns(self._marks[grammar.family])
-                anchored = marked.select(pl.col(m).any() for m in marks).row(0)
-                for n, (pattern, mark, present) in enumerate(zip(grammar.patterns, marks, anchored)):
-                    if not present:
-                        continue
-                    hit = marked.filter(pl.col(mark))
-                    if hit.is_empty():
-                        continue
-                    hit = hit.filter(pl.col("msg").str.contains(pattern.regex))
-                    if hit.is_empty():
-                        continue
-                    marked = marked.filter(~pl.col("row").is_in(hit["row"].implode()))
-                    extraction = self._extractions.get((grammar.family, n))
-                    if extraction is None:
-                        extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, pattern)
-                    extracted = extraction.extract(hit)
-                    self.state.values_out_of_range += int(extracted["__unfit"].sum())
-                    assigned.append(extracted.select("row", "family", "pattern", "__unfit"))
-                    extracted = extracted.drop("__unfit")
-                    parts.setdefault(grammar.table, []).append(extracted)
-                if marked.height < candidates.height:
-                    claimed = candidates.join(marked, on="row", how="anti").get_column("row")
-                    pool = pool.filter(~pl.col("row").is_in(claimed.implode()))
+            if pool.is_empty() or not grammars:
+                continue
+            # What a pattern claims and extracts depends on the message and its level only: each distinct
+            # pair is matched once (its number standing for ``row`` below), and its rows take its fields.
+            # Ranks and repeats say the same message many times (the init lines of 4096 ranks: 2.3 rows a
+            # distinct message; the leftovers of a training log: 13).
+            distinct = pool.select("msg", "level").unique(maintain_order=True).with_row_index("__u")
+            rows_of = pool.join(distinct, on=["msg", "level"], nulls_equal=True).select("row", "__u")
+            for table, pieces in self._claim(distinct.rename({"__u": "row"}), grammars).items():
+                claimed = pl.concat(pieces, how="diagonal_relaxed").rename({"row": "__u"})
+                claimed = rows_of.join(claimed, on="__u").drop("__u")
+                self.state.values_out_of_range += int(claimed["__unfit"].sum())
+                assigned.append(claimed.select("row", "family", "pattern", "__unfit"))
+                parts.setdefault(table, []).append(claimed.drop("__unfit"))
         tables = {}
         located = frame.select("row", *keys)
         for name, columns in self.schemas.tables.items():
@@ -605,6 +598,50 @@ class LineParser:
                 tables[name] = self.empty_tables[name]
         assignments = pl.concat(assigned) if assigned else pl.DataFrame(schema=_ASSIGNED)
         return tables, assignments
+
+    def _claim(self, pool: pl.DataFrame, grammars: list[Grammar]) -> dict[str, list[pl.DataFrame]]:
+        """Per table, the rows of ``pool`` (``row``, ``msg``, ``level``) that a pattern of ``grammars``
+        claims, with the fields it extracts and the row's family, pattern and count of values too large for
+        their column (``__unfit``). A row belongs to the first pattern, in the grammars' order, whose
+        literal anchor it has, at its level (if any), and whose regex matches it.
+
+        One Aho-Corasick pass says which anchors the batch has at all. Grammar by grammar, each of its
+        patterns whose anchor the batch has captures over the rows with that anchor, all of them in one
+        query (polars runs them side by side); each row keeps its first pattern's capture, and the rows a
+        grammar claimed leave the pool before the next grammar looks. A batch used to spend ten eager
+        queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
+        twice."""
+        literals = sorted({p.anchor for g in grammars for p in g.patterns if p.anchor})
+        found = pool.select(pl.col("msg").str.extract_many(literals, overlapping=True).explode().unique())
+        present = set(found.to_series().drop_nulls().to_list()) | {""}
+        claimed: dict[str, list[pl.DataFrame]] = {}
+        for grammar in grammars:
+            candidates = [(n, p) for n, p in enumerate(grammar.patterns) if p.anchor in present]
+            if not candidates or pool.is_empty():
+                continue
+            lazy = pool.lazy()
+            captures = []
+            for n, pattern in candidates:
+                extraction = self._extractions.get((grammar.family, n))
+                if extraction is None:
+                    extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, pattern)
+                captured = extraction.captured(lazy.filter(_candidate(pattern)))
+                captures.append(captured.with_columns(pl.lit(n, pl.UInt16).alias("__order")))
+            frames = [f for f in pl.collect_all(captures) if f.height]
+            if not frames:
+                continue
+            if len(frames) > 1:
+                first = (
+                    pl.concat([f.select("row", "__order") for f in frames])
+                    .group_by("row")
+                    .agg(pl.col("__order").min())
+                )
+                frames = [f.join(first, on=["row", "__order"], how="semi") for f in frames]
+            frames = [f.drop("__order") for f in frames]
+            claimed.setdefault(grammar.table, []).extend(frames)
+            rows = pl.concat([f.get_column("row") for f in frames])
+            pool = pool.filter(~pl.col("row").is_in(rows.implode()))
+        return claimed
 
     # ------------------------------------------------------------------ the lines table and counts
     def _lines_table(self, frame: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:
