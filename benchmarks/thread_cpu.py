@@ -11,11 +11,10 @@ idle cores means the threads waited for each other (the GIL) rather than ran sid
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from collections import Counter
-
-from nccl_logsift.cli import _without_unused_imports
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("log", help="The log to analyze.")
     args = parser.parse_args(argv)
-    _without_unused_imports()  # as the command does
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the command does (cli.main)
     by_thread = _count_thread_cpu()
     from nccl_logsift import pipeline
 
