@@ -60,6 +60,8 @@ _GLUED_HEAD = regex.compile(
 UNPARSED = pl.col("producer").is_not_null() & pl.col("family").is_null() & ~pl.col("torn")
 # The frame of the rows each message pattern claimed (LineParser._dispatch_messages).
 _ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
+# The most rows the patterns of a message grammar capture over side by side (LineParser._claim).
+_TOGETHER_ROWS = 2000
 # A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
 _GROUP_NAME = re.compile(r"\(\?P?<(?![=!])\w+>|\(\?P=")
 
@@ -606,9 +608,11 @@ class LineParser:
         literal anchor it has, at its level (if any), and whose regex matches it.
 
         One Aho-Corasick pass says which anchors the batch has at all. Grammar by grammar, each of its
-        patterns whose anchor the batch has captures over the rows with that anchor, all of them in one
-        query (polars runs them side by side); each row keeps its first pattern's capture, and the rows a
-        grammar claimed leave the pool before the next grammar looks. A batch used to spend ten eager
+        patterns whose anchor the batch has captures over the rows with that anchor, and the rows a grammar
+        claimed leave the pool before the next grammar looks. Over a pool of up to _TOGETHER_ROWS rows the
+        patterns capture in one query (polars runs them side by side) and each row keeps its first
+        pattern's capture; over a larger pool, one after the other, each over the rows the patterns before
+        it left (capturing a row again costs more there than a query). A batch used to spend ten eager
         queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
         twice."""
         literals = sorted({p.anchor for g in grammars for p in g.patterns if p.anchor})
@@ -619,29 +623,55 @@ class LineParser:
             candidates = [(n, p) for n, p in enumerate(grammar.patterns) if p.anchor in present]
             if not candidates or pool.is_empty():
                 continue
-            lazy = pool.lazy()
-            captures = []
-            for n, pattern in candidates:
-                extraction = self._extractions.get((grammar.family, n))
-                if extraction is None:
-                    extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, pattern)
-                captured = extraction.captured(lazy.filter(_candidate(pattern)))
-                captures.append(captured.with_columns(pl.lit(n, pl.UInt16).alias("__order")))
-            frames = [f for f in pl.collect_all(captures) if f.height]
-            if not frames:
-                continue
-            if len(frames) > 1:
-                first = (
-                    pl.concat([f.select("row", "__order") for f in frames])
-                    .group_by("row")
-                    .agg(pl.col("__order").min())
-                )
-                frames = [f.join(first, on=["row", "__order"], how="semi") for f in frames]
-            frames = [f.drop("__order") for f in frames]
-            claimed.setdefault(grammar.table, []).extend(frames)
-            rows = pl.concat([f.get_column("row") for f in frames])
-            pool = pool.filter(~pl.col("row").is_in(rows.implode()))
+            if pool.height > _TOGETHER_ROWS:
+                frames, pool = self._claim_in_turn(pool, grammar, candidates)
+            else:
+                frames = self._claim_together(pool, grammar, candidates)
+                if frames:
+                    rows = pl.concat([f.get_column("row") for f in frames])
+                    pool = pool.filter(~pl.col("row").is_in(rows.implode()))
+            if frames:
+                claimed.setdefault(grammar.table, []).extend(frames)
         return claimed
+
+    def _extraction(self, grammar: Grammar, n: int) -> _Extraction:
+        extraction = self._extractions.get((grammar.family, n))
+        if extraction is None:
+            extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, grammar.patterns[n])
+        return extraction
+
+    def _claim_in_turn(
+        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[tuple[int, Pattern]]
+    ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+        """What each pattern of ``candidates`` claims of the rows the patterns before it left, one after the
+        other, and the rows left."""
+        frames = []
+        for n, pattern in candidates:
+            frame = self._extraction(grammar, n).captured(pool.lazy().filter(_candidate(pattern))).collect()
+            if frame.height:
+                frames.append(frame)
+                pool = pool.filter(~pl.col("row").is_in(frame.get_column("row").implode()))
+        return frames, pool
+
+    def _claim_together(
+        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[tuple[int, Pattern]]
+    ) -> list[pl.DataFrame]:
+        """What each pattern of ``candidates`` claims of ``pool``, the patterns capturing side by side in one
+        query and each row keeping its first pattern's capture."""
+        lazy = pool.lazy()
+        captures = [
+            self._extraction(grammar, n)
+            .captured(lazy.filter(_candidate(pattern)))
+            .with_columns(pl.lit(n, pl.UInt16).alias("__order"))
+            for n, pattern in candidates
+        ]
+        frames = [f for f in pl.collect_all(captures) if f.height]
+        if len(frames) > 1:
+            first = (
+                pl.concat([f.select("row", "__order") for f in frames]).group_by("row").agg(pl.min("__order"))
+            )
+            frames = [f.join(first, on=["row", "__order"], how="semi") for f in frames]
+        return [f.drop("__order") for f in frames]
 
     # ------------------------------------------------------------------ the lines table and counts
     def _lines_table(self, frame: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:
