@@ -199,3 +199,25 @@ def test_unreadable_input_exits_2_without_traceback(tmp_path):
     )
     assert proc.returncode == 2 and proc.stderr.startswith("Error:") and "Traceback" not in proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_fast_live_input_is_parsed_in_few_large_batches(tmp_path):
+    """Each batch of a live input pays the general parser's fixed cost, so watch hands out batches of up
+    to 16 MiB (LIVE_CHUNK_BYTES, within BATCH_WAIT): 40 MB arriving at once are three batches, not ten."""
+    from dataclasses import replace
+
+    from nccl_logsift.cli.watch import BATCH_WAIT, live_options
+    from nccl_logsift.pipeline import TableStream
+
+    log = tmp_path / "fast.log"
+    text = (FIXTURES / "healthy_8ranks.log").read_bytes()
+    log.write_bytes(text * (40_000_000 // len(text)))
+    size = log.stat().st_size
+    options = live_options(interval=5.0)
+    assert options.max_wait == BATCH_WAIT
+
+    def batches(options) -> int:
+        return sum(1 for _ in TableStream([str(log)], options))
+
+    assert batches(options) <= -(-size // (16 << 20)) + 1
+    assert batches(replace(options, chunk_bytes=4 << 20)) >= size // (4 << 20)
