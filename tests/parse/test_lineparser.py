@@ -166,3 +166,34 @@ def test_the_lines_set_apart_as_plain_are_parsed_as_the_stages_parse_them():
     for name, table in expected.items():
         assert tables[name].equals(table), name
     assert apart.state == whole.state
+
+
+SIDE_BY_SIDE_LOGS = ["collective_mismatch_4ranks.log", "ib_error_4ranks.log", "cuda_oom_4ranks.log"]
+
+
+@pytest.mark.parametrize("log", SIDE_BY_SIDE_LOGS)
+def test_patterns_capturing_side_by_side_or_in_turn_claim_the_same_rows(log, monkeypatch):
+    """A grammar's patterns capture together over a small pool and one after the other over a large one
+    (LineParser._claim): either way each line goes to the first pattern that matches it, with the same
+    fields. Each log is parsed with every pool counted small, then with every pool counted large."""
+    from conftest import FIXTURES
+
+    from nccl_logsift.parse import lineparser
+
+    texts = (FIXTURES / log).read_text().splitlines()
+    chunk = LineChunk(
+        0,
+        pl.Series("line_no", range(1, len(texts) + 1), dtype=pl.UInt32),
+        pl.Series("byte_offset", [0] * len(texts), dtype=pl.UInt64),
+        pl.Series("text", texts),
+    )
+    results = []
+    for rows in (1 << 30, 0):
+        monkeypatch.setattr(lineparser, "_TOGETHER_ROWS", rows)
+        parser = LineParser(load_grammars())
+        results.append((parser.parse(chunk), parser.state))
+    (together, state), (in_turn, state_in_turn) = results
+    assert together["lines"]["family"].is_not_null().sum() > len(texts) // 2
+    for name, table in together.items():
+        assert table.equals(in_turn[name]), name
+    assert state == state_in_turn
