@@ -65,6 +65,8 @@ UNPARSED = pl.col("producer").is_not_null() & pl.col("family").is_null() & ~pl.c
 _ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
 # The most rows the patterns of a message grammar capture over side by side (LineParser._claim).
 _TOGETHER_ROWS = 2000
+# The most bytes of messages searched for anchors at once (LineParser._present).
+_PRESENT_BYTES = 8 << 20
 # A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
 _GROUP_NAME = re.compile(r"\(\?P?<(?![=!])\w+>|\(\?P=")
 
@@ -605,20 +607,18 @@ class LineParser:
         their column (``__unfit``). A row belongs to the first pattern, in the grammars' order, whose
         literal anchor it has, at its level (if any), and whose regex matches it.
 
-        One Aho-Corasick pass says which anchors the batch has at all. Grammar by grammar, each of its
-        patterns whose anchor the batch has captures over the rows with that anchor, and the rows a grammar
+        Two queries say which anchors the batch has at all (_present). Grammar by grammar, each
+        pattern whose anchor the batch has captures over the rows with that anchor, and the rows a grammar
         claimed leave the pool before the next grammar looks. Over a pool of up to _TOGETHER_ROWS rows the
         patterns capture in one query (polars runs them side by side) and each row keeps its first
         pattern's capture; over a larger pool, one after the other, each over the rows the patterns before
         it left (capturing a row again costs more there than a query). A batch used to spend ten eager
         queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
         twice."""
-        literals = sorted({p.anchor for g in grammars for p in g.patterns if p.anchor})
-        found = pool.select(pl.col("msg").str.extract_many(literals, overlapping=True).explode().unique())
-        present = set(found.to_series().drop_nulls().to_list()) | {""}
+        present = self._present(pool, grammars)
         claimed: dict[str, list[pl.DataFrame]] = {}
         for grammar in grammars:
-            candidates = [(n, p) for n, p in enumerate(grammar.patterns) if p.anchor in present]
+            candidates = [(n, p) for n, p in enumerate(grammar.patterns) if (grammar.family, n) in present]
             if not candidates or pool.is_empty():
                 continue
             if pool.height > _TOGETHER_ROWS:
@@ -631,6 +631,28 @@ class LineParser:
             if frames:
                 claimed.setdefault(grammar.table, []).extend(frames)
         return claimed
+
+    def _present(self, pool: pl.DataFrame, grammars: list[Grammar]) -> set[tuple[str, int]]:
+        """The patterns (family, number) whose literal anchor some message of ``pool`` has, at the pattern's
+        level if it has one. Anchors of one or two characters (" ", ":") are looked for one by one, in one
+        query; the others in an Aho-Corasick pass that lists every anchor found at every place, over slices
+        of the pool of at most _PRESENT_BYTES of text: over a batch of lines of a million spaces, a list of
+        every short anchor found would have outgrown memory."""
+        patterns = [(g.family, n, p) for g in grammars for n, p in enumerate(g.patterns)]
+        msg = pl.col("msg")
+        short = sorted({p.anchor for _, _, p in patterns if len(p.anchor) <= 2})
+        long = sorted({p.anchor for _, _, p in patterns if len(p.anchor) > 2})
+        tests = [pl.col("level").unique().implode().alias("__levels")]
+        tests += [(msg.str.contains(a, literal=True).any() if a else pl.lit(True)).alias(a) for a in short]
+        first = pool.select(tests).row(0, named=True)
+        levels = set(first.pop("__levels"))
+        found = {a for a, has in first.items() if has}
+        if long:
+            anchors = msg.str.extract_many(long, overlapping=True).explode().unique().drop_nulls()
+            sliced = pool.select("msg", (msg.str.len_bytes().cum_sum() // _PRESENT_BYTES).alias("__slice"))
+            for part in sliced.partition_by("__slice") if sliced["__slice"][-1] else [sliced]:
+                found.update(part.select(anchors).to_series().to_list())
+        return {(f, n) for f, n, p in patterns if p.anchor in found and (not p.level or p.level in levels)}
 
     def _extraction(self, grammar: Grammar, n: int) -> _Extraction:
         extraction = self._extractions.get((grammar.family, n))
