@@ -176,6 +176,7 @@ class _Extraction:
     null where it does not), so that a batch compiles each pattern once, not once to test and once to
     capture: polars keeps 32 compiled regexes per thread, and the grammars hold ~400."""
 
+    candidates: pl.Expr  # the messages worth trying: with the pattern's anchor, at its level
     captures: pl.Expr  # __g: the groups
     columns: tuple[pl.Expr, ...]  # the fields, constants, family, pattern and __unfit
 
@@ -191,12 +192,13 @@ class _Extraction:
         unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
         columns.append(unfit_count.alias("__unfit"))
         captures = pl.col("msg").str.extract_groups(f"(?P<{_MATCH}>)(?:{pattern.regex})").alias("__g")
-        return cls(captures, tuple(columns))
+        return cls(_candidate(pattern), captures, tuple(columns))
 
     def captured(self, rows: pl.LazyFrame) -> pl.LazyFrame:
         """The rows of ``rows`` the pattern matches, with their fields."""
         return (
-            rows.select("row", self.captures)
+            rows.filter(self.candidates)
+            .select("row", self.captures)
             .filter(pl.col("__g").struct.field(_MATCH).is_not_null())
             .with_columns(self.columns)
             .drop("__g")
@@ -618,7 +620,7 @@ class LineParser:
         present = self._present(pool, grammars)
         claimed: dict[str, list[pl.DataFrame]] = {}
         for grammar in grammars:
-            candidates = [(n, p) for n, p in enumerate(grammar.patterns) if (grammar.family, n) in present]
+            candidates = [n for n in range(len(grammar.patterns)) if (grammar.family, n) in present]
             if not candidates or pool.is_empty():
                 continue
             if pool.height > _TOGETHER_ROWS:
@@ -661,29 +663,27 @@ class LineParser:
         return extraction
 
     def _claim_in_turn(
-        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[tuple[int, Pattern]]
+        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[int]
     ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
-        """What each pattern of ``candidates`` claims of the rows the patterns before it left, one after the
-        other, and the rows left."""
+        """What each pattern of ``candidates`` (their numbers in ``grammar``) claims of the rows the patterns
+        before it left, one after the other, and the rows left."""
         frames = []
-        for n, pattern in candidates:
-            frame = self._extraction(grammar, n).captured(pool.lazy().filter(_candidate(pattern))).collect()
+        for n in candidates:
+            frame = self._extraction(grammar, n).captured(pool.lazy()).collect()
             if frame.height:
                 frames.append(frame)
                 pool = pool.filter(~pl.col("row").is_in(frame.get_column("row").implode()))
         return frames, pool
 
     def _claim_together(
-        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[tuple[int, Pattern]]
+        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[int]
     ) -> list[pl.DataFrame]:
-        """What each pattern of ``candidates`` claims of ``pool``, the patterns capturing side by side in one
-        query and each row keeping its first pattern's capture."""
+        """What each pattern of ``candidates`` (their numbers in ``grammar``) claims of ``pool``, the patterns
+        capturing side by side in one query and each row keeping its first pattern's capture."""
         lazy = pool.lazy()
         captures = [
-            self._extraction(grammar, n)
-            .captured(lazy.filter(_candidate(pattern)))
-            .with_columns(pl.lit(n, pl.UInt16).alias("__order"))
-            for n, pattern in candidates
+            self._extraction(grammar, n).captured(lazy).with_columns(pl.lit(n, pl.UInt16).alias("__order"))
+            for n in candidates
         ]
         frames = [f for f in pl.collect_all(captures) if f.height]
         if len(frames) > 1:
