@@ -306,6 +306,12 @@ def ascii_classes(pattern: str) -> str:
     return "".join(out)
 
 
+def end_of_text(pattern: str) -> str:
+    """``pattern`` with every "$" outside a character class written ``\\Z``: the end of the text, as Rust and
+    RE2 read "$" (Python's "$" also matches before a newline that ends the text)."""
+    return "".join("\\Z" if token == "$" and not in_class else token for token, in_class in _tokens(pattern))
+
+
 def class_escapes(pattern: str) -> list[str]:
     """The class escapes (``\\d``, ``\\S``, ...) in ``pattern``."""
     return [token for token, _ in _tokens(pattern) if len(token) == 2 and token[1] in "dwsDWS"]

@@ -9,7 +9,9 @@ matched), each message goes to the first pattern that matches it, and the claime
 Frequent families run first (grammar ``priority``), so the pool is small by the time the rare families look
 at it. A batch's cost is mostly the number of polars queries it runs (~0.1-0.5 ms each however few its
 rows) and the regexes polars compiles again in every batch (it keeps 32 per thread): see
-``LineParser._claim``.
+``LineParser._claim``. A small pool (the init lines of one per-rank file, a live batch, a small job's log)
+is matched in Python's ``re`` instead, with patterns compiled once per process, and only the casts of
+the fields it captured run in polars (``LineParser._claim_small``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pyarrow.compute as pc
 import regex
 
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.grammar.schema import MESSAGE_KEYS, Grammar, Layer, Pattern, group_names
+from nccl_logsift.grammar.schema import MESSAGE_KEYS, Grammar, Layer, Pattern, end_of_text, group_names
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.kinds import cast_field, unfit
 from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
@@ -65,6 +67,8 @@ UNPARSED = pl.col("producer").is_not_null() & pl.col("family").is_null() & ~pl.c
 _ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
 # The most rows the patterns of a message grammar capture over side by side (LineParser._claim).
 _TOGETHER_ROWS = 2000
+# The most rows whose messages are matched in Python, not in polars (LineParser._claim_small).
+_SMALL_ROWS = 1000
 # The most bytes of messages searched for anchors at once (LineParser._present).
 _PRESENT_BYTES = 8 << 20
 # A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
@@ -179,6 +183,7 @@ class _Extraction:
     candidates: pl.Expr  # the messages worth trying: with the pattern's anchor, at its level
     captures: pl.Expr  # __g: the groups
     columns: tuple[pl.Expr, ...]  # the fields, constants, family, pattern and __unfit
+    groups: tuple[str, ...]  # the fields of __g: _MATCH, then the named groups
 
     @classmethod
     def of(cls, grammar: Grammar, pattern: Pattern) -> _Extraction:
@@ -192,7 +197,7 @@ class _Extraction:
         unfit_count = pl.sum_horizontal(lost).cast(pl.UInt32) if lost else pl.lit(0, pl.UInt32)
         columns.append(unfit_count.alias("__unfit"))
         captures = pl.col("msg").str.extract_groups(f"(?P<{_MATCH}>)(?:{pattern.regex})").alias("__g")
-        return cls(_candidate(pattern), captures, tuple(columns))
+        return cls(_candidate(pattern), captures, tuple(columns), (_MATCH, *groups))
 
     def captured(self, rows: pl.LazyFrame) -> pl.LazyFrame:
         """The rows of ``rows`` the pattern matches, with their fields."""
@@ -203,6 +208,18 @@ class _Extraction:
             .with_columns(self.columns)
             .drop("__g")
         )
+
+    def matched(self, rows: pl.Series, matches: list[re.Match]) -> pl.LazyFrame:
+        """The same for rows the pattern was matched on in Python (``LineParser._claim_small``): ``rows``
+        and the match of each."""
+        captures = {
+            name: pl.Series(
+                name, [m.group(name) for m in matches] if name != _MATCH else [""] * len(matches), pl.String
+            )
+            for name in self.groups
+        }
+        frame = pl.DataFrame([rows, pl.DataFrame(captures).to_struct("__g")])
+        return frame.lazy().with_columns(self.columns).drop("__g")
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,7 +633,9 @@ class LineParser:
         pattern's capture; over a larger pool, one after the other, each over the rows the patterns before
         it left (capturing a row again costs more there than a query). A batch used to spend ten eager
         queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
-        twice."""
+        twice. A pool of at most _SMALL_ROWS rows is matched in Python (:meth:`_claim_small`)."""
+        if pool.height <= _SMALL_ROWS:
+            return self._claim_small(pool, grammars)
         present = self._present(pool, grammars)
         claimed: dict[str, list[pl.DataFrame]] = {}
         for grammar in grammars:
@@ -655,6 +674,52 @@ class LineParser:
             for part in sliced.partition_by("__slice") if sliced["__slice"][-1] else [sliced]:
                 found.update(part.select(anchors).to_series().to_list())
         return {(f, n) for f, n, p in patterns if p.anchor in found and (not p.level or p.level in levels)}
+
+    def _claim_small(self, pool: pl.DataFrame, grammars: list[Grammar]) -> dict[str, list[pl.DataFrame]]:
+        """:meth:`_claim` over a pool of at most _SMALL_ROWS rows: each message goes through the patterns
+        in order in Python's regex engine, and only the casts of the fields run in polars, in one query
+        for all the patterns that claimed rows. A polars query costs ~0.2 ms however few its rows, and it
+        compiles its regexes again (it keeps 32 per thread, the grammars hold ~400): 75 init lines of a
+        per-rank file took ~50 ms of queries. Python's ``re`` reads the grammars' dialect as polars does
+        (grammar/dialect.py, tests/grammar/test_dialect.py compares their captures on every sample)."""
+        messages = pool.get_column("msg").to_list()
+        levels = pool.get_column("level").to_list()
+        left = range(len(messages))
+        found: dict[tuple[int, int], tuple[list[int], list[re.Match]]] = {}
+        for number, grammar in enumerate(grammars):
+            tests = [
+                (n, p.anchor, p.level, python_regex(p.regex).search) for n, p in enumerate(grammar.patterns)
+            ]
+            unclaimed = []
+            for i in left:
+                message, level = messages[i], levels[i]
+                for n, anchor, at_level, search in tests:
+                    if anchor in message and (not at_level or at_level == level):
+                        match = search(message)
+                        if match is not None:
+                            index, matches = found.setdefault((number, n), ([], []))
+                            index.append(i)
+                            matches.append(match)
+                            break
+                else:
+                    unclaimed.append(i)
+            left = unclaimed
+            if not left:
+                break
+        if not found:
+            return {}
+        rows = pool.get_column("row")
+        keys = sorted(found)  # in the grammars' and patterns' order
+        steps = [
+            self._extraction(grammars[number], n).matched(
+                rows.gather(found[number, n][0]), found[number, n][1]
+            )
+            for number, n in keys
+        ]
+        claimed: dict[str, list[pl.DataFrame]] = {}
+        for (number, _), frame in zip(keys, pl.collect_all(steps)):
+            claimed.setdefault(grammars[number].table, []).append(frame)
+        return claimed
 
     def _extraction(self, grammar: Grammar, n: int) -> _Extraction:
         extraction = self._extractions.get((grammar.family, n))
@@ -734,6 +799,13 @@ class LineParser:
                 .len()
             )
             state.unparsed_shapes.update(dict(shapes.iter_rows()))
+
+
+@functools.cache
+def python_regex(pattern: str) -> re.Pattern:
+    """A grammar pattern compiled in Python's ``re``, once per process, read as polars reads it: "$" outside
+    a class is the end of the text (Python's "$" also matches before a final newline)."""
+    return re.compile(end_of_text(pattern))
 
 
 def _candidate(pattern: Pattern) -> pl.Expr:

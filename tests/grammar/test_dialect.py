@@ -1,5 +1,6 @@
 """The class escapes of the grammars are read as ASCII classes, so that every engine that runs a pattern
-(Python ``regex``, polars' Rust engine, RE2 in pyarrow) matches the same lines."""
+(Python ``regex`` and ``re``, polars' Rust engine, RE2 in pyarrow) matches the same lines, and Python's
+``re`` and polars capture the same groups."""
 
 import polars as pl
 import pyarrow as pa
@@ -9,7 +10,8 @@ import regex
 
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.grammar.dialect import dialect_problems
-from nccl_logsift.grammar.schema import ascii_classes, class_escapes
+from nccl_logsift.grammar.schema import ascii_classes, class_escapes, group_names
+from nccl_logsift.parse.lineparser import python_regex
 
 
 @pytest.mark.parametrize(
@@ -59,3 +61,52 @@ def test_the_three_engines_match_the_same_sample_lines(grammar):
         rust = pl.Series(lines, dtype=pl.String).str.contains(pattern.regex).to_list()
         re2 = pc.match_substring_regex(pa.array(lines, pa.large_string()), pattern.regex).to_pylist()
         assert python == rust == re2, pattern.name
+
+
+def _messages() -> list[str]:
+    """Every sample line, and what is left of it once its launcher prefixes and envelope are read (the text
+    message patterns run on)."""
+    from nccl_logsift.io.lines import LineChunk
+    from nccl_logsift.parse.lineparser import LineParser
+
+    lines = [s.line for g in GRAMMARS.grammars for s in g.samples]
+    chunk = LineChunk(
+        0,
+        pl.Series(range(1, len(lines) + 1), dtype=pl.UInt32),
+        pl.Series([0] * len(lines), dtype=pl.UInt64),
+        pl.Series(lines, dtype=pl.String),
+    )
+    _, frame = LineParser(GRAMMARS).parse_frame(chunk)
+    left = frame.select(pl.coalesce("msg", "rest")).to_series().drop_nulls().to_list()
+    return sorted({*lines, *left})
+
+
+MESSAGES = _messages()
+
+
+@pytest.mark.parametrize("grammar", GRAMMARS.grammars, ids=[g.family for g in GRAMMARS.grammars])
+def test_python_and_polars_capture_the_same_groups(grammar):
+    """Small batches are matched in Python's ``re`` (LineParser._claim_small), large ones in polars: for
+    every pattern, over every sample, its message and the grammar's near misses, both find the same
+    groups, null where a group took no part."""
+    texts = [*MESSAGES, *grammar.near_misses]
+    for pattern in grammar.patterns:
+        names = group_names(pattern.regex)
+        search = python_regex(pattern.regex).search
+        python = [
+            None if (m := search(text)) is None else {name: m.group(name) for name in names} for text in texts
+        ]
+        captured = pl.Series(texts, dtype=pl.String).str.extract_groups(f"(?P<__all>)(?:{pattern.regex})")
+        rust = [
+            None if row["__all"] is None else {name: row[name] for name in names}
+            for row in captured.to_list()
+        ]
+        assert python == rust, pattern.name
+        assert any(row is not None for row in python), f"{pattern.name} matches no sample"
+
+
+def test_python_reads_dollar_as_the_end_of_the_text_as_polars_does():
+    """Python's "$" also matches before a final newline; polars' and RE2's do not."""
+    assert python_regex(r"^(?P<a>x)$").search("x\n") is None
+    assert not pl.Series(["x\n"]).str.contains(r"^(?P<a>x)$")[0]
+    assert python_regex(r"^x[$]$").search("x$")

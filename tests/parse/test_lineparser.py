@@ -172,10 +172,11 @@ SIDE_BY_SIDE_LOGS = ["collective_mismatch_4ranks.log", "ib_error_4ranks.log", "c
 
 
 @pytest.mark.parametrize("log", SIDE_BY_SIDE_LOGS)
-def test_patterns_capturing_side_by_side_or_in_turn_claim_the_same_rows(log, monkeypatch):
-    """A grammar's patterns capture together over a small pool and one after the other over a large one
-    (LineParser._claim): either way each line goes to the first pattern that matches it, with the same
-    fields. Each log is parsed with every pool counted small, then with every pool counted large."""
+def test_patterns_matched_in_python_side_by_side_or_in_turn_claim_the_same_rows(log, monkeypatch):
+    """Over a small pool the messages are matched in Python, over a larger one a grammar's patterns capture
+    together in polars, and over a large one one after the other (LineParser._claim): each way each line
+    goes to the first pattern that matches it, with the same fields. Each log is parsed with every pool
+    counted small, then middling, then large."""
     from conftest import FIXTURES
 
     from nccl_logsift.parse import lineparser
@@ -188,12 +189,14 @@ def test_patterns_capturing_side_by_side_or_in_turn_claim_the_same_rows(log, mon
         pl.Series("text", texts),
     )
     results = []
-    for rows in (1 << 30, 0):
-        monkeypatch.setattr(lineparser, "_TOGETHER_ROWS", rows)
+    for small, together in ((1 << 30, 1 << 30), (0, 1 << 30), (0, 0)):
+        monkeypatch.setattr(lineparser, "_SMALL_ROWS", small)
+        monkeypatch.setattr(lineparser, "_TOGETHER_ROWS", together)
         parser = LineParser(load_grammars())
         results.append((parser.parse(chunk), parser.state))
-    (together, state), (in_turn, state_in_turn) = results
-    assert together["lines"]["family"].is_not_null().sum() > len(texts) // 2
-    for name, table in together.items():
-        assert table.equals(in_turn[name]), name
-    assert state == state_in_turn
+    (python, state), *others = results
+    assert python["lines"]["family"].is_not_null().sum() > len(texts) // 2
+    for tables, other_state in others:
+        for name, table in python.items():
+            assert table.equals(tables[name]), name
+        assert state == other_state
