@@ -269,65 +269,104 @@ class _Prefixes:
         return lazy.collect()
 
 
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """What a parser builds from its grammars, once per process for each grammar set (and ``keep_text``):
+    the tables' schemas and empty tables, the launcher and envelope steps, each message grammar's anchors,
+    the plain-line test and each message pattern's capture step (built when a batch first has its
+    anchor). An analysis builds a parser per job: these took ~40 ms of a small job's ~300."""
+
+    schemas: TableSchemas
+    empty_tables: dict[str, pl.DataFrame]
+    launchers: _Prefixes
+    envelopes: _Prefixes
+    anchors: dict[str, list[str] | None]  # None when a pattern has none (every message is a candidate)
+    plain_test: tuple[pl.Expr, tuple[str, ...]] | None
+    extractions: dict[tuple[str, int], _Extraction]
+
+    @classmethod
+    def of(cls, grammars: GrammarSet, keep_text: bool) -> _Compiled:
+        key = (id(grammars), keep_text)
+        held = _COMPILED.get(key)
+        if held is not None and held[0] is grammars:
+            return held[1]
+        schemas = TableSchemas.from_grammars(grammars, keep_text)
+        # Every table with no rows (~0.3 ms each): a batch has rows for a few tables only.
+        empty_tables = {name: pl.DataFrame(schema=columns) for name, columns in schemas.tables.items()}
+        empty_tables["lines"] = pl.DataFrame(schema=schemas.lines)
+        anchors = {
+            g.family: sorted({p.anchor for p in g.patterns}) if all(p.anchor for p in g.patterns) else None
+            for g in grammars.layer(Layer.MESSAGE)
+        }
+        built = cls(
+            schemas,
+            empty_tables,
+            _Prefixes.of(grammars, Layer.LAUNCHER),
+            _Prefixes.of(grammars, Layer.ENVELOPE),
+            anchors,
+            _plain_test(grammars),
+            {},
+        )
+        if len(_COMPILED) >= _COMPILED_SETS:
+            _COMPILED.clear()
+        _COMPILED[key] = (grammars, built)  # the grammar set is held, so its id is not reused
+        return built
+
+
+# By (id of a grammar set, keep_text): the set and what was built from it (_Compiled.of).
+_COMPILED: dict[tuple[int, bool], tuple[GrammarSet, _Compiled]] = {}
+_COMPILED_SETS = 8
+
+
+def _plain_test(grammars: GrammarSet) -> tuple[pl.Expr, tuple[str, ...]] | None:
+    """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope) once
+    their launcher prefixes are stripped, tested on what is left (``rest``): no ANSI escape (stripped
+    first), none of the literals ``LineParser._split_glued`` looks for, and none of these regexes
+    matching: one for all launcher and envelope patterns where the rest starts, and one per text grammar
+    anywhere (whatever its anchor and level). None when the patterns cannot be joined into one regex.
+
+    The regexes run in RE2 (pyarrow), which compiles the joined patterns in ~1 ms: the Rust engine
+    polars uses took 16 ms, paid again in every batch (polars keeps 32 compiled regexes per thread).
+    The grammars are written so that both engines read them alike (grammar/dialect.py)."""
+    heads = [
+        _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
+        for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
+        for g in grammars.layer(layer)
+        for p in g.patterns
+    ]
+    # One regex per text grammar: all of them in one alternation outgrow the regex engine's DFA, which
+    # then falls back to a far slower engine.
+    texts = ["|".join(f"(?:{_ungrouped(p.regex)})" for p in g.patterns) for g in grammars.messages("text")]
+    if not heads or _GROUP_NAME.search("".join(heads + texts)):
+        return None
+    text = pl.col("rest")
+    unmarked = ~pl.any_horizontal(
+        text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
+    )
+    regexes = ("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")", *(t for t in texts if t))
+    try:
+        for rx in regexes:
+            pc.match_substring_regex(pa.array(["", "x"]), rx)
+    except pa.ArrowInvalid:
+        return None
+    return unmarked, regexes
+
+
 class LineParser:
     """Turns :class:`LineChunk` s into per-table DataFrames with stable schemas."""
 
     def __init__(self, grammars: GrammarSet, keep_text: bool = True):
         self.grammars = grammars
         self.keep_text = keep_text
-        self.schemas = TableSchemas.from_grammars(grammars, keep_text)
-        # Every table with no rows, built once (~0.3 ms each): a batch has rows for a few tables only.
-        self.empty_tables = {
-            name: pl.DataFrame(schema=columns) for name, columns in self.schemas.tables.items()
-        }
-        self.empty_tables["lines"] = pl.DataFrame(schema=self.schemas.lines)
         self.state = ParseState()
-        self._launchers = _Prefixes.of(grammars, Layer.LAUNCHER)
-        self._envelopes = _Prefixes.of(grammars, Layer.ENVELOPE)
-        # Each message grammar's anchors, or None when a pattern has none (every message is a candidate).
-        self._anchors: dict[str, list[str] | None] = {
-            g.family: sorted({p.anchor for p in g.patterns}) if all(p.anchor for p in g.patterns) else None
-            for g in grammars.layer(Layer.MESSAGE)
-        }
-        # Each message pattern's capture step, built when a batch first has its anchor.
-        self._extractions: dict[tuple[str, int], _Extraction] = {}
         self._glued_ok = True
-        self._plain_test = self._plain()
-
-    def _plain(self) -> tuple[pl.Expr, tuple[str, ...]] | None:
-        """True for the lines the parser would find plain (family ``text`` or ``blank``, no envelope) once
-        their launcher prefixes are stripped, tested on what is left (``rest``): no ANSI escape (stripped
-        first), none of the literals ``_split_glued`` looks for, and none of these regexes matching: one
-        for all launcher and envelope patterns where the rest starts, and one per text grammar anywhere
-        (whatever its anchor and level). None when the patterns cannot be joined into one regex.
-
-        The regexes run in RE2 (pyarrow), which compiles the joined patterns in ~1 ms: the Rust engine
-        polars uses took 16 ms, paid again in every batch (polars keeps 32 compiled regexes per thread).
-        The grammars are written so that both engines read them alike (grammar/dialect.py)."""
-        heads = [
-            _ungrouped(p.regex[1:] if p.regex.startswith("^") else p.regex)
-            for layer in (Layer.LAUNCHER, Layer.ENVELOPE)
-            for g in self.grammars.layer(layer)
-            for p in g.patterns
-        ]
-        # One regex per text grammar: all of them in one alternation outgrow the regex engine's DFA, which
-        # then falls back to a far slower engine.
-        texts = [
-            "|".join(f"(?:{_ungrouped(p.regex)})" for p in g.patterns) for g in self.grammars.messages("text")
-        ]
-        if not heads or _GROUP_NAME.search("".join(heads + texts)):
-            return None
-        text = pl.col("rest")
-        unmarked = ~pl.any_horizontal(
-            text.str.contains(literal, literal=True) for literal in ("\x1b", " NCCL ", "]:[", ".cpp:")
-        )
-        regexes = ("^(?:" + "|".join(f"(?:{h})" for h in heads) + ")", *(t for t in texts if t))
-        try:
-            for rx in regexes:
-                pc.match_substring_regex(pa.array(["", "x"]), rx)
-        except pa.ArrowInvalid:
-            return None
-        return unmarked, regexes
+        built = _Compiled.of(grammars, keep_text)
+        self.schemas = built.schemas
+        self.empty_tables = built.empty_tables
+        self._launchers, self._envelopes = built.launchers, built.envelopes
+        self._anchors = built.anchors
+        self._extractions = built.extractions
+        self._plain_test = built.plain_test
 
     def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
         """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have

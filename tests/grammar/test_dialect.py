@@ -53,7 +53,7 @@ GRAMMARS = load_grammars()
 def test_the_three_engines_match_the_same_sample_lines(grammar):
     """Each pattern of a grammar, over its samples and near misses and the other grammars' samples: the
     lines each engine finds a match in are the same (the parser tests lines in RE2 before polars runs the
-    patterns: lineparser.LineParser._plain)."""
+    patterns: lineparser._plain_test)."""
     lines = [s.line for g in GRAMMARS.grammars for s in g.samples] + list(grammar.near_misses)
     assert not any(class_escapes(p.regex) for p in grammar.patterns)
     for pattern in grammar.patterns:

@@ -200,3 +200,24 @@ def test_patterns_matched_in_python_side_by_side_or_in_turn_claim_the_same_rows(
         for name, table in python.items():
             assert table.equals(tables[name]), name
         assert state == other_state
+
+
+def test_parsers_of_one_grammar_set_share_what_is_built_from_it():
+    """What a parser builds from its grammars (schemas, steps, capture steps) is built once per process for
+    each grammar set and keep_text; a parser of another set, or keeping no text, builds its own."""
+    grammars = load_grammars()
+    first, second = LineParser(grammars), LineParser(grammars)
+    assert first.schemas is second.schemas and first._extractions is second._extractions
+    assert LineParser(grammars, keep_text=False).schemas is not first.schemas
+    tuning = next(g for g in grammars.grammars if g.family == "tuning")
+    other = LineParser(GrammarSet(tuple(g for g in grammars.grammars if g is not tuning)))
+    assert other._extractions is not first._extractions
+    line = tuning.samples[0].line
+    chunk = LineChunk(
+        0,
+        pl.Series("line_no", [1], dtype=pl.UInt32),
+        pl.Series("byte_offset", [0], dtype=pl.UInt64),
+        pl.Series("text", [line]),
+    )
+    assert first.parse(chunk)["lines"]["family"].to_list() == ["tuning"]
+    assert other.parse(chunk)["lines"]["family"].to_list() != ["tuning"]
