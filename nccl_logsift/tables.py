@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 # Tables whose rows belong to a process get its global rank; rows of the comms table get their comm_uid.
 RANKED_BY_PROCESS = "global_rank"
 RANK_SLICE_ROWS = 1 << 16  # rows of a table whose ranks are looked up at once
+COMPACT_ROWS = 1 << 12  # rows from which a frame's all-null columns are made null literals (compact)
 
 # The envelope and launcher columns every message table starts with (parse/schema.py).
 _KEYS = (
@@ -537,8 +538,10 @@ def _looked_up(frame: pl.DataFrame, on: list[str], ranks: pl.DataFrame) -> pl.Se
 
 
 def compact(frame: pl.DataFrame) -> pl.DataFrame:
-    """The frame with every column that is null on all rows replaced by a null literal (no memory)."""
-    if frame.is_empty():
+    """The frame with every column that is null on all rows replaced by a null literal (no memory). A frame
+    of fewer than COMPACT_ROWS rows is kept as it is: its null columns hold little, and a small job's
+    analysis spent ~30 ms of ~300 replacing them."""
+    if frame.height < COMPACT_ROWS:
         return frame
     nulls = frame.null_count().row(0)
     empty = [

@@ -14,7 +14,15 @@ from conftest import FIXTURES
 from nccl_logsift.grammar import load_grammars
 from nccl_logsift.parse.schema import TableSchemas
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream, parse_paths
-from nccl_logsift.tables import DIAGNOSIS_COLUMNS, MemorySink, ParquetSink, RankMaps, compact, with_ranks
+from nccl_logsift.tables import (
+    COMPACT_ROWS,
+    DIAGNOSIS_COLUMNS,
+    MemorySink,
+    ParquetSink,
+    RankMaps,
+    compact,
+    with_ranks,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nccl_logsift"
 # The code that reads the tables of a Job: every string it contains may name a column. The digest reads
@@ -116,6 +124,8 @@ def test_compact_keeps_values_and_a_null_column_takes_no_memory():
         compacted.estimated_size() < frame.estimated_size() * 0.6
     )  # before equals(), which fills the column
     assert compacted.equals(frame) and compacted.schema == frame.schema
+    small = frame.head(COMPACT_ROWS - 1)
+    assert compact(small) is small  # too few rows to be worth replacing a column
 
 
 def test_with_ranks_adds_the_process_rank_in_row_order_and_the_line_rank_from_labels():
