@@ -1,6 +1,6 @@
-r"""The regex dialect of grammar files: what Python ``regex`` and ``re``, polars (Rust ``regex``) and RE2
-(pyarrow's compute functions) all accept, and read alike. The parser runs a pattern in polars over a large
-batch, in ``re`` over a small one (parse/lineparser.py ``LineParser._claim_small``).
+r"""The regex dialect of grammar files: what Python ``regex``, polars (Rust ``regex``) and RE2 (pyarrow's
+compute functions) all accept, and read alike. The parser runs a pattern in polars over a large batch, in
+Python's ``regex`` over a small one (parse/lineparser.py ``LineParser._claim_small``).
 
 Polars runs the patterns in the hot path, and it rejects look-around and back-references
 (rust-lang/regex#618); Python rejects ``(?<name>...)``. Patterns are checked against all three here.
@@ -12,8 +12,6 @@ pays again in every batch (it keeps 32 compiled patterns per thread, and the gra
 """
 
 from __future__ import annotations
-
-import re
 
 import polars as pl
 import pyarrow as pa
@@ -38,10 +36,6 @@ def dialect_problems(pattern: str) -> list[str]:
         regex.compile(pattern)
     except regex.error as exc:
         problems.append(f"does not compile in Python: {exc}")
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        problems.append(f"does not compile in Python's re: {exc}")
     try:
         pl.Series([""]).str.contains(pattern)
     except pl.exceptions.PolarsError as exc:

@@ -10,7 +10,7 @@ Frequent families run first (grammar ``priority``), so the pool is small by the 
 at it. A batch's cost is mostly the number of polars queries it runs (~0.1-0.5 ms each however few its
 rows) and the regexes polars compiles again in every batch (it keeps 32 per thread): see
 ``LineParser._claim``. A small pool (the init lines of one per-rank file, a live batch, a small job's log)
-is matched in Python's ``re`` instead, with patterns compiled once per process, and only the casts of
+is matched in Python's ``regex`` instead, with patterns compiled once per process, and only the casts of
 the fields it captured run in polars (``LineParser._claim_small``).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -67,6 +68,13 @@ UNPARSED = pl.col("producer").is_not_null() & pl.col("family").is_null() & ~pl.c
 _ASSIGNED = {"row": pl.UInt32, "family": pl.String, "pattern": pl.String, "__unfit": pl.UInt32}
 # The most rows the patterns of a message grammar capture over side by side (LineParser._claim).
 _TOGETHER_ROWS = 2000
+# The longest message matched in Python (LineParser._claim_small): Python's engine backtracks, and a pattern
+# such as nccl_tests' "^(?:.*?(?P<test_host>[^\s:]+): )?Test NCCL failure ..." takes time quadratic in the
+# message's length (~2 ms a message at 1 KB, seconds at 1 MB); Rust's engine, which polars runs, is linear.
+# Below this, every pattern stays under ~0.2 ms a message on messages made to make it backtrack.
+_SMALL_BYTES = 256
+# The most time the searches of one LineParser._claim_small call take together before polars takes over.
+_SMALL_SECONDS = 0.5
 # The most rows whose messages are matched in Python, not in polars (LineParser._claim_small). Per call, on
 # the init lines of a 4096-rank job: 75 lines 45 against 68 ms, 7,400 distinct messages 107 against 116 ms,
 # 18,900 224 against 202 ms; on 40,000 leftover lines of mixed32 (1,700 distinct) 138 against 178 ms.
@@ -211,7 +219,7 @@ class _Extraction:
             .drop("__g")
         )
 
-    def matched(self, rows: pl.Series, matches: list[re.Match]) -> pl.LazyFrame:
+    def matched(self, rows: pl.Series, matches: list[regex.Match]) -> pl.LazyFrame:
         """The same for rows the pattern was matched on in Python (``LineParser._claim_small``): ``rows``
         and the match of each."""
         captures = {
@@ -675,10 +683,15 @@ class LineParser:
         it left (capturing a row again costs more there than a query). A batch used to spend ten eager
         queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
         twice. A pool of at most _SMALL_ROWS rows is matched in Python (:meth:`_claim_small`)."""
-        if pool.height <= _SMALL_ROWS:
-            return self._claim_small(pool, grammars)
-        present = self._present(pool, grammars)
         claimed: dict[str, list[pl.DataFrame]] = {}
+        if pool.height <= _SMALL_ROWS:
+            short = pl.col("msg").str.len_bytes() <= _SMALL_BYTES
+            small = self._claim_small(pool.filter(short), grammars)
+            if small is not None:  # else it ran out of time: polars takes the whole pool
+                claimed, pool = small, pool.filter(~short)
+            if pool.is_empty():
+                return claimed
+        present = self._present(pool, grammars)
         for grammar in grammars:
             candidates = [n for n in range(len(grammar.patterns)) if (grammar.family, n) in present]
             if not candidates or pool.is_empty():
@@ -716,17 +729,26 @@ class LineParser:
                 found.update(part.select(anchors).to_series().to_list())
         return {(f, n) for f, n, p in patterns if p.anchor in found and (not p.level or p.level in levels)}
 
-    def _claim_small(self, pool: pl.DataFrame, grammars: list[Grammar]) -> dict[str, list[pl.DataFrame]]:
-        """:meth:`_claim` over a pool of at most _SMALL_ROWS rows: each message goes through the patterns
-        in order in Python's regex engine, and only the casts of the fields run in polars, in one query
-        for all the patterns that claimed rows. A polars query costs ~0.2 ms however few its rows, and it
-        compiles its regexes again (it keeps 32 per thread, the grammars hold ~400): 75 init lines of a
-        per-rank file took ~50 ms of queries. Python's ``re`` reads the grammars' dialect as polars does
-        (grammar/dialect.py, tests/grammar/test_dialect.py compares their captures on every sample)."""
+    def _claim_small(
+        self, pool: pl.DataFrame, grammars: list[Grammar]
+    ) -> dict[str, list[pl.DataFrame]] | None:
+        """:meth:`_claim` over a pool of at most _SMALL_ROWS rows of at most _SMALL_BYTES each: each message
+        goes through the patterns in order in Python's ``regex``, and only the casts of the fields run in
+        polars, in one query for all the patterns that claimed rows. A polars query costs ~0.2 ms however
+        few its rows, and it compiles its regexes again (it keeps 32 per thread, the grammars hold ~400):
+        75 init lines of a per-rank file took ~50 ms of queries. Python's ``regex`` reads the grammars'
+        dialect as polars does (grammar/dialect.py; tests/grammar/test_dialect.py compares their captures on
+        every sample).
+
+        Python's engine backtracks: a pattern can take time quadratic (or worse) in a message's length,
+        where Rust's engine is linear. Messages are short (_SMALL_BYTES), and all the searches of a call
+        share _SMALL_SECONDS: past it (a grammar of the user's with a pattern that backtracks without end,
+        say), None says so, and polars takes the pool."""
         messages = pool.get_column("msg").to_list()
         levels = pool.get_column("level").to_list()
         left = range(len(messages))
-        found: dict[tuple[int, int], tuple[list[int], list[re.Match]]] = {}
+        found: dict[tuple[int, int], tuple[list[int], list[regex.Match]]] = {}
+        deadline = time.monotonic() + _SMALL_SECONDS
         for number, grammar in enumerate(grammars):
             tests = [
                 (n, p.anchor, p.level, python_regex(p.regex).search) for n, p in enumerate(grammar.patterns)
@@ -736,7 +758,10 @@ class LineParser:
                 message, level = messages[i], levels[i]
                 for n, anchor, at_level, search in tests:
                     if anchor in message and (not at_level or at_level == level):
-                        match = search(message)
+                        try:
+                            match = search(message, timeout=max(deadline - time.monotonic(), 1e-6))
+                        except TimeoutError:
+                            return None
                         if match is not None:
                             index, matches = found.setdefault((number, n), ([], []))
                             index.append(i)
@@ -843,10 +868,10 @@ class LineParser:
 
 
 @functools.cache
-def python_regex(pattern: str) -> re.Pattern:
-    """A grammar pattern compiled in Python's ``re``, once per process, read as polars reads it: "$" outside
-    a class is the end of the text (Python's "$" also matches before a final newline)."""
-    return re.compile(end_of_text(pattern))
+def python_regex(pattern: str) -> regex.Pattern:
+    """A grammar pattern compiled in Python's ``regex``, once per process, read as polars reads it: "$"
+    outside a class is the end of the text (Python's "$" also matches before a final newline)."""
+    return regex.compile(end_of_text(pattern))
 
 
 def _candidate(pattern: Pattern) -> pl.Expr:

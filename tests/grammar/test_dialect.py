@@ -1,6 +1,6 @@
 """The class escapes of the grammars are read as ASCII classes, so that every engine that runs a pattern
-(Python ``regex`` and ``re``, polars' Rust engine, RE2 in pyarrow) matches the same lines, and Python's
-``re`` and polars capture the same groups."""
+(Python ``regex``, polars' Rust engine, RE2 in pyarrow) matches the same lines, and Python's ``regex``
+and polars capture the same groups."""
 
 import polars as pl
 import pyarrow as pa
@@ -86,7 +86,7 @@ MESSAGES = _messages()
 
 @pytest.mark.parametrize("grammar", GRAMMARS.grammars, ids=[g.family for g in GRAMMARS.grammars])
 def test_python_and_polars_capture_the_same_groups(grammar):
-    """Small batches are matched in Python's ``re`` (LineParser._claim_small), large ones in polars: for
+    """Small batches are matched in Python's ``regex`` (LineParser._claim_small), large ones in polars: for
     every pattern, over every sample, its message and the grammar's near misses, both find the same
     groups, null where a group took no part."""
     texts = [*MESSAGES, *grammar.near_misses]

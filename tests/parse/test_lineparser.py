@@ -221,3 +221,48 @@ def test_parsers_of_one_grammar_set_share_what_is_built_from_it():
     )
     assert first.parse(chunk)["lines"]["family"].to_list() == ["tuning"]
     assert other.parse(chunk)["lines"]["family"].to_list() != ["tuning"]
+
+
+BACKTRACKS = """
+schema = "nccl-logsift/grammar/v1"
+family = "slow"
+layer = "message"
+source = "nccl"
+table = "slows"
+priority = 1
+
+[fields]
+tail = { kind = "str" }
+
+[[patterns]]
+name = "doubled"
+anchor = "Slow "
+regex = \'\'\'^Slow (?P<tail>(?:a|a)+)!$\'\'\'
+"""
+
+
+def test_a_pattern_that_backtracks_without_end_is_left_to_polars(tmp_path, monkeypatch):
+    """Python's engine backtracks: "(?:a|a)+" takes time doubling with every "a" of a message it does not
+    match (24 of them: ~1 s). The searches of a small pool share a time budget; past it polars, whose
+    engine is linear, parses the pool, and the tables are the same."""
+    from nccl_logsift.parse import lineparser
+
+    path = tmp_path / "slow.toml"
+    path.write_text(BACKTRACKS)
+    slow, problems = read_grammar(path)
+    assert not problems
+    shipped = load_grammars().grammars
+    parser = LineParser(GrammarSet(tuple(g for g in shipped if g.layer is not Layer.MESSAGE) + (slow,)))
+    outcomes = []
+    claim_small = LineParser._claim_small
+
+    def spied(self, pool, grammars):
+        outcomes.append(claim_small(self, pool, grammars))
+        return outcomes[-1]
+
+    monkeypatch.setattr(LineParser, "_claim_small", spied)
+    monkeypatch.setattr(lineparser, "_SMALL_SECONDS", 0.05)
+    messages = ["INFO Slow aaa!", "INFO Slow " + "a" * 40 + "?", "INFO Slow aa!"]
+    tables = parse(parser, messages)
+    assert outcomes == [None]  # the budget ran out, and polars took the pool
+    assert tables["slows"].select("line_no", "tail").rows() == [(1, "aaa"), (3, "aa")]
