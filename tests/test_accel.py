@@ -8,6 +8,7 @@ import ast
 import copy
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,9 @@ SPLIT_CASES = [
     b"torn \xef\xbf\xbd\nall \xef\xbf\xbd\xef\xbf\xbd \n\xbf\xbd\n\xef\xbf\xbd",
     b"x" * 31 + b"\n" + b"y" * 40 + b"\n\xc3\xa9t\xc3\xa9 " * 3,
     b"".join(b"line %d  \n" % i for i in range(3000)) + b"\xff" * 50,
+    # Newlines and bytes above 127 at every place of the 32-byte steps (two 16-byte halves on x86-64).
+    bytes(random.Random(5).choice(b"ab\n\xc3\xa9 \r\x00\n") for _ in range(5000)),
+    b"a" * 17 + b"\x80" + b"\n" * 46,
 ]
 
 
