@@ -19,14 +19,14 @@ pytestmark = pytest.mark.skipif(_kernels is None, reason="the compiled loops are
 
 
 def test_the_extension_is_built_from_the_current_sources():
-    """In a checkout, a changed loop needs ``python setup.py build_ext --inplace``; the suite would otherwise
-    test the loops as they were."""
+    """In a checkout, a changed loop needs a rebuild (``pip install -e . --no-deps``); the suite would
+    otherwise test the loops as they were."""
     built = Path(_kernels.__file__)
     sources = built.parent / "csrc"
     if not sources.is_dir():
         pytest.skip("an installed package, without its C sources")
     stale = [path.name for path in sources.iterdir() if path.stat().st_mtime > built.stat().st_mtime]
-    assert not stale, f"rebuild the loops (python setup.py build_ext --inplace): {stale} changed since"
+    assert not stale, f"rebuild the loops (python -m pip install -e . --no-deps): {stale} changed since"
 
 
 def test_an_array_of_the_wrong_type_or_layout_is_refused_by_name():
