@@ -682,7 +682,12 @@ class LineParser:
         pattern's capture; over a larger pool, one after the other, each over the rows the patterns before
         it left (capturing a row again costs more there than a query). A batch used to spend ten eager
         queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
-        twice. A pool of at most _SMALL_ROWS rows is matched in Python (:meth:`_claim_small`)."""
+        twice.
+
+        In a pool of at most _SMALL_ROWS rows, the messages of at most _SMALL_BYTES are matched in Python
+        (:meth:`_claim_small`) and the longer ones in polars; all of them in polars when the Python
+        searches run out of time. Each row's claim depends on its message and level alone, so the two
+        halves give what the whole would."""
         claimed: dict[str, list[pl.DataFrame]] = {}
         if pool.height <= _SMALL_ROWS:
             short = pl.col("msg").str.len_bytes() <= _SMALL_BYTES
