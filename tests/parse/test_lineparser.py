@@ -266,3 +266,18 @@ def test_a_pattern_that_backtracks_without_end_is_left_to_polars(tmp_path, monke
     tables = parse(parser, messages)
     assert outcomes == [None]  # the budget ran out, and polars took the pool
     assert tables["slows"].select("line_no", "tail").rows() == [(1, "aaa"), (3, "aa")]
+
+
+def test_a_small_pool_with_long_messages_is_split_between_python_and_polars(parser, monkeypatch):
+    """In a small pool the short messages are matched in Python and those longer than _SMALL_BYTES in
+    polars: together they claim what polars alone claims."""
+    from nccl_logsift.parse import lineparser
+
+    long_word = "w" * (lineparser._SMALL_BYTES + 10)
+    messages = ["INFO Probe 7", f"INFO Probe {long_word}", "INFO Probe seven", f"INFO Probe 7{long_word}"]
+    split = parse(parser, messages)
+    monkeypatch.setattr(lineparser, "_SMALL_ROWS", 0)
+    polars_only = parse(parser, messages)
+    assert split["probes"].select("line_no", "pattern").rows() == [(1, "number"), (2, "word"), (3, "word")]
+    for name, table in split.items():
+        assert table.equals(polars_only[name]), name
