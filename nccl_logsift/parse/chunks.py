@@ -79,7 +79,6 @@ class ChunkParser:
         self.repeats = repeats  # an analysis's: repeats of lines already parsed are counted, not parsed
         self.every_line = every_line
         self.ops = ops or Names()
-        self._prefixes = _ParsedPrefixes(parser)  # shared by the scanning threads
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
@@ -116,7 +115,7 @@ class ChunkParser:
         return self._scanner.scan(chunk)
 
     def _new_scanner(self) -> _Scanner:
-        return _Scanner(self._prefixes, self.every_line, self.ops, keys=self.repeats is not None)
+        return _Scanner(self.parser, self.every_line, self.ops, keys=self.repeats is not None)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
         """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
@@ -331,44 +330,13 @@ class ChunkParser:
         self._fast, self._fast_rows = [], 0
 
 
-class _ParsedPrefixes:
-    """What the general parser made of each line prefix the scanning threads met, so that they parse each
-    once between them: a directory of per-rank files brings a new prefix with every file, which each thread
-    met, and a call of ``LineParser.parse_prefixes`` costs a few ms however few its prefixes. Its rows
-    depend on the prefix alone (``learn=False``). Emptied past ``MAX_PREFIXES``, as a scanner's prefix
-    table is (a launcher's timestamp makes every line's prefix new)."""
-
-    MAX_PREFIXES = 1 << 16
-
-    def __init__(self, parser: LineParser):
-        self._parser = parser
-        self._lock = threading.Lock()
-        self._row: dict[str, int] = {}  # prefix → its row in the parsed frames, all in one
-        self._parsed: list[pl.DataFrame] = []
-
-    def parse(self, prefixes: list[str]) -> pl.DataFrame:
-        with self._lock:
-            if len(self._row) + len(prefixes) > self.MAX_PREFIXES:
-                self._row, self._parsed = {}, []
-            new = [prefix for prefix in prefixes if prefix not in self._row]
-            if new:
-                parsed = self._parser.parse_prefixes(new, learn=False)
-                self._row.update(zip(new, range(len(self._row), len(self._row) + len(new))))
-                self._parsed.append(parsed)
-                if len(new) == len(prefixes):
-                    return parsed
-            if len(self._parsed) > 1:
-                self._parsed = [pl.concat(self._parsed)]
-            return self._parsed[0][[self._row[prefix] for prefix in prefixes]]
-
-
 class _Scanner:
     """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
     ``keys``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
     already, parse/repeats.py), here where the bytes are, before any of them becomes a string."""
 
-    def __init__(self, prefixes: _ParsedPrefixes, every_line: bool, ops: Names, keys: bool = False):
-        self._prefixes = prefixes
+    def __init__(self, parser: LineParser, every_line: bool, ops: Names, keys: bool = False):
+        self._parser = parser  # its heads are read once between the scanning threads
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
         self.keys = keys
         self._learned: list[str] = []
@@ -390,7 +358,7 @@ class _Scanner:
         return Scanned(chunk, found, rest, keys, hosts, cut)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
-        parsed = self._prefixes.parse(prefixes)
+        parsed = self._parser.parse_prefixes(prefixes, learn=False)
         self._learned += hosts_of(parsed)
         return parsed
 

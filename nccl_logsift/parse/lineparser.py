@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -81,6 +83,11 @@ _SMALL_SECONDS = 0.5
 _SMALL_ROWS = 5000
 # The most bytes of messages searched for anchors at once (LineParser._present).
 _PRESENT_BYTES = 8 << 20
+# What ends the head of an NCCL INFO line (LineParser._apart_by_head): its envelope, the level and one space.
+_INFO = " NCCL INFO "
+# The most distinct heads a parser keeps what the launcher and envelope steps made of (_Heads): a launcher's
+# timestamp makes every line's head new.
+_MAX_HEADS = 1 << 16
 # A named group: the patterns joined into one regex have their groups made plain (names repeat across them).
 _GROUP_NAME = re.compile(r"\(\?P?<(?![=!])\w+>|\(\?P=")
 
@@ -291,6 +298,9 @@ class _Compiled:
     anchors: dict[str, list[str] | None]  # None when a pattern has none (every message is a candidate)
     plain_test: tuple[pl.Expr, tuple[str, ...]] | None
     extractions: dict[tuple[str, int], _Extraction]
+    # The launcher and envelope fields, the producer and the counts of values out of range, as a frame has
+    # them before any pattern has set one (~20 µs an expression to build, ~50 of them a step).
+    prefix_defaults: dict[str, pl.Expr]
 
     @classmethod
     def of(cls, grammars: GrammarSet, keep_text: bool) -> _Compiled:
@@ -314,6 +324,14 @@ class _Compiled:
             anchors,
             _plain_test(grammars),
             {},
+            {
+                **{
+                    name: pl.lit(None, dtype=dtype).alias(name)
+                    for name, dtype in schemas.prefix_columns.items()
+                },
+                "producer": pl.lit(None, dtype=pl.String).alias("producer"),
+                **{name: pl.lit(0, pl.UInt32).alias(name) for name in _UNFIT.values()},
+            },
         )
         if len(_COMPILED) >= _COMPILED_SETS:
             _COMPILED.clear()
@@ -360,6 +378,34 @@ def _plain_test(grammars: GrammarSet) -> tuple[pl.Expr, tuple[str, ...]] | None:
     return unmarked, regexes
 
 
+class _Heads:
+    """What the launcher and envelope steps make of each distinct line head a parser met (``__head``, and
+    the columns of ``LineParser._read_heads``), kept across batches and shared by the threads that ask:
+    a thread's lines share their head, the COLL fast path's scanning threads meet the same new heads (a
+    directory of per-rank files brings new ones with every file), and reading heads costs a few ms however
+    few they are. Emptied past _MAX_HEADS heads (a launcher's timestamp makes every line's head new)."""
+
+    def __init__(self, read: Callable[[pl.Series], pl.DataFrame]):
+        self._read = read
+        self._lock = threading.Lock()
+        self._known: pl.DataFrame | None = None
+
+    def of(self, heads: pl.Series) -> pl.DataFrame:
+        """A frame with a row for each of ``heads`` (distinct), and perhaps for other heads."""
+        with self._lock:
+            known = self._known
+            if known is not None:
+                heads = heads.filter(~heads.is_in(known.get_column("__head").implode()))
+                if heads.is_empty():
+                    return known
+            read = self._read(heads)
+            if known is None or known.height + read.height > _MAX_HEADS:
+                self._known = read
+            else:
+                self._known = pl.concat([known, read], rechunk=False)
+            return self._known
+
+
 class LineParser:
     """Turns :class:`LineChunk` s into per-table DataFrames with stable schemas."""
 
@@ -375,6 +421,8 @@ class LineParser:
         self._anchors = built.anchors
         self._extractions = built.extractions
         self._plain_test = built.plain_test
+        self._heads = _Heads(self._read_heads)
+        self._prefix_defaults = built.prefix_defaults
 
     def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
         """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have
@@ -431,22 +479,25 @@ class LineParser:
             .then(pl.col("text").str.replace_all(_ANSI, ""))
             .otherwise(pl.col("text"))
         )
-        plain = None
+        frame, headed = self._apart_by_head(frame)
         frame = self._strip_launchers(frame)
         apart = self._plain_rows(frame) if plain_apart else None
+        plain = None
         if apart is not None and apart.any():
+            plain, frame = frame.filter(apart), frame.filter(~apart)
+        frame = self._match_envelopes(frame)
+        if headed is not None:
+            frame = pl.concat([frame, headed.select(frame.columns).cast(frame.schema)]).sort("row")
+        if plain is not None:
             # Rows numbered again: the glued pieces are numbered from the frame's height on.
-            row = pl.int_range(pl.len(), dtype=pl.UInt32).alias("row")
-            plain, frame = frame.filter(apart), frame.filter(~apart).with_columns(row)
+            frame = frame.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
         if frame.height or plain is None:
-            frame = self._match_envelopes(frame)
             frame = self._split_glued(frame)
             tables, assigned = self._dispatch_messages(frame)
             lines = self._lines_table(frame, assigned)
         else:  # every line plain
             tables = {name: self.empty_tables[name] for name in self.schemas.tables}
             assigned = pl.DataFrame(schema=_ASSIGNED)
-            frame = self._match_envelopes(frame)
             lines = self.empty_tables["lines"]
         if plain is not None:
             family = (
@@ -470,36 +521,87 @@ class LineParser:
 
     # ------------------------------------------------------------------ prefixes
     def parse_prefixes(self, prefixes: list[str], learn: bool = True) -> pl.DataFrame:
-        """Launcher and envelope fields of line heads that stop right before `` NCCL INFO ``.
+        """Launcher and envelope fields of line heads that stop right before `` NCCL INFO ``, in their order.
 
         The fast paths cut a line there and ask once per distinct head. ``producer`` is "nccl" only when
         the head is exactly one INFO envelope with nothing left over; otherwise it is null and the line
-        goes to :meth:`parse`.
+        goes to :meth:`parse`. Each head is read once per parser (:class:`_Heads`); ``learn`` adds the
+        hosts of the clean ones to what the parser knows.
         """
-        frame = pl.DataFrame({"prefix": pl.Series(prefixes, dtype=pl.String)}).with_columns(
-            rest=pl.col("prefix") + " NCCL INFO"
-        )
-        frame = self._match_envelopes(self._strip_launchers(frame))
-        # A head with a number too large for its column goes to the general parser, which counts it per line.
-        fits = pl.sum_horizontal(list(_UNFIT.values())) == 0
-        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "") & fits
-        columns = [c for c in self.schemas.prefix_columns if c in frame.columns]
-        parsed = frame.select("prefix", pl.when(clean).then(pl.lit("nccl")).alias("producer"), *columns)
+        asked = pl.DataFrame({"__head": prefixes}, schema={"__head": pl.String})
+        known = self._heads.of(asked.get_column("__head").unique())
+        frame = asked.join(known, on="__head", how="left", maintain_order="left")
+        producer = pl.when(pl.col("__clean")).then(pl.lit("nccl")).alias("producer")
+        parsed = frame.select(pl.col("__head").alias("prefix"), producer, *self.schemas.prefix_columns)
         if learn:
             self.state.known_hosts.update(hosts_of(parsed))
         return parsed
 
-    def _with_prefix_columns(self, frame: pl.DataFrame) -> pl.DataFrame:
-        missing = {k: v for k, v in self.schemas.prefix_columns.items() if k not in frame.columns}
-        missing["producer"] = pl.String()
-        return frame.with_columns(
-            [
-                pl.lit(None, dtype=dtype).alias(name)
-                for name, dtype in missing.items()
-                if name not in frame.columns
-            ]
-            + [pl.lit(0, pl.UInt32).alias(name) for name in _UNFIT.values() if name not in frame.columns]
+    def _read_heads(self, heads: pl.Series) -> pl.DataFrame:
+        """What the launcher and envelope steps make of line heads that stop right before `` NCCL INFO ``
+        (``__head``): the launcher and envelope fields, whether the head is exactly one INFO envelope with
+        nothing left over and no number too large for its column (``__clean``), and how many characters
+        of it the launcher prefixes take (``__start``: the line's ``rest`` starts there)."""
+        frame = pl.DataFrame({"__head": heads}).with_columns(rest=pl.col("__head") + _INFO.rstrip())
+        frame = self._match_envelopes(self._strip_launchers(frame))
+        fits = pl.sum_horizontal(list(_UNFIT.values())) == 0
+        clean = (pl.col("producer") == "nccl") & (pl.col("level") == "INFO") & (pl.col("msg") == "") & fits
+        start = pl.col("__head").str.len_chars() + len(_INFO.rstrip()) - pl.col("rest").str.len_chars()
+        return frame.select(
+            "__head",
+            clean.fill_null(False).alias("__clean"),
+            start.cast(pl.UInt32).alias("__start"),
+            (pl.col("__head").str.len_chars() + len(_INFO)).cast(pl.UInt32).alias("__msg"),
+            *self.schemas.prefix_columns,
         )
+
+    def _apart_by_head(self, frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+        """``frame`` without the NCCL INFO lines whose launcher prefixes and envelope are read from their
+        head (the text before the first `` NCCL INFO ``), and those lines, enveloped as the launcher and
+        envelope steps would have: each distinct head is read once (:class:`_Heads`), and its rows take
+        its fields, ``rest`` from where its launcher prefixes end and ``msg`` from after `` NCCL INFO ``.
+        None when there are none.
+
+        A head is taken only when it is exactly one INFO envelope, with nothing left over and every number
+        fitting its column, as the COLL fast path takes it (``parse_prefixes``); a line with an ANSI escape
+        is left to the steps. On the whole line the envelope matches what it matched on the head: it ends
+        at ``NCCL LEVEL`` and a space (or the end), and no part of it before that can hold ``" NCCL INFO "``
+        (a function name in parentheses could, but then the head alone does not match, and the line is
+        left to the steps). A test parses logs with this step and without it and expects the same tables.
+        """
+        text = pl.col("text")
+        marked = text.str.contains(_INFO, literal=True) & ~text.str.contains("\x1b", literal=True)
+        head = text.str.split_exact(_INFO, 1).struct.field("field_0")
+        keyed = frame.select(pl.when(marked).then(head).alias("__head"))
+        heads = keyed.get_column("__head").drop_nulls().unique()
+        if heads.is_empty():
+            return frame, None
+        known = self._heads.of(heads)
+        # Rows find their head's row of ``known`` by a join on the head alone: the fields follow by position.
+        clean = known.select("__head", pl.int_range(pl.len(), dtype=pl.UInt32).alias("__id")).filter(
+            known.get_column("__clean")
+        )
+        at = keyed.join(clean, on="__head", how="left", maintain_order="left").get_column("__id")
+        taken = at.is_not_null()
+        if not taken.any():
+            return frame, None
+        fields = known.drop("__head", "__clean")[at.filter(taken)]
+        headed = (
+            frame.filter(taken)
+            .drop("rest")
+            .hstack(fields)
+            .with_columns(
+                rest=text.str.slice(pl.col("__start")),
+                msg=text.str.slice(pl.col("__msg")),
+                producer=pl.lit("nccl"),
+                **{name: pl.lit(0, pl.UInt32) for name in _UNFIT.values()},
+            )
+        )
+        return frame.filter(~taken), headed
+
+    def _with_prefix_columns(self, frame: pl.DataFrame) -> pl.DataFrame:
+        present = set(frame.columns)
+        return frame.with_columns(e for name, e in self._prefix_defaults.items() if name not in present)
 
     def _strip_launchers(self, frame: pl.DataFrame) -> pl.DataFrame:
         fresh = pl.lit(0, pl.UInt32).alias(_UNFIT[Layer.LAUNCHER])  # the prefixes are stripped from scratch

@@ -281,3 +281,72 @@ def test_a_small_pool_with_long_messages_is_split_between_python_and_polars(pars
     assert split["probes"].select("line_no", "pattern").rows() == [(1, "number"), (2, "word"), (3, "word")]
     for name, table in split.items():
         assert table.equals(polars_only[name]), name
+
+
+HEADED = [
+    "gpu-node-1:12:12 [0] NCCL INFO Using network IB",
+    "gpu-node-1:12:13 [0] NCCL INFO Channel 00/02 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    # The same head again, and heads behind launcher prefixes (srun -l, torchrun, a container's stamp).
+    "gpu-node-1:12:12 [0] NCCL INFO comm 0x55d2e4b1a6c0 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0",
+    " 3: gpu-node-2:40:40 [3] NCCL INFO cudaDriverVersion 12040",
+    "[default1]:gpu-node-2:41:41 [1] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+    "2025-06-02T14:03:11.123Z stdout F gpu-node-2:42:42 [2] NCCL INFO NET/Plugin: No plugin found",
+    "[2025-06-02 14:03:11] gpu-node-3:7:7 [0] NCCL INFO Using network Socket",
+    "(Worker pid=77) gpu-node-1:12:12 [0] NCCL INFO Using network IB",
+    "node-9: gpu-node-1:12:12 [0] NCCL INFO Using network IB",  # pdsh
+    # Characters of more than one byte after the head (a head with one is not clean: no launcher or envelope
+    # pattern reads them).
+    "gpu-node-1:12:12 [0] NCCL INFO Setting affinity for GPU 0 to ffff → «all»",
+    # A second " NCCL INFO " inside the message, and a glued line of another process.
+    "gpu-node-1:12:12 [0] NCCL INFO quoted NCCL INFO inside",
+    "gpu-node-1:12:12 [0] NCCL INFO Using network IBgpu-node-3:7:7 [0] NCCL INFO Using network Socket",
+    " 3: gpu-node-2:40:40 [3] NCCL INFO Using network IBgpu-node-3:7:7 [0] NCCL INFO Using network Socket",
+]
+# Lines with " NCCL INFO " whose head is not one clean INFO envelope: left to the launcher and envelope steps.
+UNHEADED = [
+    "gpu-node-1:12:12 [0] misc/socket.cc:5 (f NCCL INFO g) NCCL WARN Net : Connection closed",
+    "gpu-node-1:12:12 [0] NCCL WARN message with NCCL INFO in it",
+    "[rank0]:[W1126 10:00:00.000 ProcessGroupNCCL.cpp:100] saw gpu-node-1:12:12 [0] NCCL INFO x",
+    "gpu-node-1:99999999999999999999:12 [0] NCCL INFO Using network IB",
+    "\x1b[32mgpu-node-1:12:12 [0] NCCL INFO Using network IB\x1b[0m",
+    "gpu-node-1:12:12 [0] NCCL INFO",
+    "step 3 gpu-node-1:12:12 [0] NCCL INFO Using network IB",
+    "nœud-1:5:5 [0] NCCL INFO Using network IB",
+    "(Wörker pid=77) gpu-node-1:12:12 [0] NCCL INFO Using network IB",
+]
+
+
+@pytest.mark.parametrize("max_heads", [1 << 16, 2])
+def test_nccl_info_lines_read_by_their_head_parse_as_the_launcher_and_envelope_steps_parse_them(
+    monkeypatch, max_heads
+):
+    """An NCCL INFO line whose head (before its first " NCCL INFO ") is one clean envelope takes the head's
+    fields, read once per distinct head (LineParser._apart_by_head): the tables and counts are those of
+    running every line through the launcher and envelope steps, heads whose parse is not clean left to them,
+    whether the parser keeps what it read of every head or forgets it past two heads."""
+    from nccl_logsift.parse import lineparser
+
+    monkeypatch.setattr(lineparser, "_MAX_HEADS", max_heads)
+    texts = HEADED + UNHEADED + ["step 10/100 | loss 2.5", ""] + HEADED
+    chunk = LineChunk(
+        0,
+        pl.Series("line_no", range(1, len(texts) + 1), dtype=pl.UInt32),
+        pl.Series("byte_offset", [100 * n for n in range(len(texts))], dtype=pl.UInt64),
+        pl.Series("text", texts),
+    )
+    headed, stepped = LineParser(load_grammars()), LineParser(load_grammars())
+    monkeypatch.setattr(stepped, "_apart_by_head", lambda frame: (frame, None))
+    rest = pl.col("text")
+    frame = pl.DataFrame({"row": pl.int_range(len(texts), dtype=pl.UInt32, eager=True), "text": texts})
+    _, taken = headed._apart_by_head(frame.with_columns(rest=rest))
+    assert taken["text"].to_list() == HEADED + HEADED
+    for _ in range(2):  # the heads read, then known
+        tables = headed.parse(chunk)
+        expected = stepped.parse(chunk)
+        for name, table in expected.items():
+            assert tables[name].equals(table), name
+        assert headed.state == stepped.state
+    lines = tables["lines"].filter(pl.col("text").str.starts_with("(Worker "))
+    assert lines["ray_actor"].to_list() == ["Worker"] * 2 and lines["host"].to_list() == ["gpu-node-1"] * 2
+    assert tables["lines"]["line_no"].unique().to_list() == list(range(1, len(texts) + 1))
+    assert tables["lines"].filter(pl.col("part") > 0).height >= 2  # the glued line, twice, in two pieces
