@@ -389,21 +389,22 @@ class _Heads:
         self._read = read
         self._lock = threading.Lock()
         self._known: pl.DataFrame | None = None
+        self._row: dict[str, int] = {}  # head → its row of _known
 
-    def of(self, heads: pl.Series) -> pl.DataFrame:
-        """A frame with a row for each of ``heads`` (distinct), and perhaps for other heads."""
+    def rows(self, heads: list[str]) -> pl.DataFrame:
+        """The rows of ``heads``, in their order."""
         with self._lock:
-            known = self._known
-            if known is not None:
-                heads = heads.filter(~heads.is_in(known.get_column("__head").implode()))
-                if heads.is_empty():
-                    return known
-            read = self._read(heads)
-            if known is None or known.height + read.height > _MAX_HEADS:
-                self._known = read
-            else:
-                self._known = pl.concat([known, read], rechunk=False)
-            return self._known
+            new = list(dict.fromkeys(head for head in heads if head not in self._row))
+            if new:
+                if len(self._row) + len(new) > _MAX_HEADS:  # forget them all, and read these again
+                    self._known, self._row = None, {}
+                    new = list(dict.fromkeys(heads))
+                read = self._read(pl.Series(new, dtype=pl.String))
+                self._known = read if self._known is None else pl.concat([self._known, read], rechunk=False)
+                self._row.update(zip(new, range(len(self._row), len(self._row) + len(new))))
+            assert self._known is not None
+            row = self._row
+            return self._known[[row[head] for head in heads]]
 
 
 class LineParser:
@@ -528,9 +529,7 @@ class LineParser:
         goes to :meth:`parse`. Each head is read once per parser (:class:`_Heads`); ``learn`` adds the
         hosts of the clean ones to what the parser knows.
         """
-        asked = pl.DataFrame({"__head": prefixes}, schema={"__head": pl.String})
-        known = self._heads.of(asked.get_column("__head").unique())
-        frame = asked.join(known, on="__head", how="left", maintain_order="left")
+        frame = self._heads.rows(prefixes)
         producer = pl.when(pl.col("__clean")).then(pl.lit("nccl")).alias("producer")
         parsed = frame.select(pl.col("__head").alias("prefix"), producer, *self.schemas.prefix_columns)
         if learn:
@@ -541,7 +540,8 @@ class LineParser:
         """What the launcher and envelope steps make of line heads that stop right before `` NCCL INFO ``
         (``__head``): the launcher and envelope fields, whether the head is exactly one INFO envelope with
         nothing left over and no number too large for its column (``__clean``), and how many characters
-        of it the launcher prefixes take (``__start``: the line's ``rest`` starts there)."""
+        of it the launcher prefixes take (``__start``: the line's ``rest`` starts there) and where the
+        message starts (``__msg``)."""
         frame = pl.DataFrame({"__head": heads}).with_columns(rest=pl.col("__head") + _INFO.rstrip())
         frame = self._match_envelopes(self._strip_launchers(frame))
         fits = pl.sum_horizontal(list(_UNFIT.values())) == 0
@@ -576,7 +576,7 @@ class LineParser:
         heads = keyed.get_column("__head").drop_nulls().unique()
         if heads.is_empty():
             return frame, None
-        known = self._heads.of(heads)
+        known = self._heads.rows(heads.to_list())
         # Rows find their head's row of ``known`` by a join on the head alone: the fields follow by position.
         clean = known.select("__head", pl.int_range(pl.len(), dtype=pl.UInt32).alias("__id")).filter(
             known.get_column("__clean")

@@ -350,3 +350,27 @@ def test_nccl_info_lines_read_by_their_head_parse_as_the_launcher_and_envelope_s
     assert lines["ray_actor"].to_list() == ["Worker"] * 2 and lines["host"].to_list() == ["gpu-node-1"] * 2
     assert tables["lines"]["line_no"].unique().to_list() == list(range(1, len(texts) + 1))
     assert tables["lines"].filter(pl.col("part") > 0).height >= 2  # the glued line, twice, in two pieces
+
+
+def test_the_heads_a_parser_read_are_kept_until_there_are_too_many(monkeypatch):
+    """Each head is read once (LineParser._read_heads); past _MAX_HEADS the parser forgets what it read
+    and reads the heads asked for again, and each call gets the rows of its heads in their order."""
+    from nccl_logsift.parse import lineparser
+
+    monkeypatch.setattr(lineparser, "_MAX_HEADS", 3)
+    read: list[list[str]] = []
+    read_heads = LineParser._read_heads
+
+    def counted(self: LineParser, heads: pl.Series) -> pl.DataFrame:
+        read.append(heads.to_list())
+        return read_heads(self, heads)
+
+    monkeypatch.setattr(LineParser, "_read_heads", counted)
+    parser = LineParser(load_grammars())
+    heads = [f"gpu-node-{n}:12:12 [0]" for n in range(5)]
+    asked = [heads[:2], heads[1:3], heads[:3], heads[2:5] + heads[2:3]]
+    for some in asked:
+        rows = parser.parse_prefixes(some)
+        assert rows["prefix"].to_list() == some
+        assert rows["host"].to_list() == [head.split(":")[0] for head in some]
+    assert read == [heads[:2], heads[2:3], heads[2:5]]
