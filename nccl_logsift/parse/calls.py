@@ -137,7 +137,7 @@ def instance_keys(process: np.ndarray, comm: np.ndarray) -> np.ndarray:
     return out
 
 
-_PINNED_SHARE = 8  # kept calls keep their chunk while their text is at least 1/8 of it (FastPiece.lines)
+_PINNED_SHARE = 2  # kept calls keep their chunk while their text is at least 1/2 of it (FastPiece.lines)
 
 
 class FastPiece:
