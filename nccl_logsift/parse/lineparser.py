@@ -1,7 +1,10 @@
 """Parse chunks of lines into tables: launcher prefixes → producer envelope → message family.
 
 Every step is a polars expression over the whole chunk; Python touches individual lines only for the
-rare glued lines (two envelopes in one physical line) that ``_split_glued`` cuts apart.
+rare glued lines (two envelopes in one physical line) that ``_split_glued`` cuts apart. The launcher and
+envelope steps run over distinct line heads where they can: an NCCL INFO line's head (launcher tags,
+host:pid:tid [dev]) repeats for every line of its thread, so each head is read once per parser and its
+lines take its fields (``LineParser._apart_by_head``), as the COLL fast path's lines do.
 
 Dispatch of message families shrinks a pool of distinct messages: grammar by grammar, each pattern whose
 literal anchor the batch has captures over the messages with that anchor (the capture also says whether it
@@ -567,7 +570,8 @@ class LineParser:
         is left to the steps. On the whole line the envelope matches what it matched on the head: it ends
         at ``NCCL LEVEL`` and a space (or the end), and no part of it before that can hold ``" NCCL INFO "``
         (a function name in parentheses could, but then the head alone does not match, and the line is
-        left to the steps). A test parses logs with this step and without it and expects the same tables.
+        left to the steps). tests/parse/test_lineparser.py parses lines made to differ (launcher stacks, glued
+        lines, heads that are not clean) with this step and without it and expects the same tables.
         """
         text = pl.col("text")
         marked = text.str.contains(_INFO, literal=True) & ~text.str.contains("\x1b", literal=True)
