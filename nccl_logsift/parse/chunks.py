@@ -82,6 +82,7 @@ class ChunkParser:
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
+        self._rest_copied = 0  # the first chunks of _rest whose text is copied out already (_copy_out_rest)
         self._keys: list[np.ndarray] = []  # the keys of the lines in _rest, when repeats are skipped
         self._source_id = 0
         self._fast_rows = 0
@@ -280,6 +281,7 @@ class ChunkParser:
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
+        self._rest_copied = 0
         return tables, calls
 
     def _parse_rest(self, rest: list[LineChunk], keys: list[np.ndarray]) -> dict[str, pl.DataFrame]:
@@ -315,10 +317,12 @@ class ChunkParser:
             return False
         if self._rest and not cut_alike(pl.concat([chunk.text for chunk in self._rest])):
             return False
-        self._held_rest += [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+        self._copy_out_rest()
+        self._held_rest += self._rest
         self._held_keys += self._keys
         self._held_fast += self._fast
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
+        self._rest_copied = 0
         self._rest_blocks = False
         return True
 
@@ -326,8 +330,18 @@ class ChunkParser:
         """The calls of ``pieces`` went out without this source's leftover lines, which keep waiting: their
         text is copied out of the chunks they were read in (a few lines held every 4 MB chunk)."""
         self.parser.account_fast(fastcoll.FAMILY, sum(len(piece) for piece in pieces))
-        self._rest = [replace(c, text=detached(c.text.to_frame()).to_series()) for c in self._rest]
+        self._copy_out_rest()
         self._fast, self._fast_rows = [], 0
+
+    def _copy_out_rest(self) -> None:
+        """Copy the text of the waiting leftover chunks out of the chunks they were read in, once each: a
+        training print every 50 calls left ~440 lines a chunk waiting through ~10 flushes of calls, and each
+        flush checked every chunk waiting again (``memory.detached``)."""
+        fresh = self._rest[self._rest_copied :]
+        self._rest[self._rest_copied :] = [
+            replace(c, text=detached(c.text.to_frame()).to_series()) for c in fresh
+        ]
+        self._rest_copied = len(self._rest)
 
 
 class _Scanner:

@@ -5,6 +5,8 @@ COLL line the fast path left) or that may be glued is parsed with the calls arou
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from nccl_logsift.parse import chunks
@@ -58,3 +60,20 @@ def test_calls_going_out_ahead_of_waiting_leftovers_change_no_finding(tmp_path, 
     assert tables.keys() == expected_tables.keys()
     for name, table in expected_tables.items():
         assert tables[name].equals(table, null_equal=True), name
+
+
+def test_a_waiting_leftover_chunk_has_its_text_copied_out_once(tmp_path, monkeypatch):
+    """Leftover lines that wait through several flushes of calls have their text copied out of the chunk
+    they were read in once, not again at every flush (here 50 chunks of leftovers were copied 506 times: the
+    cost grew with the square of how long lines wait)."""
+    from nccl_logsift.io.lines import RawChunk
+
+    path = tmp_path / "job.log"
+    write(replace(CASES["world"], scenario="healthy", size=4 * SIZE), str(path))
+    monkeypatch.setattr(chunks, "FAST_ROWS", 150)
+    copied, waiting = [], []
+    detached, lines = chunks.detached, RawChunk.lines
+    monkeypatch.setattr(chunks, "detached", lambda frame: copied.append(1) or detached(frame))
+    monkeypatch.setattr(RawChunk, "lines", lambda self, index=None: waiting.append(1) or lines(self, index))
+    diagnosis(path, ParseOptions(workers=1, chunk_bytes=1 << 14))
+    assert len(waiting) > 20 and len(copied) <= len(waiting)
