@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from nccl_logsift import accel
+from nccl_logsift.memory import detached
 
 if TYPE_CHECKING:
     from nccl_logsift.io.lines import ByteView, RawChunk
@@ -193,13 +194,11 @@ class FastPiece:
 
     def take(self, rows: np.ndarray) -> FastPiece:
         values = {name: column[rows] for name, column in self.values.items()}
-        piece = FastPiece(
-            self.source_id,
-            values,
-            self.fields,
-            self.ops,
-            None if self.text is None else self.text.gather(rows),
-        )
+        # Gathered text shares the buffers of the text it came from, whole: the digest's window takes a few
+        # rows of a piece at every trim, and kept the text of every row it had once held (mixed32 watched
+        # from standard input: 930-950 MB, now 680-690 MB).
+        text = None if self.text is None else detached(self.text.gather(rows).to_frame()).to_series()
+        piece = FastPiece(self.source_id, values, self.fields, self.ops, text)
         if self.lines is not None:
             piece.text, piece.lines = _taken_lines(self.lines, rows)
         return piece

@@ -127,3 +127,26 @@ def test_kept_text_keeps_a_chunk_only_while_enough_of_it_is_kept(tmp_path):
         copied = piece.take(rows)
         assert copied.lines is None and copied.text is not None and copied.text.to_list() == want(rows)
     assert kept.frame()["text"].to_list() == want(most)
+
+
+def test_rows_taken_again_from_copied_text_do_not_keep_its_buffer(tmp_path):
+    """The digest's window takes a few rows of a piece at every trim: their text is copied out of the text
+    it was taken from, which would otherwise stay whole in memory behind them (polars gathers views)."""
+    from nccl_logsift.grammar import load_grammars
+    from nccl_logsift.io.lines import LineReader
+    from nccl_logsift.io.sources import expand_paths
+    from nccl_logsift.memory import _shares
+    from nccl_logsift.parse.fastcoll import CollFastPath
+    from nccl_logsift.parse.lineparser import LineParser
+
+    path = tmp_path / "job.log"
+    write(Options(scenario="healthy", ranks=4, nodes=1, ops=6000, noise=False), str(path))
+    chunk = next(iter(LineReader(expand_paths([str(path)])[0][0])))
+    found = CollFastPath(LineParser(load_grammars()).parse_prefixes).read(chunk)
+    piece = found.piece
+    piece.lines = (chunk.view, chunk.starts[found.index], chunk.ends[found.index])
+    copied = piece.take(np.arange(len(piece) * 2 // 5))
+    assert copied.text is not None and copied.text.str.len_bytes().sum() > 1 << 20
+    few = copied.take(np.arange(3))
+    assert few.text.to_list() == copied.text.head(3).to_list()
+    assert not _shares(few.text)
