@@ -63,6 +63,21 @@ def test_rows_come_out_in_line_order_whatever_the_order_of_the_pieces(stream_bat
     assert built.equals(want.select(built.columns), null_equal=True)
 
 
+def test_fast_rows_of_many_chunks_make_one_frame_with_the_rows_of_one_frame_each(stream_batches, monkeypatch):
+    """Consecutive chunks' fast rows, from both scanning threads (each with its prefix fields), are joined
+    into one frame: the rows and columns of a frame per chunk, put together."""
+    from nccl_logsift.parse import calls as calls_module
+
+    both = Calls.concat([batch.calls for batch in stream_batches])
+    taken = both.take(np.random.default_rng(3).random(len(both)) < 0.4)
+    runs = calls_module._runs(taken.pieces)
+    joined = [run for run in runs if len({id(getattr(taken.pieces[p], "fields", None)) for p in run}) > 1]
+    assert len(runs) < len(taken.pieces) and joined
+    built = taken.frame()
+    monkeypatch.setattr(calls_module, "_runs", lambda pieces: [[p] for p in range(len(pieces))])
+    assert built.equals(taken.frame(), null_equal=True)
+
+
 def test_calls_from_a_frame_give_the_same_loop_columns(stream_batches):
     batch = stream_batches[0]
     rebuilt = Calls.from_frame(batch.tables["collectives"], batch.calls.ops, batch.calls.schema)
