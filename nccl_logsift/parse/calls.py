@@ -415,8 +415,9 @@ class Calls:
         picked = np.flatnonzero(keep)
         piece, row = self.columns["piece"][picked], self.columns["row"][picked]
         pieces, new_piece, new_row = [], np.empty(len(picked), np.int32), np.empty(len(picked), np.int64)
+        order, bounds = _by_piece(piece, len(self.pieces))
         for p, old in enumerate(self.pieces):
-            mine = np.flatnonzero(piece == p)
+            mine = order[bounds[p] : bounds[p + 1]]
             if len(mine):
                 new_piece[mine] = len(pieces)
                 new_row[mine] = np.arange(len(mine))
@@ -448,10 +449,7 @@ class Calls:
         numbered), their ``text`` when the pieces carry it (``logsift parse``; the kept calls of an input
         that cannot be read again), and the arrays named in ``extra``, in line order."""
         frames = []
-        # Each piece's calls (their places in the columns, ascending), found in one sort.
-        piece_of = self.columns["piece"]
-        order = np.argsort(piece_of, kind="stable")
-        bounds = np.searchsorted(piece_of[order], np.arange(len(self.pieces) + 1))
+        order, bounds = _by_piece(self.columns["piece"], len(self.pieces))
         for run in _runs(self.pieces):
             places = [order[bounds[p] : bounds[p + 1]] for p in run]
             mine = np.concatenate(places)
@@ -490,6 +488,13 @@ class Calls:
             self.uids.series("comm_uid", c["uid"][at]),
             pl.Series("ordinal", c["ordinal"][at]),
         ]
+
+
+def _by_piece(piece: np.ndarray, pieces: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each piece's calls, found in one sort (not a pass over every call per piece): the places of piece
+    ``p``'s calls, ascending, are ``order[bounds[p]:bounds[p + 1]]``."""
+    order = np.argsort(piece, kind="stable")
+    return order, np.searchsorted(piece[order], np.arange(pieces + 1))
 
 
 def _runs(pieces: Sequence[Piece]) -> list[list[int]]:
