@@ -338,9 +338,13 @@ class ChunkParser:
         training print every 50 calls left ~440 lines a chunk waiting through ~10 flushes of calls, and each
         flush checked every chunk waiting again (``memory.detached``)."""
         fresh = self._rest[self._rest_copied :]
-        self._rest[self._rest_copied :] = [
-            replace(c, text=detached(c.text.to_frame()).to_series()) for c in fresh
-        ]
+        if fresh:
+            # In one copy (~0.5 ms a call however few the lines), each chunk a slice of it.
+            text = detached(pl.concat([c.text for c in fresh]).to_frame()).to_series()
+            bounds = np.cumsum([0] + [len(c) for c in fresh])
+            self._rest[self._rest_copied :] = [
+                replace(c, text=text.slice(int(start), len(c))) for c, start in zip(fresh, bounds)
+            ]
         self._rest_copied = len(self._rest)
 
 
