@@ -93,6 +93,7 @@ class ChunkParser:
         # none of those can change how the calls are numbered (see flush_calls).
         self.rest_may_wait = False
         self._rest_blocks = False  # a waiting leftover line may bring a comms row or a call, or be glued
+        self._rest_checked = 0  # the first chunks of _rest that _rest_blocks has looked at (_blocks)
         # What waits of sources before the one being read (hold): their leftover lines, keys and fast rows.
         self._held_rest: list[LineChunk] = []
         self._held_keys: list[np.ndarray] = []
@@ -214,10 +215,7 @@ class ChunkParser:
             if not len(rest):
                 return
             self._keys.append(keys)
-        lines = chunk.lines(rest)
-        if self.rest_may_wait and not self._rest_blocks:
-            self._rest_blocks = bool(lines.text.str.contains_any(self._blocking).any())
-        self._rest.append(lines)
+        self._rest.append(chunk.lines(rest))
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -250,7 +248,7 @@ class ChunkParser:
             not final
             and self.rest_may_wait
             and bool(self._fast)
-            and not self._rest_blocks
+            and not self._blocks()
             and self._rest_lines < REST_LINES
         )
         parser = self.parser
@@ -281,8 +279,18 @@ class ChunkParser:
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
-        self._rest_copied = 0
+        self._rest_copied = self._rest_checked = 0
         return tables, calls
+
+    def _blocks(self) -> bool:
+        """Whether a waiting leftover line may change how calls are numbered or be glued (``_blocking``):
+        the chunks added since the last flush of calls looked at in one query, not one a chunk (~1.5 ms each
+        while polars' threads are busy)."""
+        if not self._rest_blocks and self._rest_checked < len(self._rest):
+            fresh = pl.concat([chunk.text for chunk in self._rest[self._rest_checked :]])
+            self._rest_blocks = bool(fresh.str.contains_any(self._blocking).any())
+            self._rest_checked = len(self._rest)
+        return self._rest_blocks
 
     def _parse_rest(self, rest: list[LineChunk], keys: list[np.ndarray]) -> dict[str, pl.DataFrame]:
         """The tables of leftover lines (``keys``: theirs, when repeats are skipped), of one source or of
@@ -322,7 +330,7 @@ class ChunkParser:
         self._held_keys += self._keys
         self._held_fast += self._fast
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
-        self._rest_copied = 0
+        self._rest_copied = self._rest_checked = 0
         self._rest_blocks = False
         return True
 
