@@ -493,6 +493,8 @@ class Calls:
 def _by_piece(piece: np.ndarray, pieces: int) -> tuple[np.ndarray, np.ndarray]:
     """Each piece's calls, found in one sort (not a pass over every call per piece): the places of piece
     ``p``'s calls, ascending, are ``order[bounds[p]:bounds[p + 1]]``."""
+    if len(piece) < 2 or (piece[1:] >= piece[:-1]).all():  # pieces one after the other: the usual case
+        return np.arange(len(piece)), np.searchsorted(piece, np.arange(pieces + 1))
     order = np.argsort(piece, kind="stable")
     return order, np.searchsorted(piece[order], np.arange(pieces + 1))
 
