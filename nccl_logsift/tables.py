@@ -346,6 +346,23 @@ class PlainLines:
     def __init__(self) -> None:
         self._seen: pl.DataFrame | None = None
 
+    def known(self, plain: pl.DataFrame) -> pl.Series:
+        """Which of these plain lines (rows of the ``lines`` table, every one plain) :meth:`needed` drops
+        whatever batch they come in: none that a rule reads, and only those whose launcher labels had their
+        first line kept already (all of them when the table has no label column). The general parser
+        leaves them out as it parses (``LineParser.plain_known``)."""
+        unread = ~plain.get_column("text").str.contains(MODULE_FRAME)
+        labels = [c for c in LINE_LABELS if c in plain.columns]
+        if not labels:
+            return unread
+        if self._seen is None:
+            return pl.Series("known", [False] * plain.height, dtype=pl.Boolean)
+        seen = self._seen.with_columns(__seen=pl.lit(True))
+        looked_up = plain.select(labels).join(
+            seen, on=labels, how="left", nulls_equal=True, maintain_order="left"
+        )
+        return unread & looked_up.get_column("__seen").fill_null(False)
+
     def needed(self, lines: pl.DataFrame) -> pl.DataFrame:
         if lines.is_empty() or "family" not in lines.columns or "text" not in lines.columns:
             return lines

@@ -76,6 +76,82 @@ def test_plain_lines_keep_envelopes_module_frames_and_the_first_line_of_each_lab
     assert second["line_no"].to_list() == [12]
 
 
+def test_known_plain_lines_are_those_needed_drops_in_any_batch():
+    """``known`` says of plain rows which ``needed`` drops whatever batch they come in: not a module frame,
+    and labels whose first line was kept in an earlier batch; a new label's lines are left to ``needed``."""
+    plain = PlainLines()
+    first = lines(
+        [
+            {"line_no": 1, "family": "text", "text": "step 1", "local_rank": 0},
+            {"line_no": 2, "family": "blank", "text": ""},
+        ]
+    )
+    assert not plain.known(first).any()  # nothing kept yet: every label's first line is to come
+    plain.needed(first)
+    later = lines(
+        [
+            {"line_no": 3, "family": "text", "text": "step 2", "local_rank": 0},
+            {"line_no": 4, "family": "text", "text": "step 2", "local_rank": 1},
+            {"line_no": 5, "family": "text", "text": '  File "t.py", line 9, in <module>', "local_rank": 0},
+            {"line_no": 6, "family": "text", "text": "step 3"},
+            {"line_no": 7, "family": "text", "text": "step 3", "local_rank": 1},
+        ]
+    )
+    known = plain.known(later)
+    assert later.filter(known)["line_no"].to_list() == [3, 6]
+    # What is left of the batch gives what the whole batch gives.
+    assert plain.needed(later.filter(~known)).equals(_needed_after(first, later))
+
+
+def _needed_after(first: pl.DataFrame, later: pl.DataFrame) -> pl.DataFrame:
+    plain = PlainLines()
+    plain.needed(first)
+    return plain.needed(later)
+
+
+def test_a_training_log_gives_the_same_tables_and_counts_when_its_prints_are_left_out_as_parsed(
+    tmp_path, monkeypatch
+):
+    """Prints past the first of each launcher label are counted as they are parsed, not kept in any table:
+    the tables and the counts of an analysis are those of keeping them until ``PlainLines`` drops them."""
+    from nccl_logsift.pipeline import Analysis, TableStream
+
+    monkeypatch.setattr("nccl_logsift.parse.chunks.REST_LINES", 500)  # batches of 500 leftover lines
+
+    text = (FIXTURES / "healthy_8ranks.log").read_text()
+    prints = "".join(
+        f"[default{i % 3}]:step {i} | loss {2.5 - i * 0.001:.4f}\n"
+        + (f"step {i} unlabelled\n" if i % 5 == 0 else "")
+        + ('  File "train.py", line 9, in <module>\n' if i % 97 == 0 else "")
+        + ("\n" if i % 11 == 0 else "")
+        for i in range(3000)
+    )
+    path = tmp_path / "train.log"
+    path.write_text(text + prints + text)
+
+    def parsed(early: bool):
+        options = ParseOptions(workers=1, every_line=False, chunk_bytes=1 << 14)
+        analysis = Analysis(TableStream([str(path)], options))
+        known = analysis.stream.parser.plain_known
+        assert known is not None
+        analysis.stream.parser.plain_known = (
+            (lambda plain: dropped.append(int(known(plain).sum())) or known(plain)) if early else None
+        )
+        for batch in analysis.stream:
+            analysis.add(batch)
+        return (*analysis.job(), analysis.stream.parser.state.lines)
+
+    dropped: list[int] = []
+    (early, early_job, early_lines), (late, late_job, late_lines) = parsed(True), parsed(False)
+    assert sum(dropped) > 2500  # the prints but the first of each label
+    assert early_lines == late_lines  # every line the parser was given, counted
+    for name in ("lines", "family_counts", "envelope_lines", "repeats_folded", "table_rows"):
+        assert getattr(early, name) == getattr(late, name), name
+    assert early.family_counts["text"] > 3000
+    for name, table in late_job.tables.items():
+        assert early_job.tables[name].equals(table, null_equal=True), name
+
+
 def test_the_diagnosis_of_every_fixture_is_the_same_without_the_plain_lines(monkeypatch):
     logs = sorted(p for p in FIXTURES.glob("*.log"))
     kept = [analyze([str(p)], ParseOptions(workers=1), views=False) for p in logs]

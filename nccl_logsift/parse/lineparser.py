@@ -427,6 +427,9 @@ class LineParser:
         self._plain_test = built.plain_test
         self._heads = _Heads(self._read_heads)
         self._prefix_defaults = built.prefix_defaults
+        # Set by an analysis: which plain lines (``lines`` rows) it drops whatever batch they come in
+        # (``tables.PlainLines.known``); those are counted here and left out of the tables.
+        self.plain_known: Callable[[pl.DataFrame], pl.Series] | None = None
 
     def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
         """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have
@@ -510,11 +513,24 @@ class LineParser:
                 .otherwise(pl.lit("text"))
             )
             plain_lines = conform(plain.with_columns(family=family), self.schemas.lines)
+            if self.plain_known is not None:
+                plain_lines = self._without_known(plain_lines, self.plain_known(plain_lines))
             lines = pl.concat([lines, plain_lines]).sort("line_no", "part")
         self._account(frame, lines)
         unfit = pl.sum_horizontal(*_UNFIT.values(), pl.col("__unfit").fill_null(0)) > 0
         unfit_lines = frame.join(assigned.select("row", "__unfit"), on="row", how="left").filter(unfit)
         return {"lines": lines, **tables}, frame, unfit_lines.get_column("line_no")
+
+    def _without_known(self, plain: pl.DataFrame, known: pl.Series) -> pl.DataFrame:
+        """The plain lines less those an analysis drops in any case (``known``), which are counted as
+        :meth:`_account` counts the lines it is given: a training log's prints, past the first of each
+        launcher label, cost their count, not their rows in every table and fold."""
+        if not known.any():
+            return plain
+        dropped = plain.filter(known)
+        self.state.lines += dropped.height
+        self.state.family_counts.update(dict(dropped.group_by("family").len().iter_rows()))
+        return plain.filter(~known)
 
     def account_fast(self, family: str, rows: int) -> None:
         """Count enveloped lines a fast path parsed (they never pass through :meth:`parse`)."""
