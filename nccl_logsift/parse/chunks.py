@@ -33,6 +33,9 @@ from nccl_logsift.parse.sources import cut_alike, parse_sources
 # when this many wait in all or its leftovers may not wait for the next source's (ChunkParser.hold).
 REST_LINES = 50_000
 FAST_ROWS = 200_000
+# The first batch ends sooner: its leftovers (a job's init lines) are parsed while the next chunks are read
+# and scanned, instead of after FAST_ROWS calls were (the start of every run, on one core).
+FIRST_ROWS = 20_000
 # The tables whose rows the calls of a batch are numbered by (communicator inits) or that hold calls: a
 # leftover line that may bring one is parsed with the fast rows around it (ChunkParser.rest_may_wait).
 NUMBERED_BY = ("comms", fastcoll.TABLE)
@@ -94,6 +97,7 @@ class ChunkParser:
         self.rest_may_wait = False
         self._rest_blocks = False  # a waiting leftover line may bring a comms row or a call, or be glued
         self._rest_checked = 0  # the first chunks of _rest that _rest_blocks has looked at (_blocks)
+        self._flushed = False  # a batch went out
         # What waits of sources before the one being read (hold): their leftover lines, keys and fast rows.
         self._held_rest: list[LineChunk] = []
         self._held_keys: list[np.ndarray] = []
@@ -106,7 +110,8 @@ class ChunkParser:
 
     @property
     def ready(self) -> bool:
-        return self._rest_lines >= REST_LINES or self._fast_rows >= FAST_ROWS
+        rows = FAST_ROWS if self._flushed else min(FIRST_ROWS, FAST_ROWS)
+        return self._rest_lines >= REST_LINES or self._fast_rows >= rows
 
     @property
     def fast(self) -> fastcoll.CollFastPath:
@@ -244,6 +249,7 @@ class ChunkParser:
         held = bool(self._held_rest or self._held_fast)
         if not self._fast and not self._rest and not self._rest_lines and not held:
             return None
+        self._flushed = True
         alone = (
             not final
             and self.rest_may_wait
