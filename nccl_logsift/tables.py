@@ -351,6 +351,8 @@ class PlainLines:
         whatever batch they come in: none that a rule reads, and only those whose launcher labels had their
         first line kept already (all of them when the table has no label column). The general parser
         leaves them out as it parses (``LineParser.plain_known``)."""
+        if "text" not in plain.columns:  # kept whole, as needed keeps it
+            return pl.Series("known", [False] * plain.height, dtype=pl.Boolean)
         unread = ~plain.get_column("text").str.contains(MODULE_FRAME)
         labels = [c for c in LINE_LABELS if c in plain.columns]
         if not labels:

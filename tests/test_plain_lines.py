@@ -103,6 +103,14 @@ def test_known_plain_lines_are_those_needed_drops_in_any_batch():
     assert plain.needed(later.filter(~known)).equals(_needed_after(first, later))
 
 
+def test_without_their_text_no_plain_lines_are_known():
+    """A lines table without text (``keep_text=False``) is kept whole by ``needed``: none is known."""
+    plain = PlainLines()
+    first = lines([{"line_no": 1, "family": "text", "text": "step 1", "local_rank": 0}])
+    plain.needed(first)
+    assert not plain.known(first.drop("text")).any()
+
+
 def _needed_after(first: pl.DataFrame, later: pl.DataFrame) -> pl.DataFrame:
     plain = PlainLines()
     plain.needed(first)
