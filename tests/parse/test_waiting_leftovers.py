@@ -77,3 +77,24 @@ def test_a_waiting_leftover_chunk_has_its_text_copied_out_once(tmp_path, monkeyp
     monkeypatch.setattr(RawChunk, "lines", lambda self, index=None: waiting.append(1) or lines(self, index))
     diagnosis(path, ParseOptions(workers=1, chunk_bytes=1 << 14))
     assert len(waiting) > 20 and len(copied) <= len(waiting)
+
+
+def test_the_first_batch_ends_sooner_and_changes_no_table(tmp_path, monkeypatch):
+    """The first batch ends after FIRST_ROWS calls, so that its leftovers (the job's init lines) are parsed
+    while the next chunks are read; the later ones after FAST_ROWS. The tables are those of batches all
+    alike."""
+    from nccl_logsift.pipeline import TableStream
+
+    path = tmp_path / "job.log"
+    write(CASES["inits and glued lines"], str(path))
+    monkeypatch.setattr(chunks, "FAST_ROWS", 600)
+    monkeypatch.setattr(chunks, "FIRST_ROWS", 100)
+    options = ParseOptions(workers=1, chunk_bytes=1 << 12)
+    sizes = [len(batch.calls) for batch in TableStream([str(path)], replace(options, every_line=False))]
+    assert 100 <= sizes[0] < 300 and max(sizes[1:]) >= 600
+    sooner, sooner_tables = diagnosis(path, options)
+    monkeypatch.setattr(chunks, "FIRST_ROWS", 600)
+    alike, alike_tables = diagnosis(path, options)
+    assert sooner == alike
+    for name, table in alike_tables.items():
+        assert sooner_tables[name].equals(table, null_equal=True), name
