@@ -351,14 +351,12 @@ class PlainLines:
         whatever batch they come in: none that a rule reads, and only those whose launcher labels had their
         first line kept already (all of them when the table has no label column). The general parser
         leaves them out as it parses (``LineParser.plain_known``)."""
-        if "text" not in plain.columns:  # kept whole, as needed keeps it
+        labels = _labels(plain)
+        if "text" not in plain.columns or (labels and self._seen is None):  # needed keeps them (or a first)
             return pl.Series("known", [False] * plain.height, dtype=pl.Boolean)
-        unread = ~plain.get_column("text").str.contains(MODULE_FRAME)
-        labels = [c for c in LINE_LABELS if c in plain.columns]
+        unread = plain.select(~_READ).to_series()
         if not labels:
             return unread
-        if self._seen is None:
-            return pl.Series("known", [False] * plain.height, dtype=pl.Boolean)
         seen = self._seen.with_columns(__seen=pl.lit(True))
         looked_up = plain.select(labels).join(
             seen, on=labels, how="left", nulls_equal=True, maintain_order="left"
@@ -369,8 +367,8 @@ class PlainLines:
         if lines.is_empty() or "family" not in lines.columns or "text" not in lines.columns:
             return lines
         plain = pl.col("family").is_in(["text", "blank"]) & pl.col("producer").is_null()
-        read = plain & pl.col("text").str.contains(MODULE_FRAME)
-        labels = [c for c in LINE_LABELS if c in lines.columns]
+        read = plain & _READ
+        labels = _labels(lines)
         kept = lines.filter(~plain | read)
         if not labels:
             return kept
@@ -382,6 +380,14 @@ class PlainLines:
         seen = first.select(labels)
         self._seen = seen if self._seen is None else pl.concat([self._seen, seen])
         return pl.concat([kept, first]).sort("source_id", "line_no", "part")
+
+
+_READ = pl.col("text").str.contains(MODULE_FRAME)  # a plain line a rule reads
+
+
+def _labels(lines: pl.DataFrame) -> list[str]:
+    """The launcher label columns of a ``lines`` frame."""
+    return [c for c in LINE_LABELS if c in lines.columns]
 
 
 # Of the NCCL and PyTorch lines other than COLL calls, an analysis keeps the first REPEATS_KEPT of each
