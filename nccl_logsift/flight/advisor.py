@@ -15,6 +15,7 @@ import statistics
 import polars as pl
 
 from nccl_logsift.model import DumpAudit, NextRunAdvice
+from nccl_logsift.parse.schema import ENGINE
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.releases import newest_nccl, teardown_is_logged
 
@@ -29,7 +30,7 @@ def advise(job: Job, dumps: DumpAudit) -> tuple[NextRunAdvice, ...]:
     # 4096-rank job's init lines are most of it at the end of the run, where the peak is set.
     read = [c for c in ("level", "ts", "collector_ts", "source_id", "host", "pid") if c in lines.columns]
     nccl = (
-        lines.lazy().filter(pl.col("producer") == "nccl").select(read).collect()
+        lines.lazy().filter(pl.col("producer") == "nccl").select(read).collect(engine=ENGINE)
         if not lines.is_empty() and "producer" in lines.columns
         else lines.select(read).clear()
     )
@@ -248,6 +249,6 @@ def _several_processes_unlabelled(lines: pl.DataFrame) -> bool:
         .filter(pl.col("pid").is_not_null())
         .group_by("source_id")
         .agg(pl.struct("host", "pid").n_unique().alias("n"))
-        .collect()
+        .collect(engine=ENGINE)
     )
     return not who.is_empty() and int(who["n"].max()) > 1

@@ -37,7 +37,7 @@ from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.grammar.schema import MESSAGE_KEYS, Grammar, Layer, Pattern, end_of_text, group_names
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.kinds import cast_field, unfit
-from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
+from nccl_logsift.parse.schema import ENGINE, LOCATION, TableSchemas, conform
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class _Prefixes:
         lazy = frame.lazy()
         for prefix in applied:
             lazy = prefix.apply(lazy)
-        return lazy.collect()
+        return lazy.collect(engine=ENGINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -910,7 +910,7 @@ class LineParser:
             for number, n in keys
         ]
         claimed: dict[str, list[pl.DataFrame]] = {}
-        for (number, _), frame in zip(keys, pl.collect_all(steps)):
+        for (number, _), frame in zip(keys, pl.collect_all(steps, engine=ENGINE)):
             claimed.setdefault(grammars[number].table, []).append(frame)
         return claimed
 
@@ -927,7 +927,7 @@ class LineParser:
         before it left, one after the other, and the rows left."""
         frames = []
         for n in candidates:
-            frame = self._extraction(grammar, n).captured(pool.lazy()).collect()
+            frame = self._extraction(grammar, n).captured(pool.lazy()).collect(engine=ENGINE)
             if frame.height:
                 frames.append(frame)
                 pool = pool.filter(~pl.col("row").is_in(frame.get_column("row").implode()))
@@ -943,7 +943,7 @@ class LineParser:
             self._extraction(grammar, n).captured(lazy).with_columns(pl.lit(n, pl.UInt16).alias("__order"))
             for n in candidates
         ]
-        frames = [f for f in pl.collect_all(captures) if f.height]
+        frames = [f for f in pl.collect_all(captures, engine=ENGINE) if f.height]
         if len(frames) > 1:
             first = (
                 pl.concat([f.select("row", "__order") for f in frames]).group_by("row").agg(pl.min("__order"))
