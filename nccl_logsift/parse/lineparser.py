@@ -238,8 +238,8 @@ class _Extraction:
             )
             for name in self.groups
         }
-        frame = pl.DataFrame([rows, pl.DataFrame(captures).to_struct("__g")])
-        return frame.lazy().with_columns(self.columns).drop("__g")
+        struct = pl.struct(*(pl.lit(capture) for capture in captures.values())).alias("__g")
+        return pl.LazyFrame([rows]).with_columns(struct).with_columns(self.columns).drop("__g")
 
 
 @dataclass(frozen=True, slots=True)
@@ -748,47 +748,71 @@ class LineParser:
 
     # ------------------------------------------------------------------ message families
     def _dispatch_messages(self, frame: pl.DataFrame) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+        """Each message's table, family and pattern: the tables of the batch, and which pattern claimed
+        each row (``row``, ``family``, ``pattern``, ``__unfit``).
+
+        The steps around the claims are lazy queries, collected once for the three kinds of message, once
+        for each kind's distinct messages and once for the tables and claims: as eager steps they were ~45
+        queries, ~10 ms of a small batch's ~30."""
         keys = [c for c in (*LOCATION, "byte_offset", *MESSAGE_KEYS) if c in frame.columns]
         selectors = {
             "nccl": pl.col("producer") == "nccl",
             "torch": pl.col("producer").is_in(TORCH_PRODUCERS),
             "text": pl.col("producer").is_null() & (pl.col("rest").str.strip_chars() != ""),
         }
-        parts: dict[str, list[pl.DataFrame]] = {}
-        assigned: list[pl.DataFrame] = []
+        lazy = frame.lazy()
+        sources, pools = [], []
         for source, selector in selectors.items():
-            body = pl.col("rest") if source == "text" else pl.col("msg")
-            pool = frame.filter(selector).select("row", body.alias("msg"), "level")
             grammars = self.grammars.messages(source)
+            if not grammars:
+                continue
+            body = pl.col("rest") if source == "text" else pl.col("msg")
+            pool = lazy.filter(selector).select("row", body.alias("msg"), "level")
             anchors = [self._anchors[g.family] for g in grammars]
-            if pool.height and grammars and None not in anchors:  # no message without an anchor is claimed
+            if None not in anchors:  # no message without an anchor is claimed
                 every = sorted({anchor for some in anchors if some for anchor in some})
                 pool = pool.filter(pl.col("msg").str.contains_any(every))
-            if pool.is_empty() or not grammars:
-                continue
-            # What a pattern claims and extracts depends on the message and its level only: each distinct
-            # pair is matched once (its number standing for ``row`` below), and its rows take its fields.
-            # Ranks and repeats say the same message many times (the init lines of 4096 ranks: 2.3 rows a
-            # distinct message; the leftovers of a training log: 13).
-            distinct = pool.select("msg", "level").unique(maintain_order=True).with_row_index("__u")
-            rows_of = pool.join(distinct, on=["msg", "level"], nulls_equal=True).select("row", "__u")
-            for table, pieces in self._claim(distinct.rename({"__u": "row"}), grammars).items():
-                claimed = pl.concat(pieces, how="diagonal_relaxed").rename({"row": "__u"})
+            sources.append(grammars)
+            pools.append(pool)
+        parts: dict[str, list[pl.LazyFrame]] = {}
+        assigned: list[pl.LazyFrame] = []
+        found = [(grammars, pool) for grammars, pool in zip(sources, pl.collect_all(pools, engine=ENGINE))]
+        found = [(grammars, pool) for grammars, pool in found if pool.height]
+        # What a pattern claims and extracts depends on the message and its level only: each distinct
+        # pair is matched once (its number standing for ``row`` below), and its rows take its fields.
+        # Ranks and repeats say the same message many times (the init lines of 4096 ranks: 2.3 rows a
+        # distinct message; the leftovers of a training log: 13).
+        distinct = pl.collect_all(
+            [
+                pool.lazy().select("msg", "level").unique(maintain_order=True).with_row_index("__u")
+                for _, pool in found
+            ],
+            engine=ENGINE,
+        )
+        for (grammars, pool), messages in zip(found, distinct):
+            rows_of = (
+                pool.lazy().join(messages.lazy(), on=["msg", "level"], nulls_equal=True).select("row", "__u")
+            )
+            for table, pieces in self._claim(messages.rename({"__u": "row"}), grammars).items():
+                claimed = pl.concat([p.lazy() for p in pieces], how="diagonal_relaxed").rename({"row": "__u"})
                 claimed = rows_of.join(claimed, on="__u").drop("__u")
-                self.state.values_out_of_range += int(claimed["__unfit"].sum())
                 assigned.append(claimed.select("row", "family", "pattern", "__unfit"))
                 parts.setdefault(table, []).append(claimed.drop("__unfit"))
-        tables = {}
-        located = frame.select("row", *keys)
-        for name, columns in self.schemas.tables.items():
-            found = parts.get(name)
-            if found:
-                merged = pl.concat(found, how="diagonal_relaxed").join(located, on="row", how="left")
-                # In line order, glued pieces (numbered after the batch's rows) beside their line.
-                tables[name] = conform(merged.sort("line_no", "part"), columns)
-            else:
-                tables[name] = self.empty_tables[name]
-        assignments = pl.concat(assigned) if assigned else pl.DataFrame(schema=_ASSIGNED)
+        located = lazy.select("row", *keys)
+        names = [name for name in self.schemas.tables if name in parts]
+        merged = [
+            # In line order, glued pieces (numbered after the batch's rows) beside their line.
+            pl.concat(parts[name], how="diagonal_relaxed")
+            .join(located, on="row", how="left")
+            .sort("line_no", "part")
+            for name in names
+        ]
+        claims = pl.concat(assigned) if assigned else pl.LazyFrame(schema=_ASSIGNED)
+        *filled, assignments = pl.collect_all([*merged, claims], engine=ENGINE)
+        self.state.values_out_of_range += int(assignments["__unfit"].sum())
+        tables = {name: self.empty_tables[name] for name in self.schemas.tables}
+        for name, table in zip(names, filled):
+            tables[name] = conform(table, self.schemas.tables[name])
         return tables, assignments
 
     def _claim(self, pool: pl.DataFrame, grammars: list[Grammar]) -> dict[str, list[pl.DataFrame]]:
@@ -902,10 +926,11 @@ class LineParser:
         if not found:
             return {}
         rows = pool.get_column("row")
+        numbers = rows.to_numpy()  # gathered in numpy: a polars gather is a query (~0.2 ms) a pattern
         keys = sorted(found)  # in the grammars' and patterns' order
         steps = [
             self._extraction(grammars[number], n).matched(
-                rows.gather(found[number, n][0]), found[number, n][1]
+                pl.Series(rows.name, numbers[found[number, n][0]], dtype=rows.dtype), found[number, n][1]
             )
             for number, n in keys
         ]
