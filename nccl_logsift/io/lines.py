@@ -64,6 +64,13 @@ class LineChunk:
     def __len__(self) -> int:
         return len(self.text)
 
+    def taken(self, keep: np.ndarray) -> LineChunk:
+        """The lines where ``keep`` (a boolean mask)."""
+        mask = pl.Series(keep)
+        return LineChunk(
+            self.source_id, self.line_no.filter(mask), self.byte_offset.filter(mask), self.text.filter(mask)
+        )
+
     @staticmethod
     def concat(chunks: list[LineChunk]) -> LineChunk:
         """Consecutive chunks of one source as one."""

@@ -58,6 +58,10 @@ class Scanned:
     keys: np.ndarray | None = None  # the keys of their texts (accel.split_keys), when repeats are skipped
     hosts: list[str] = field(default_factory=list)
     cut: int = 0  # lines cut
+    lines: LineChunk | None = None  # the lines at ``rest``, when there are any
+    # Which of them may change how calls are numbered or be glued (ChunkParser._blocking), when leftovers
+    # may wait (ChunkParser.rest_may_wait).
+    blocking: np.ndarray | None = None
 
 
 class ChunkParser:
@@ -96,7 +100,6 @@ class ChunkParser:
         # none of those can change how the calls are numbered (see flush_calls).
         self.rest_may_wait = False
         self._rest_blocks = False  # a waiting leftover line may bring a comms row or a call, or be glued
-        self._rest_checked = 0  # the first chunks of _rest that _rest_blocks has looked at (_blocks)
         self._flushed = False  # a batch went out
         # What waits of sources before the one being read (hold): their leftover lines, keys and fast rows.
         self._held_rest: list[LineChunk] = []
@@ -119,7 +122,11 @@ class ChunkParser:
 
     def scan(self, chunk: RawChunk) -> Scanned:
         """The fast path's part of :meth:`add`, which may run in another thread (:meth:`scan_ahead`)."""
-        return self._scanner.scan(chunk)
+        return self._scanner.scan(chunk, self._blocking_marks())
+
+    def _blocking_marks(self) -> list[str] | None:
+        """What a scan looks for in the leftover lines (``Scanned.blocking``); None when they never wait."""
+        return self._blocking if self.rest_may_wait else None
 
     def _new_scanner(self) -> _Scanner:
         return _Scanner(self.parser, self.every_line, self.ops, keys=self.repeats is not None)
@@ -160,6 +167,8 @@ class ChunkParser:
                 for _ in range(threads):
                     todo.put(None)
 
+        marks = self._blocking_marks()
+
         def scan(scanner: _Scanner) -> None:
             while (work := todo.get()) is not None:
                 done, chunk = work
@@ -167,7 +176,7 @@ class ChunkParser:
                     done.cancel()
                     continue
                 try:
-                    done.set_result(scanner.scan(chunk))
+                    done.set_result(scanner.scan(chunk, marks))
                 except BaseException as exc:
                     done.set_exception(exc)
 
@@ -212,15 +221,19 @@ class ChunkParser:
             return
         # Counted before repeats are skipped, so that a batch holds the same lines whatever is skipped.
         self._rest_lines += len(rest)
+        lines, blocking = scanned.lines or chunk.lines(rest), scanned.blocking
         if self.repeats is not None and scanned.keys is not None:
             keys = scanned.keys
             keep = self.repeats.skip(chunk.source_id, keys, self.parser.state)
             if keep is not None:
-                rest, keys = rest[keep], keys[keep]
+                rest, keys, lines = rest[keep], keys[keep], lines.taken(keep)
+                blocking = None if blocking is None else blocking[keep]
             if not len(rest):
                 return
             self._keys.append(keys)
-        self._rest.append(chunk.lines(rest))
+        self._rest.append(lines)
+        if blocking is not None:
+            self._rest_blocks = self._rest_blocks or bool(blocking.any())
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -285,17 +298,13 @@ class ChunkParser:
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
-        self._rest_copied = self._rest_checked = 0
+        self._rest_copied = 0
         return tables, calls
 
     def _blocks(self) -> bool:
         """Whether a waiting leftover line may change how calls are numbered or be glued (``_blocking``):
-        the chunks added since the last flush of calls looked at in one query, not one a chunk (~1.5 ms each
-        while polars' threads are busy)."""
-        if not self._rest_blocks and self._rest_checked < len(self._rest):
-            fresh = pl.concat([chunk.text for chunk in self._rest[self._rest_checked :]])
-            self._rest_blocks = bool(fresh.str.contains_any(self._blocking).any())
-            self._rest_checked = len(self._rest)
+        each chunk's scan marked its leftover lines that may (``Scanned.blocking``), in the scanning
+        threads; looked for here, on the main thread, it cost mixed32 0.23 s a GB."""
         return self._rest_blocks
 
     def _parse_rest(self, rest: list[LineChunk], keys: list[np.ndarray]) -> dict[str, pl.DataFrame]:
@@ -336,7 +345,7 @@ class ChunkParser:
         self._held_keys += self._keys
         self._held_fast += self._fast
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
-        self._rest_copied = self._rest_checked = 0
+        self._rest_copied = 0
         self._rest_blocks = False
         return True
 
@@ -373,7 +382,9 @@ class _Scanner:
         self.keys = keys
         self._learned: list[str] = []
 
-    def scan(self, chunk: RawChunk) -> Scanned:
+    def scan(self, chunk: RawChunk, blocking: list[str] | None = None) -> Scanned:
+        """What the fast path takes of ``chunk``, and the lines it leaves; with ``blocking``, which of those
+        hold one of its literals."""
         chunk, cut = cut_long_lines(chunk)
         found = self.fast.read(chunk)
         if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
@@ -387,7 +398,12 @@ class _Scanner:
             keys = np.empty(len(rest), dtype=np.uint64)
             accel.split_keys(chunk.view.raw, chunk.starts, chunk.ends, rest, keys)
         hosts, self._learned = self._learned, []
-        return Scanned(chunk, found, rest, keys, hosts, cut)
+        lines = marks = None
+        if len(rest):
+            lines = chunk.lines(rest)
+            if blocking is not None:
+                marks = lines.text.str.contains_any(blocking).to_numpy()
+        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._parser.parse_prefixes(prefixes, learn=False)

@@ -71,11 +71,11 @@ def test_an_error_in_a_scanning_thread_reaches_the_consumer(tmp_path, monkeypatc
     real = chunks._Scanner.scan
     seen = []
 
-    def scan(self, chunk):
+    def scan(self, chunk, blocking=None):
         seen.append(chunk)
         if len(seen) == 3:
             raise ValueError("bad chunk")
-        return real(self, chunk)
+        return real(self, chunk, blocking)
 
     monkeypatch.setattr(chunks._Scanner, "scan", scan)
     with pytest.raises(ValueError, match="bad chunk"):
