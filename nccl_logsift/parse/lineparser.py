@@ -775,7 +775,6 @@ class LineParser:
             sources.append(grammars)
             pools.append(pool)
         parts: dict[str, list[pl.LazyFrame]] = {}
-        assigned: list[pl.LazyFrame] = []
         found = [(grammars, pool) for grammars, pool in zip(sources, pl.collect_all(pools, engine=ENGINE))]
         found = [(grammars, pool) for grammars, pool in found if pool.height]
         # What a pattern claims and extracts depends on the message and its level only: each distinct
@@ -795,24 +794,25 @@ class LineParser:
             )
             for table, pieces in self._claim(messages.rename({"__u": "row"}), grammars).items():
                 claimed = pl.concat([p.lazy() for p in pieces], how="diagonal_relaxed").rename({"row": "__u"})
-                claimed = rows_of.join(claimed, on="__u").drop("__u")
-                assigned.append(claimed.select("row", "family", "pattern", "__unfit"))
-                parts.setdefault(table, []).append(claimed.drop("__unfit"))
+                parts.setdefault(table, []).append(rows_of.join(claimed, on="__u").drop("__u"))
         located = lazy.select("row", *keys)
         names = [name for name in self.schemas.tables if name in parts]
-        merged = [
-            # In line order, glued pieces (numbered after the batch's rows) beside their line.
-            pl.concat(parts[name], how="diagonal_relaxed")
-            .join(located, on="row", how="left")
-            .sort("line_no", "part")
-            for name in names
-        ]
-        claims = pl.concat(assigned) if assigned else pl.LazyFrame(schema=_ASSIGNED)
-        *filled, assignments = pl.collect_all([*merged, claims], engine=ENGINE)
+        merged = pl.collect_all(
+            [
+                # In line order, glued pieces (numbered after the batch's rows) beside their line.
+                pl.concat(parts[name], how="diagonal_relaxed")
+                .join(located, on="row", how="left")
+                .sort("line_no", "part")
+                for name in names
+            ],
+            engine=ENGINE,
+        )
+        claims = [table.select(list(_ASSIGNED)) for table in merged]
+        assignments = pl.concat(claims) if claims else pl.DataFrame(schema=_ASSIGNED)
         self.state.values_out_of_range += int(assignments["__unfit"].sum())
         tables = {name: self.empty_tables[name] for name in self.schemas.tables}
-        for name, table in zip(names, filled):
-            tables[name] = conform(table, self.schemas.tables[name])
+        for name, table in zip(names, merged):
+            tables[name] = conform(table, self.schemas.tables[name])  # without row and __unfit
         return tables, assignments
 
     def _claim(self, pool: pl.DataFrame, grammars: list[Grammar]) -> dict[str, list[pl.DataFrame]]:
