@@ -221,7 +221,8 @@ class ChunkParser:
             return
         # Counted before repeats are skipped, so that a batch holds the same lines whatever is skipped.
         self._rest_lines += len(rest)
-        lines, blocking = scanned.lines or chunk.lines(rest), scanned.blocking
+        lines = scanned.lines if scanned.lines is not None else chunk.lines(rest)
+        blocking = scanned.blocking
         if self.repeats is not None and scanned.keys is not None:
             keys = scanned.keys
             keep = self.repeats.skip(chunk.source_id, keys, self.parser.state)
