@@ -256,13 +256,22 @@ def _choices(parser: argparse.ArgumentParser, option: str, text: str, allowed) -
 
 def _against(parser: argparse.ArgumentParser, checkout: Path) -> str:
     """The tool name of ``analyze`` run from ``checkout``: analyze@ its ``git describe``."""
-    if not (checkout / "nccl_logsift" / "__main__.py").is_file():
+    if not is_checkout(checkout):
         parser.error(f"--against: {checkout} is not a checkout of nccl-logsift")
-    git = ["git", "-C", str(checkout), "describe", "--always", "--dirty"]
-    described = subprocess.run(git, check=False, capture_output=True, text=True).stdout.strip()
-    tool = f"analyze@{described or checkout.name}"
+    tool = f"analyze@{describe(checkout)}"
     AGAINST[tool] = checkout.resolve()
     return tool
+
+
+def is_checkout(path: Path) -> bool:
+    return (path / "nccl_logsift" / "__main__.py").is_file()
+
+
+def describe(checkout: Path) -> str:
+    """A checkout's ``git describe`` (its commit, ``-dirty`` when it has changes), or its folder's name."""
+    git = ["git", "-C", str(checkout), "describe", "--always", "--dirty"]
+    described = subprocess.run(git, check=False, capture_output=True, text=True).stdout.strip()
+    return described or checkout.name
 
 
 def _pipe_size(args: argparse.Namespace) -> str | None:

@@ -5,6 +5,7 @@ Timing targets are not tested here: the numbers only have to be sane, since the 
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
@@ -128,3 +129,33 @@ def test_profile_charges_each_sample_to_the_innermost_logsift_function():
         profile.STARTUP: 2,
     }
     assert total["main (nccl_logsift/cli/__init__.py)"] == 4 and "collect (polars/engine.py)" not in total
+
+
+def test_alternated_runs_of_two_checkouts_are_each_counted(tmp_path):
+    out = tmp_path / "ab.json"
+    log = ROOT / "fixtures" / "cuda_oom_4ranks.log"
+    argv = [sys.executable, str(BENCHMARKS / "ab.py"), str(log), str(ROOT), str(ROOT), "--repeat", "2"]
+    proc = subprocess.run(
+        [*argv, "--json", str(out)], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(out.read_text())
+    assert document["analyze_options"] == ["--format", "json"]
+    first, second = document["checkouts"]
+    assert first["checkout"] != second["checkout"]  # the same commit twice, told apart
+    for row in (first, second):
+        assert row["runs"] == 2 and row["path"] == str(ROOT)
+        assert 0 < row["min_seconds"] <= row["mean_seconds"] <= row["max_seconds"]
+        assert row["mean_cpu_seconds"] > 0 and row["max_peak_rss_mb"] > 1
+
+
+def test_alternated_runs_refuse_a_checkout_without_its_compiled_loops(tmp_path):
+    copy = tmp_path / "checkout"
+    shutil.copytree(
+        ROOT / "nccl_logsift", copy / "nccl_logsift", ignore=shutil.ignore_patterns("*.so", "__pycache__")
+    )
+    log = ROOT / "fixtures" / "cuda_oom_4ranks.log"
+    argv = [sys.executable, str(BENCHMARKS / "ab.py"), str(log), str(copy), "--repeat", "1"]
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "compiled loops are not built" in proc.stderr
