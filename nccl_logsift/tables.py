@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import polars as pl
 
-from nccl_logsift.accel.keymap import KeyMap, grown
+from nccl_logsift.accel.keymap import KeyMap, earlier, grown
 from nccl_logsift.errors import OutputError
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.memory import detached
@@ -477,24 +477,13 @@ class Repeats:
         if keys.count - known == len(slots):
             at = np.zeros(len(slots), dtype=np.int64)
         else:
-            at = _earlier(slots) + seen[slots]
+            at = earlier(slots) + seen[slots]
         seen[: keys.count] += np.bincount(slots, minlength=keys.count)
         np.minimum(seen, self._kept, out=seen)  # a count past ``kept`` decides nothing more
         self._seen[name] = (keys, seen)
         keep = at < self._kept
         self.folded += int(len(keep) - keep.sum())
         return pl.Series(keep)
-
-
-def _earlier(slots: np.ndarray) -> np.ndarray:
-    """For each of ``slots``, how many rows before it hold the same slot: a stable sort groups equal slots
-    in row order (a fourth of the time of polars' window ``int_range().over(slot)``)."""
-    order = np.argsort(slots, kind="stable")
-    ordered = slots[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    earlier = np.empty(len(slots), dtype=np.int64)
-    earlier[order] = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
-    return earlier
 
 
 @dataclass(frozen=True, slots=True)

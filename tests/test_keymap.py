@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nccl_logsift.accel.keymap import KeyMap, grown
+from nccl_logsift.accel.keymap import KeyMap, earlier, grown
 
 pytestmark = pytest.mark.usefixtures("loops")  # the compiled and the pure-Python loops
 
@@ -40,3 +40,10 @@ def test_grown_keeps_values_and_zero_fills_per_slot_rows():
     longer = grown(values, 7)
     assert longer.shape == (12, 2) and (longer[:3] == values).all() and not longer[3:].any()
     assert grown(values, 2) is values
+
+
+def test_earlier_counts_the_entries_before_each_with_its_slot():
+    slots = np.random.default_rng(3).integers(0, 7, 500)
+    expected = [int((slots[:i] == slot).sum()) for i, slot in enumerate(slots)]
+    assert earlier(slots).tolist() == expected
+    assert earlier(np.zeros(0, dtype=np.int64)).tolist() == []

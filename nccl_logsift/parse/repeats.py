@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from nccl_logsift.accel.keymap import earlier
 from nccl_logsift.grammar.registry import GrammarSet
 from nccl_logsift.io.lines import LineChunk
 from nccl_logsift.parse.lineparser import TORCH_PRODUCERS, ParseState
@@ -83,12 +84,7 @@ class RepeatSkip:
         if not len(rows):
             return None
         # Each line's occurrence: those of this chunk before it, plus those parsed before.
-        order = np.argsort(slots, kind="stable")
-        ordered = slots[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        rank = np.empty(len(rows), dtype=np.int64)
-        rank[order] = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
-        skip = rank + texts.seen[slots] >= texts.limit[slots]
+        skip = earlier(slots) + texts.seen[slots] >= texts.limit[slots]
         texts.seen += np.bincount(slots[~skip], minlength=len(texts.keys))
         np.minimum(texts.seen, texts.limit, out=texts.seen)
         if not skip.any():
