@@ -22,6 +22,21 @@ SHARED = Path(os.environ.get("LOGSIFT_SHARED") or ROOT / ".." / "shared").resolv
 CORPUS = SHARED / "corpus" / "real"
 GPU_CORPUS = SHARED / "corpus" / "gpu-h200"
 CORPUS_ABSENT = f"the real corpus is absent: {CORPUS} (set LOGSIFT_SHARED)"
+# Real jobs this project ran itself (fixtures/captured/README.md): a directory of logs and flight-recorder
+# dumps per job, with its truth beside it.
+CAPTURED = FIXTURES / "captured"
+
+
+def fixture_jobs() -> list[Path]:
+    """Every job among the fixtures, as a user would hand it to logsift: a simulated log file or directory of
+    per-rank files at the top of fixtures/, and each captured job's directory."""
+    top = [p for p in FIXTURES.iterdir() if p != CAPTURED and (p.suffix == ".log" or p.is_dir())]
+    return sorted(top) + sorted(p for p in CAPTURED.iterdir() if p.is_dir())
+
+
+def fixture_truths() -> list[Path]:
+    """The ground truth of every fixture job that has one: ``<job>.truth.json`` beside the job."""
+    return sorted(FIXTURES.glob("*.truth.json")) + sorted(CAPTURED.glob("*.truth.json"))
 
 
 def pytest_report_header(config) -> str:

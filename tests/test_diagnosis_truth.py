@@ -11,21 +11,25 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, fixture_truths
 
 from nccl_logsift.pipeline import analyze
 from nccl_logsift.render.json import to_dict
 
-TRUTHS = sorted(FIXTURES.glob("*.truth.json"))
+TRUTHS = fixture_truths()
 
 
 def fixture_input(truth_path):
-    stem = truth_path.name.removesuffix(".truth.json")
-    log = FIXTURES / f"{stem}.log"
-    return log if log.exists() else FIXTURES / stem
+    stem = truth_path.parent / truth_path.name.removesuffix(".truth.json")
+    log = stem.with_name(f"{stem.name}.log")
+    return log if log.exists() else stem
 
 
-@pytest.fixture(scope="module", params=TRUTHS, ids=[t.name.removesuffix(".truth.json") for t in TRUTHS])
+def _case_id(truth_path) -> str:
+    return str(truth_path.relative_to(FIXTURES)).removesuffix(".truth.json")
+
+
+@pytest.fixture(scope="module", params=TRUTHS, ids=[_case_id(t) for t in TRUTHS])
 def case(request):
     truth = json.loads(request.param.read_text())
     report = to_dict(analyze([str(fixture_input(request.param))]))

@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, fixture_jobs
 
 from nccl_logsift.pipeline import analyze
 
-CASES = sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".json"))
+CASES = fixture_jobs()
 
 ENDINGS = {
     "trailing_space": lambda text: text.replace(b"\n", b" \n"),
@@ -33,10 +33,14 @@ def _primary(paths: list[str]) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def _rewritten(case: Path, ending, into: Path) -> Path:
+    """``case`` with every text file's lines ended by ``ending``; a binary file (a flight-recorder dump) is
+    copied as it is."""
     if case.is_dir():
-        into.mkdir()
-        for file in case.iterdir():
-            (into / file.name).write_bytes(ending(file.read_bytes()))
+        for file in (p for p in case.rglob("*") if p.is_file()):
+            target = into / file.relative_to(case)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = file.read_bytes()
+            target.write_bytes(data if b"\0" in data else ending(data))
         return into
     into.write_bytes(ending(case.read_bytes()))
     return into
@@ -46,7 +50,7 @@ _EXPECTED: dict[Path, list] = {}
 
 
 @pytest.mark.parametrize("ending", list(ENDINGS))
-@pytest.mark.parametrize("case", CASES, ids=[p.name for p in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[str(p.relative_to(FIXTURES)) for p in CASES])
 def test_line_endings_leave_the_primary_findings_as_they_are(tmp_path, case, ending):
     if case not in _EXPECTED:
         _EXPECTED[case] = _primary([str(case)])

@@ -8,9 +8,9 @@ from importlib.resources import files
 
 import jsonschema
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, fixture_jobs
 
-FIXTURE_INPUTS = sorted(p.name for p in FIXTURES.iterdir() if p.suffix == ".log" or p.is_dir())
+FIXTURE_INPUTS = [str(p.relative_to(FIXTURES)) for p in fixture_jobs()]
 
 
 def shipped_schema() -> dict:
