@@ -366,10 +366,18 @@ class InitIncomplete(Rule):
             .join(done, on=PROC, how="left")
             .with_columns(pl.col("inits").fill_null(0))
         )
-        stuck = per.filter(
-            (pl.col("selects") > pl.col("inits"))
-            & (pl.col("last_complete").is_null() | (pl.col("last_select") > pl.col("last_complete")))
+        began_more = (pl.col("selects") > pl.col("inits")) & (
+            pl.col("last_complete").is_null() | (pl.col("last_select") > pl.col("last_complete"))
         )
+        stuck = per.filter(began_more)
+        if stuck.is_empty():
+            return
+        # A communicator the process called or destroyed, though no Init line of it was read (its COMPLETE
+        # line lost its header in the interleaving, say), completed an init all the same.
+        stuck = stuck.join(_unseen_inits(job, inst), on=PROC, how="left").with_columns(
+            pl.col("inits") + pl.col("unseen").fill_null(0)
+        )
+        stuck = stuck.filter(began_more)
         if stuck.is_empty():
             return
         failures = failure_rows(job)
@@ -422,3 +430,23 @@ class InitIncomplete(Rule):
                 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP on every rank."
             ),
         )
+
+
+def _unseen_inits(job: Job, instances: pl.DataFrame) -> pl.DataFrame:
+    """Per process (``PROC``), how many communicators it made calls on or destroyed without an Init line of
+    theirs in ``instances``: inits that completed though the log does not show it."""
+    used = [
+        table.select(*PROC, "comm")
+        for table in (job.table("collectives"), job.table("comms").filter(pl.col("what") == "Destroy"))
+        if not table.is_empty() and "comm" in table.columns
+    ]
+    if not used:
+        return pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "unseen": pl.UInt32})
+    return (
+        pl.concat(used)
+        .filter(pl.col("comm").is_not_null())
+        .unique()
+        .join(instances.select(*PROC, "comm"), on=[*PROC, "comm"], how="anti")
+        .group_by(PROC)
+        .agg(unseen=pl.len())
+    )
