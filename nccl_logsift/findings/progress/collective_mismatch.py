@@ -78,19 +78,21 @@ class CollectiveMismatch(Rule):
 
     How it is detected:
         COLL lines are aligned per communicator by position (ordinal); the first position where the members
-        disagree on (op, count, datatype, redop, root) is the divergence, and the minority signature names
-        the culprits. For point-to-point pairs, both sides sending (or both receiving) at the same position
-        is a deadlock. From PyTorch: the collective-fingerprint reports of TORCH_DISTRIBUTED_DEBUG=DETAIL
-        (``Detected mismatch between collectives on ranks. Rank R is running collective: …, but Rank K is
-        running collective: …``), where every rank's fingerprint is known from its own report or its peers',
-        and the fingerprints (op, shapes, dtypes, sequence number) held by fewer ranks name the culprits (with
-        no majority, as with two ranks, every side is named and neither is blamed); these reports, when
-        present, are the finding. Else watchdog timeouts of one process group at the same SeqNum with
-        different OpType or sizes. A divergence is critical when the job shows a hang (watchdog, abort, WARN,
-        failed exit) or, in a log of NCCL lines only, when the communicator's calls stop within 64 positions
-        of it and no process destroys it (where teardown is logged: from NCCL 2.30.3 only with DESTROY in
-        NCCL_DEBUG_SUBSYS); otherwise a warning only: a COLL line lost to interleaved output shifts the
-        counted positions the same way.
+        disagree on (op, count, datatype, redop, root) is the divergence, and the minority signature names the
+        culprits. With as many ranks on each side (a pair), the communicators alike (same size, same op at
+        that position: the other data-parallel groups) break the tie when two thirds of their calls there
+        agree with one side; else both sides are named. For point-to-point pairs, both sides sending (or both
+        receiving) at the same position is a deadlock. From PyTorch: the collective-fingerprint reports of
+        TORCH_DISTRIBUTED_DEBUG=DETAIL (``Detected mismatch between collectives on ranks. Rank R is running
+        collective: …, but Rank K is running collective: …``), where every rank's fingerprint is known from
+        its own report or its peers', and the fingerprints (op, shapes, dtypes, sequence number) held by fewer
+        ranks name the culprits (with no majority, as with two ranks, every side is named and neither is
+        blamed); these reports, when present, are the finding. Else watchdog timeouts of one process group at
+        the same SeqNum with different OpType or sizes. A divergence is critical when the job shows a hang
+        (watchdog, abort, WARN, failed exit) or, in a log of NCCL lines only, when the communicator's calls
+        stop within 64 positions of it and no process destroys it (where teardown is logged: from NCCL 2.30.3
+        only with DESTROY in NCCL_DEBUG_SUBSYS); otherwise a warning only: a COLL line lost to interleaved
+        output shifts the counted positions the same way.
 
     Example:
         Ranks 1–3 time out in ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=6553600 …)`` while rank 0
@@ -155,7 +157,27 @@ class CollectiveMismatch(Rule):
                 f"{at.height - minority.height} "
                 f"rank(s) called {majority['op']}(count {majority['count']})"
             )
-            if minority.height * 2 == at.height:
+            sibling = (
+                self._sibling_majority(coll, row["comm_uid"], row["ordinal"])
+                if minority.height * 2 == at.height
+                else None
+            )
+            if sibling is not None and sibling in (majority["sig"], odd["sig"]):
+                # As many ranks on each side, but the communicators alike (the other data-parallel groups)
+                # called one of the two at this position: the other side is the odd one.
+                if sibling == odd["sig"]:
+                    minority = at.filter(pl.col("sig") == majority["sig"])
+                    majority = counts.filter(pl.col("sig") == odd["sig"]).row(0, named=True)
+                    odd = minority.row(0, named=True)
+                ranks = [int(r) for r in minority["global_rank"].drop_nulls().to_list()]
+                title = (
+                    f"At call #{row['ordinal'] + 1} of communicator {row['comm_uid']}, rank(s) "
+                    f"{ranks_text(ranks)} called {odd['op']}(count {odd['count']}, datatype "
+                    f"{odd['datatype']}) while {at.height - minority.height} rank(s) called "
+                    f"{majority['op']}(count {majority['count']}), as the other communicators of "
+                    f"{int(at['nranks'].max())} ranks did at this call"
+                )
+            elif minority.height * 2 == at.height:
                 # As many ranks on each side (always so with two ranks): no majority says which call was
                 # meant, so both sides are named and neither is blamed.
                 agree = at.filter(pl.col("sig") == majority["sig"])["global_rank"].drop_nulls()
@@ -216,6 +238,27 @@ class CollectiveMismatch(Rule):
                 advice=self._advice(),
                 severity=severity,
             )
+
+    @staticmethod
+    def _sibling_majority(coll: pl.DataFrame, uid: str, ordinal: int) -> int | None:
+        """The signature that the other communicators of this one's size called at this position, when at
+        least two of them exist and two thirds of their calls there agree: replicas of one parallel group
+        (the data-parallel groups, say) run the same program, so their call says which side of a tie in
+        this one is the odd one. None otherwise."""
+        mine = coll.filter((pl.col("comm_uid") == uid) & (pl.col("ordinal") == ordinal))
+        # Alike: of the same size, calling a collective of one of the ops called here (point-to-point
+        # pairs of the pipeline have this size too, and other groups of it may run other collectives).
+        others = coll.filter(
+            (pl.col("nranks") == mine["nranks"].max())
+            & (pl.col("ordinal") == ordinal)
+            & (pl.col("comm_uid") != uid)
+            & pl.col("op").is_in(mine["op"].unique().implode())
+            & ~pl.col("op").is_in(P2P_OPS)
+        )
+        if others["comm_uid"].n_unique() < 2:
+            return None
+        top = others.group_by("sig").len().sort("len", "sig", descending=True).row(0, named=True)
+        return int(top["sig"]) if top["len"] * 3 >= others.height * 2 else None
 
     @staticmethod
     def _p2p_deviants(coll: pl.DataFrame, uid: str, ordinal: int) -> pl.DataFrame | None:
