@@ -58,6 +58,19 @@ def cases():
     # 2 nodes on NCCL 2.27: the world communicator connects at its first collective, after the split
     # communicators, so its connection lines must not be read as the splits' (no false same-host NET finding).
     yield pytest.param("slow-rank", "interleaved", "2.27", 16, 0, id="slow-rank-interleaved-2.27-16ranks")
+    # A data-parallel replica (half the world) runs out of data: its ranks destroy their communicators
+    # (2.21), or, where teardown is not logged (2.30), only the half ahead times out.
+    yield pytest.param("uneven-data", "srun", "2.21", 16, 1, id="uneven-data-srun-2.21-16ranks")
+    yield pytest.param("uneven-data", "torchrun", "2.30", 16, 1, id="uneven-data-torchrun-2.30-16ranks")
+    # The odd call is in a data-parallel pair: a tie there, broken by the other pairs at that position.
+    yield pytest.param(
+        "collective-mismatch", "srun", "2.21", 16, 2, id="collective-mismatch-srun-2.21-16ranks"
+    )
+    yield pytest.param(
+        "extra-collective", "per-rank", "2.27", 16, 2, id="extra-collective-per-rank-2.27-16ranks"
+    )
+    # Noise tears the header off one rank's Init COMPLETE line; the job completes all the same.
+    yield pytest.param("healthy", "interleaved", "2.14", 32, 1, id="healthy-interleaved-2.14-32ranks")
 
 
 def simulate(tmp_path, name, layout, version, ranks, seed):

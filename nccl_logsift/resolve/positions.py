@@ -112,11 +112,20 @@ def progress_of(last: pl.DataFrame) -> list[CommProgress]:
 
 @per_job
 def members_last_calls(job: Job) -> pl.DataFrame:
-    """Every member's last call, of every communicator (the rows of :func:`comm_progress`, in its order)."""
+    """Every member's last call, of every communicator (the rows of :func:`comm_progress`, in its order), and
+    whether it ``left`` the communicator with a Destroy of its own."""
     coll = job.table("collectives")
     comms = job.table("communicators")
     if coll.is_empty() or "comm_uid" not in coll.columns:
-        return pl.DataFrame(schema={"comm_uid": pl.String, "ordinal": pl.Int64, "nranks": pl.Int64})
+        return pl.DataFrame(
+            schema={
+                "comm_uid": pl.String,
+                "global_rank": pl.Int64,
+                "ordinal": pl.Int64,
+                "nranks": pl.Int64,
+                "left": pl.Boolean,
+            }
+        )
     # The columns kept, first: sorting every column of a 4096-rank job's window of calls held ~100 MB.
     kept = [
         "comm_uid",
@@ -161,4 +170,16 @@ def members_last_calls(job: Job) -> pl.DataFrame:
         )
         last = pl.concat([last, silent], how="diagonal_relaxed")
     # Communicators by uid, members by rank, then where their line is: the same order on every run.
-    return last.sort("comm_uid", "rank", "global_rank", "source_id", "line_no", "part", nulls_last=True)
+    last = last.sort("comm_uid", "rank", "global_rank", "source_id", "line_no", "part", nulls_last=True)
+    return _with_left(last, comms)
+
+
+def _with_left(last: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+    """``last`` with ``left``: the member's instance of the communicator ended with its own Destroy (it
+    left on purpose, after its last call), not with an Abort or not at all."""
+    if instances.is_empty() or "ended" not in instances.columns:
+        return last.with_columns(left=pl.lit(False))
+    keys = ["comm_uid", "host", "pid"]
+    destroyed = instances.filter(pl.col("ended") == "Destroy").select(*keys, left=pl.lit(True)).unique(keys)
+    joined = last.join(destroyed, on=keys, how="left", maintain_order="left")
+    return joined.with_columns(pl.col("left").fill_null(False))

@@ -8,7 +8,12 @@ import pytest
 from builders import job_of, simulate, two_gpu_processes
 from conftest import FIXTURES
 
-from nccl_logsift.findings.progress.rank_behind import RankBehind, lagging_communicators
+from nccl_logsift.findings.progress.rank_behind import (
+    RankBehind,
+    gap_of,
+    lagging_communicators,
+    waiting_ranks,
+)
 from nccl_logsift.pipeline import load_job
 from nccl_logsift.resolve.positions import comm_progress, members_last_calls
 
@@ -17,15 +22,19 @@ def jobs(tmp_path):
     yield from (load_job([str(path)]) for path in sorted(FIXTURES.glob("*.log")))
     for scenario in ("rank-stall", "healthy"):
         yield simulate(tmp_path, scenario, ranks=8, nodes=2)[0]
+    # Half the world (a data-parallel replica) runs out of data: with Destroy lines (2.21), and without
+    # them, where the half ahead timed out and the half behind did not (2.30).
+    for version in ("2.21", "2.30"):
+        yield simulate(tmp_path, "uneven-data", ranks=16, nodes=2, nccl_version=version, seed=1)[0]
 
 
 @pytest.mark.parametrize("failing", [False, True])
 def test_rank_behind_screens_in_exactly_the_communicators_it_reports(tmp_path, failing):
     reported = screened = 0
     for job in jobs(tmp_path):
-        rule = RankBehind()
-        lagging = lagging_communicators(job, failing)
-        found = {p.uid for p in comm_progress(job) if rule.from_collectives(job, p, failing) is not None}
+        waiting = waiting_ranks(job)
+        lagging = lagging_communicators(job, failing, waiting)
+        found = {p.uid for p in comm_progress(job) if gap_of(p, failing, waiting) is not None}
         assert lagging == found
         reported, screened = reported + len(found), screened + len(comm_progress(job))
     assert 0 < reported < screened

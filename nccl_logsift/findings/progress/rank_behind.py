@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.progress._hang import hang_evidence
-from nccl_logsift.findings.wording import describe_rank
+from nccl_logsift.findings.wording import describe_rank, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.job import Job, rank_range
 from nccl_logsift.resolve.positions import (
@@ -36,6 +38,15 @@ def stack_advice(job: Job, ranks: list[int]) -> str:
     )
 
 
+LEFT_ADVICE = (
+    "The rank ended its loop early and tore down its communicators while its peers went on, so there is "
+    "no stack to dump. Most often its data ran out first: give every rank the same number of steps "
+    "(DistributedSampler with drop_last=True, or an equal number of batches per rank), or wrap the loop in "
+    "torch.distributed.algorithms.Join when inputs are uneven. Otherwise look for a rank-dependent return or "
+    "break, or an exception caught and swallowed on that rank."
+)
+
+
 class RankBehind(Rule):
     """Some ranks stopped before the collective their peers are waiting in.
 
@@ -55,9 +66,14 @@ class RankBehind(Rule):
         sub-group (tensor or pipeline parallel) is stuck, its peers time out in that group and the other
         ranks later in theirs, so no group holds most of the world: then the few ranks of the world that
         timed out nowhere and raised nothing of their own are the ones the others wait for. A minority only:
-        when most ranks are behind, the few ahead are not a hang's cause. Without any sign of a failure
-        (watchdog, abort, WARN, non-zero exit) a gap of one call at the end of a log is treated as the normal
-        tail of a run and not reported.
+        when most ranks are behind, the few ahead are not a hang's cause; exactly half when every member
+        ahead timed out and none behind did. Members behind that destroyed the communicator themselves
+        (``comm … - Destroy COMPLETE``) left it: their loop ended early (uneven data), and they are named
+        however many they are, in one finding for every communicator they left. A rank behind in its
+        tensor-parallel pair, its data-parallel group and the world is told once, by the largest, and
+        communicators alike (one per replica, stopped at the same call) are told together. Without any sign
+        of a failure (watchdog, abort, WARN, non-zero exit) a gap of one call at the end of a log is treated
+        as the normal tail of a run and not reported.
 
     Example:
         ``[rank0]:[E… ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout:
@@ -65,8 +81,10 @@ class RankBehind(Rule):
         AllReduce #7.
 
     What to do:
-        Dump the stack of the lagging rank while the job hangs (``py-spy dump --pid PID`` on its host) and
-        look for data loading, checkpointing or a rank-dependent branch. If the rank reached the collective
+        A rank that left: give every rank the same number of steps (or use
+        ``torch.distributed.algorithms.Join``). Otherwise dump the stack of the lagging rank while the job
+        hangs (``py-spy dump --pid PID`` on its host) and look for data loading, checkpointing or a
+        rank-dependent branch. If the rank reached the collective
         but never finished, check its GPU (``nvidia-smi``, dmesg Xid) and its network links.
     """
 
@@ -78,55 +96,85 @@ class RankBehind(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         failing = hang_evidence(job)
         reported: set[int] = set()
-        lagging = lagging_communicators(job, failing)
+        lagging = lagging_communicators(job, failing, waiting_ranks(job))
         # Only the lagging communicators are split out (one group each took ~0.05 ms: 0.2 s over a 4096-rank
         # job's thousands); in the order of members_last_calls, as comm_progress gives them.
         last = members_last_calls(job)
+        stops: list[Gap] = []
+        departures: list[Gap] = []
+        waiting = waiting_ranks(job)
         for progress in (
             progress_of(last.filter(pl.col("comm_uid").is_in(sorted(lagging)))) if lagging else []
         ):
-            finding = self.from_collectives(job, progress, failing)
-            if finding:
-                reported.update(finding.ranks)
-                yield finding
+            gap = gap_of(progress, failing, waiting)
+            if gap is not None:
+                (departures if gap.left else stops).append(gap)
+        for gaps, covered in _alike(_covering(_not_waiting(stops, waiting))):
+            finding = self.from_gaps(job, gaps, covered, failing)
+            reported.update(finding.ranks)
+            yield finding
+        if departures:
+            finding = self.from_departures(job, departures, failing)
+            reported.update(finding.ranks)
+            yield finding
         yield from self._from_torch(job, reported)
 
-    def from_collectives(self, job: Job, progress: CommProgress, failing: bool) -> Finding | None:
-        last = progress.last
-        if last.height < 2:
-            return None
-        front = int(last["ordinal"].max())
-        behind = last.filter(pl.col("ordinal") < front)
-        gap = front - int(behind["ordinal"].max()) if behind.height else 0
-        if behind.is_empty() or behind.height * 2 >= last.height:
-            return None
-        if not failing and gap < 2:
-            return None
-        ranks = [int(r) for r in behind["global_rank"].fill_null(behind["rank"]).to_list()]
-        stuck_at = int(behind["ordinal"].min()) + 1  # 1-based number of the last call the laggards made
-        ahead = last.filter(pl.col("ordinal") == front)
-        names = ", ".join(describe_rank(job, r) for r in ranks[:4]) + (" …" if len(ranks) > 4 else "")
-        missing_op = _next_op(job, progress.uid, stuck_at)
+    def from_gaps(self, job: Job, gaps: list[Gap], covered: int, failing: bool) -> Finding:
+        """Ranks stuck before the same next call of one communicator, or of several alike (one per
+        parallel replica), and behind in ``covered`` smaller ones too."""
+        gap = gaps[0]
+        ranks = sorted({r for g in gaps for r in g.ranks})
+        missing_op = _next_op(job, gap.progress.uid, gap.stuck_at)
+        where = (
+            f"communicator {gap.progress.uid} ({gap.progress.nranks} ranks)"
+            if len(gaps) == 1
+            else f"{len(gaps)} communicators of {gap.progress.nranks} ranks ({gap.progress.uid}, …)"
+        )
         title = (
-            f"{names} never called #{stuck_at + 1}{f' ({missing_op})' if missing_op else ''} on communicator "
-            f"{progress.uid} ({progress.nranks} ranks): last call #{stuck_at}, while {ahead.height} rank(s) "
-            f"went on to #{front + 1}"
+            f"{_names(job, ranks)} never called {_call(gap.stuck_at + 1, missing_op)} on {where}: last call "
+            f"#{gap.stuck_at}, while {sum(g.ahead.height for g in gaps)} rank(s) went on to #{gap.front + 1}"
+            # How many others is left out: a log cut short loses the smaller gaps first.
+            + ("; behind in other communicators too" if covered else "")
         )
-        rows = pl.concat(
-            [
-                behind.select("source_id", "line_no", "part"),
-                ahead.head(2).select("source_id", "line_no", "part"),
-            ]
-        )
+        behind = pl.concat([g.behind.select("source_id", "line_no", "part") for g in gaps])
         return self.finding(
             job,
             title,
-            evidence_rows=rows.filter(pl.col("line_no").is_not_null()),
+            evidence_rows=_rows(behind.head(max(3, gap.behind.height)), gap.ahead.head(2)),
             ranks=ranks,
             severity=Severity.CRITICAL if failing else Severity.ERROR,
             advice=stack_advice(job, ranks),
-            comm=progress.uid,
-            seq=stuck_at + 1,
+            comm=gap.progress.uid,
+            seq=gap.stuck_at + 1,
+            op=missing_op,
+        )
+
+    def from_departures(self, job: Job, departures: list[Gap], failing: bool) -> Finding:
+        """Ranks that destroyed their communicators while their peers went on: one finding for all of them
+        (a data-parallel replica that ran out of data leaves its data-parallel pairs and the world alike),
+        told by the largest communicator they left."""
+        head = max(departures, key=lambda d: (d.progress.nranks, len(d.ranks)))
+        ranks = sorted({r for d in departures for r in d.ranks})
+        names = _names(job, ranks)
+        missing_op = _next_op(job, head.progress.uid, head.stuck_at)
+        reached = f"#{head.front + 1}" if head.front > head.stuck_at else _call(head.stuck_at + 1, missing_op)
+        others = len(departures) - 1
+        title = (
+            f"{names} left communicator {head.progress.uid} ({head.progress.nranks} ranks) after call "
+            f"#{head.stuck_at}: {'it' if len(ranks) == 1 else 'they'} destroyed it while "
+            f"{head.ahead.height} rank(s) went on to {reached}"
+            + (", and left other communicators the same way" if others else "")
+        )
+        ends = _destroyed(job, head.progress.uid, head.behind)
+        return self.finding(
+            job,
+            title,
+            evidence_rows=_rows(head.behind.head(3), ends.head(3), head.ahead.head(2)),
+            ranks=ranks,
+            severity=Severity.CRITICAL if failing else Severity.ERROR,
+            advice=LEFT_ADVICE,
+            comm=head.progress.uid,
+            seq=head.stuck_at + 1,
             op=missing_op,
         )
 
@@ -257,6 +305,155 @@ def _failed_on_their_own(job: Job) -> set[int]:
     return failed
 
 
+@dataclass(frozen=True)
+class Gap:
+    """Members of one communicator behind the others: their last calls, and the members ahead."""
+
+    progress: CommProgress
+    behind: pl.DataFrame
+    ahead: pl.DataFrame
+    front: int  # the position (0-based) the members ahead reached
+
+    @property
+    def stuck_at(self) -> int:
+        """The 1-based number of the last call the members behind made."""
+        return int(self.behind["ordinal"].min()) + 1
+
+    @property
+    def left(self) -> bool:
+        """Every member behind destroyed the communicator itself (a clean Destroy): it left."""
+        return bool(self.behind["left"].all())
+
+    @property
+    def ranks(self) -> list[int]:
+        return [int(r) for r in self.behind["global_rank"].fill_null(self.behind["rank"]).drop_nulls()]
+
+
+def gap_of(progress: CommProgress, failing: bool, waiting: set[int]) -> Gap | None:
+    """The members of ``progress`` behind the others, when they are a cause: a minority (when most ranks are
+    behind, the few ahead are not a hang's cause); exactly half, when every member ahead timed out waiting
+    (``waiting``: the ranks whose watchdog fired) and none behind did; or ranks that all left the
+    communicator on purpose (their loop ended: they are the cause however many they are). Without a sign of
+    failure, a gap of one call is the normal tail of a log."""
+    last = progress.last
+    if last.height < 2:
+        return None
+    front = int(last["ordinal"].max())
+    behind = last.filter(pl.col("ordinal") < front)
+    if behind.is_empty():
+        return None
+    gap = Gap(progress, behind, last.filter(pl.col("ordinal") == front), front)
+    half = (
+        behind.height * 2 == last.height
+        and last.select(_waited_for(pl.col("ordinal") < front, waiting)).item()
+    )
+    if behind.height * 2 >= last.height and not (gap.left or half):
+        return None
+    if not failing and front - int(behind["ordinal"].max()) < 2:
+        return None
+    return gap
+
+
+def waiting_ranks(job: Job) -> set[int]:
+    """The ranks whose watchdog fired: they were waiting for a peer."""
+    timed_out = timeouts(job)
+    return set(timed_out["job_rank"].drop_nulls().to_list()) if not timed_out.is_empty() else set()
+
+
+def _waited_for(behind: pl.Expr, waiting: set[int]) -> pl.Expr:
+    """Over a communicator's members: every member not ``behind`` timed out (is ``waiting``) and none behind
+    did, so the members ahead wait for those behind."""
+    waits = pl.col("global_rank").is_in(sorted(waiting)).fill_null(False)
+    return (waits | behind).all() & ~(waits & behind).any()
+
+
+def _not_waiting(gaps: list[Gap], waiting: set[int]) -> list[Gap]:
+    """``gaps`` less the members behind that wait elsewhere: those ahead in another gap (they called a
+    collective their peers there never joined) and those whose watchdog fired (``waiting``). Such a rank is
+    held up, not the holder: on a large job the ranks waiting for a stuck one stop in a chain of
+    communicators. All of them when that would leave none."""
+    ahead = waiting | {int(r) for g in gaps for r in g.ahead["global_rank"].drop_nulls()}
+    kept = [
+        dataclasses.replace(
+            g, behind=g.behind.filter(~pl.col("global_rank").is_in(sorted(ahead)).fill_null(False))
+        )
+        for g in gaps
+    ]
+    kept = [g for g in kept if g.behind.height]
+    return kept or gaps
+
+
+def _covering(gaps: list[Gap]) -> list[tuple[Gap, int]]:
+    """The gaps to report, in their order, each with how many others it covers. A gap whose ranks are all
+    behind in another communicator with more ranks behind is told by that one (a dead node's ranks lag in
+    their pipeline pairs and in the world alike). Of gaps with the same ranks behind (a stuck rank lags in
+    its tensor-parallel pair, its data-parallel group and the world), the one where the others got furthest
+    ahead is told: it is the strongest evidence, and the last a cut-off tail takes away."""
+    sets = [frozenset(g.ranks) for g in gaps]
+    preferred = sorted(
+        range(len(gaps)), key=lambda i: (gaps[i].stuck_at - gaps[i].front, -gaps[i].progress.nranks, i)
+    )
+    order = {i: k for k, i in enumerate(preferred)}
+
+    def covers(j: int, i: int) -> bool:
+        return sets[i] < sets[j] or (sets[i] == sets[j] and order[j] < order[i])
+
+    heads = [i for i in preferred if not any(covers(j, i) for j in range(len(gaps)) if j != i)]
+    counts = dict.fromkeys(heads, 0)
+    for i in range(len(gaps)):
+        if i not in counts:
+            counts[next(h for h in heads if sets[i] <= sets[h])] += 1
+    return [(gaps[i], counts[i]) for i in sorted(counts)]
+
+
+def _names(job: Job, ranks: list[int]) -> str:
+    """Up to four ranks each with its host, pid and GPU; more as a count and their spans."""
+    if len(ranks) <= 4:
+        return ", ".join(describe_rank(job, r) for r in ranks)
+    return f"{len(ranks)} ranks ({ranks_text(ranks)})"
+
+
+def _alike(heads: list[tuple[Gap, int]]) -> list[tuple[list[Gap], int]]:
+    """``heads`` (of :func:`_covering`) gathered where they are alike: communicators of one size whose
+    members behind stopped at the same call while the others reached the same one, as every data- or
+    pipeline-parallel replica of a dead node's ranks does. In the order of their first."""
+    groups: dict[tuple[int, int, int], tuple[list[Gap], list[int]]] = {}
+    for gap, covered in heads:
+        gaps, counts = groups.setdefault((gap.progress.nranks, gap.stuck_at, gap.front), ([], []))
+        gaps.append(gap)
+        counts.append(covered)
+    return [(gaps, sum(counts)) for gaps, counts in groups.values()]
+
+
+def _call(number: int, op: str | None) -> str:
+    return f"#{number}{f' ({op})' if op else ''}"
+
+
+def _rows(*frames: pl.DataFrame) -> pl.DataFrame:
+    """The evidence lines of ``frames``, in their order."""
+    rows = pl.concat([f.select("source_id", "line_no", "part") for f in frames])
+    return rows.filter(pl.col("line_no").is_not_null())
+
+
+def _destroyed(job: Job, uid: str, behind: pl.DataFrame) -> pl.DataFrame:
+    """The Destroy line of communicator ``uid`` of each process in ``behind`` (host, pid) that ended its
+    instance of it with one: where the instance ended is the line it ended on (its ``end_seq``)."""
+    instances = job.table("communicators")
+    if instances.is_empty() or "ended" not in instances.columns:
+        return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
+    seq = pl.col("end_seq")
+    return (
+        instances.filter((pl.col("comm_uid") == uid) & (pl.col("ended") == "Destroy"))
+        .join(behind.select("host", "pid").unique(), on=["host", "pid"], how="semi")
+        .select(
+            (seq // (1 << 40)).cast(pl.UInt16).alias("source_id"),
+            (seq // (1 << 8) % (1 << 32)).cast(pl.UInt32).alias("line_no"),
+            (seq % (1 << 8)).cast(pl.UInt8).alias("part"),
+        )
+        .unique(maintain_order=True)
+    )
+
+
 def _next_op(job: Job, uid: str, position: int) -> str | None:
     """The op the ranks that went ahead called at ``position`` (1-based) of communicator ``uid``."""
     coll = job.table("collectives")
@@ -297,9 +494,10 @@ def _by_pg(timed_out: pl.DataFrame, states: pl.DataFrame):
         yield (key,), (t, s)
 
 
-def lagging_communicators(job: Job, failing: bool) -> set[str]:
-    """The communicators :meth:`RankBehind.from_collectives` reports, found in one pass over every member's
-    last call instead of filtering each communicator's members (thousands of communicators on a large job)."""
+def lagging_communicators(job: Job, failing: bool, waiting: set[int]) -> set[str]:
+    """The communicators :meth:`RankBehind.check` reports (those :func:`gap_of` finds a gap in), found in one
+    pass over every member's last call instead of filtering each communicator's members (thousands of
+    communicators on a large job)."""
     ordinal = pl.col("ordinal")
     front = ordinal.max()
     behind = ordinal < front
@@ -310,13 +508,17 @@ def lagging_communicators(job: Job, failing: bool) -> set[str]:
             members=pl.len(),
             behind=behind.sum(),
             gap=front - ordinal.filter(behind).max(),
+            left=pl.col("left").filter(behind).all(),
+            # Exactly half behind is a gap when every member ahead timed out and none behind did.
+            waited_for=_waited_for(behind, waiting),
         )
     )
+    half = (pl.col("behind") * 2 == pl.col("members")) & pl.col("waited_for")
     return set(
         screen.filter(
             (pl.col("members") >= 2)
             & (pl.col("behind") > 0)
-            & (pl.col("behind") * 2 < pl.col("members"))
+            & ((pl.col("behind") * 2 < pl.col("members")) | pl.col("left") | half)
             & (pl.lit(failing) | (pl.col("gap") >= 2))
         )["comm_uid"].to_list()
     )
