@@ -43,9 +43,13 @@ SCENARIOS = (  # every `logsift simulate --list` scenario, at 16 ranks on 2 node
 def inputs(shared: Path) -> dict[str, Path]:
     """Every log to diagnose, by a stable name."""
     found: dict[str, Path] = {}
+    captured = ROOT / "fixtures" / "captured"
     for path in sorted((ROOT / "fixtures").iterdir()):
-        if not path.name.endswith(".json"):
+        if not path.name.endswith(".json") and path != captured:
             found[f"fixtures/{path.name}"] = path
+    for path in sorted(captured.iterdir()) if captured.is_dir() else ():
+        if path.is_dir():  # a real job this project ran: its logs and Flight Recorder dumps, as one input
+            found[f"captured/{path.name}"] = path
     real = shared / "corpus" / "real"
     for path in sorted(real.glob("*")) if real.is_dir() else ():
         if path.name != "SOURCES.md":

@@ -20,7 +20,7 @@ from nccl_logsift.resolve.positions import (
     with_signature,
 )
 from nccl_logsift.resolve.releases import teardown_is_logged
-from nccl_logsift.resolve.work import timeouts
+from nccl_logsift.resolve.work import DEFAULT_PG, timeouts
 
 # Calls a process may still enqueue after a collective that will never complete, before its stream blocks
 # (the rest of a step's gradient buckets): a hang ends a communicator's log within this many positions.
@@ -29,10 +29,36 @@ STOP_TAIL = 64
 
 def _graded(job: Job, coll: pl.DataFrame, row: dict, hung: bool) -> tuple[Severity, str]:
     """A divergence is critical when the job hung: a sign of failure anywhere, or, in a log of NCCL lines only
-    (NCCL_DEBUG_FILE, RCCL runs without PyTorch), the communicator's calls stopping right after it."""
+    (NCCL_DEBUG_FILE, RCCL runs without PyTorch), the communicator's calls stopping right after it. Not when
+    the world's watchdog shows the call completed: then the job hung elsewhere, later."""
+    if _completed_past(job, coll, row["comm_uid"], row["ordinal"]):
+        return Severity.WARNING, (
+            " (the watchdog shows later calls of this communicator pending, so this one completed: "
+            "probably a log line lost to interleaving)"
+        )
     if hung or _stopped_after(job, coll, row["comm_uid"], row["ordinal"]):
         return Severity.CRITICAL, ""
     return Severity.WARNING, " (no sign of a hang: possibly a log line lost to interleaving)"
+
+
+# How far the default process group's work numbers may run ahead of the world communicator's calls (a
+# coalesced or grouped op is one work and several calls, or the other way round).
+SEQ_SLACK = 8
+
+
+def _completed_past(job: Job, coll: pl.DataFrame, uid: str, ordinal: int) -> bool:
+    """The divergence at ``ordinal`` (0-based) of the world communicator completed: some rank's watchdog
+    fired in the default process group at a work numbered well past it, and a watchdog waits on the oldest
+    work still pending, so every work before it completed there. No mismatched collective completes."""
+    world = job.world_size
+    calls = coll.filter(pl.col("comm_uid") == uid)
+    if not world or calls.is_empty() or calls["nranks"].max() != world:
+        return False
+    fired = timeouts(job)
+    if fired.is_empty():
+        return False
+    pending = fired.filter(pl.col("pg").str.split(" ").list.first() == DEFAULT_PG)["seq"].drop_nulls()
+    return pending.len() > 0 and int(pending.min()) > ordinal + 1 + SEQ_SLACK
 
 
 def _stopped_after(job: Job, coll: pl.DataFrame, uid: str, ordinal: int) -> bool:
