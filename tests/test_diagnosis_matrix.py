@@ -69,6 +69,9 @@ def cases():
     yield pytest.param(
         "extra-collective", "per-rank", "2.27", 16, 2, id="extra-collective-per-rank-2.27-16ranks"
     )
+    # Noise loses a COLL line of rank 3 at call #3 of the world; its watchdog, later waiting on work #32,
+    # shows that call completed: a lost line, not the mismatch that hung the job.
+    yield pytest.param("uneven-data", "interleaved", "2.27", 8, 1, id="uneven-data-2.27-lost-coll-line")
     # Noise tears the header off one rank's Init COMPLETE line; the job completes all the same.
     yield pytest.param("healthy", "interleaved", "2.14", 32, 1, id="healthy-interleaved-2.14-32ranks")
 
