@@ -19,8 +19,10 @@ import argparse
 import itertools
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -94,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
 
     scenarios = args.scenario or sorted(SCENARIOS)
     cases = list(itertools.product(scenarios, args.ranks, args.layouts, args.versions, args.seeds))
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run_case, cases, chunksize=4))
+    if args.jobs <= 1:
+        results = [run_case(case) for case in cases]
+    else:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(run_case, cases, chunksize=4))
 
     tally: dict[str, Counter] = {s: Counter() for s in scenarios}
     for result in results:
@@ -113,8 +118,24 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{result['scenario']} {result['ranks']} ranks {result['layout']} {result['nccl']}"
         print(f"  {result['result']}: {where} seed {result['seed']}: {result['why']}")
     if args.out:
-        args.out.write_text(json.dumps({"cases": results}, indent=1) + "\n")
+        matrix = {"ranks": args.ranks, "layouts": args.layouts, "nccl": args.versions, "seeds": args.seeds}
+        head = {
+            "commit": _commit(),
+            "date": time.strftime("%Y-%m-%d"),
+            "argv": sys.argv[1:],
+            "matrix": matrix,
+        }
+        cases = ",\n".join(json.dumps(r, separators=(",", ":")) for r in results)  # a case a line
+        args.out.write_text(json.dumps(head)[:-1] + ', "cases": [\n' + cases + "\n]}\n")
     return 0
+
+
+def _commit() -> str | None:
+    """The checkout's commit, when it is a git checkout."""
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return found.stdout.strip() or None
 
 
 if __name__ == "__main__":

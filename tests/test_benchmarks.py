@@ -159,3 +159,44 @@ def test_alternated_runs_refuse_a_checkout_without_its_compiled_loops(tmp_path):
     proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "compiled loops are not built" in proc.stderr
+
+
+def _accuracy():
+    spec = importlib.util.spec_from_file_location("accuracy", BENCHMARKS / "accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_accuracy_judges_each_case_against_its_truth(tmp_path):
+    out = tmp_path / "accuracy.json"
+    argv = ["-s", "healthy", "-s", "rank-stall", "--ranks", "8", "--layouts", "srun"]
+    assert (
+        _accuracy().main([*argv, "--versions", "2.21", "--seeds", "1", "--jobs", "1", "--out", str(out)]) == 0
+    )
+    report = json.loads(out.read_text())
+    assert report["matrix"]["ranks"] == [8] and len(report["cases"]) == 2
+    assert {c["scenario"]: c["result"] for c in report["cases"]} == {
+        "healthy": "right",
+        "rank-stall": "right",
+    }
+
+
+def test_accuracy_tells_a_wrong_culprit_from_the_right_one_named_by_another_kind():
+    verdict = _accuracy().verdict
+    truth = {"faults": [{"kind": "process_exit", "primary": True, "ranks": [3]}]}
+
+    def report(*primaries):
+        found = [
+            {"kind": k, "ranks": r, "primary": True, "severity": "critical", "code": "X"}
+            for k, r in primaries
+        ]
+        return {"findings": found}
+
+    assert verdict(truth, report(("process_exit", [3])))[0] == "right"
+    assert verdict(truth, report(("rank_behind", [3])))[0] == "culprit"
+    assert verdict(truth, report(("rank_behind", [2])))[0] == "wrong"
+    assert verdict(truth, report(("process_exit", [3]), ("rank_behind", [3, 4])))[0] == "wrong"
+    healthy = {"faults": []}
+    assert verdict(healthy, report())[0] == "right"
+    assert verdict(healthy, report(("rank_behind", [1])))[0] == "wrong"
