@@ -95,35 +95,50 @@ class RankBehind(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         failing = hang_evidence(job)
-        reported: set[int] = set()
-        lagging = lagging_communicators(job, failing, waiting_ranks(job))
+        waiting = waiting_ranks(job)
+        lagging = lagging_communicators(job, failing, waiting)
         # Only the lagging communicators are split out (one group each took ~0.05 ms: 0.2 s over a 4096-rank
         # job's thousands); in the order of members_last_calls, as comm_progress gives them.
         last = members_last_calls(job)
         stops: list[Gap] = []
         departures: list[Gap] = []
-        waiting = waiting_ranks(job)
         for progress in (
             progress_of(last.filter(pl.col("comm_uid").is_in(sorted(lagging)))) if lagging else []
         ):
             gap = gap_of(progress, failing, waiting)
             if gap is not None:
                 (departures if gap.left else stops).append(gap)
-        for gaps, covered in _alike(_covering(_not_waiting(stops, waiting))):
-            finding = self.from_gaps(job, gaps, covered, failing)
-            reported.update(finding.ranks)
+        groups = _alike(_covering(_not_waiting(stops, waiting)))
+        named = {r for gaps, _ in groups for g in gaps for r in g.ranks}
+        named |= {r for g in departures for r in g.ranks}
+        silent = list(self._from_torch(job, named))
+        for gaps, covered in groups:
+            # The world's watchdog names members of the world that logged no call at all where this gap's
+            # ranks stopped (their lines lost, or never written): the same stop, told once.
+            also = [
+                f
+                for f in silent
+                if gaps[0].progress.nranks == job.world_size
+                and (f.pg or "").split(" ")[0] == DEFAULT_PG
+                and f.seq == gaps[0].stuck_at + 1
+            ]
+            silent = [f for f in silent if f not in also]
+            finding = self.from_gaps(job, gaps, covered, failing, also=[r for f in also for r in f.ranks])
+            if also:
+                finding = dataclasses.replace(finding, evidence=finding.evidence + also[0].evidence[:2])
             yield finding
         if departures:
-            finding = self.from_departures(job, departures, failing)
-            reported.update(finding.ranks)
-            yield finding
-        yield from self._from_torch(job, reported)
+            yield self.from_departures(job, departures, failing)
+        yield from silent
 
-    def from_gaps(self, job: Job, gaps: list[Gap], covered: int, failing: bool) -> Finding:
+    def from_gaps(
+        self, job: Job, gaps: list[Gap], covered: int, failing: bool, also: list[int] | None = None
+    ) -> Finding:
         """Ranks stuck before the same next call of one communicator, or of several alike (one per
-        parallel replica), and behind in ``covered`` smaller ones too."""
+        parallel replica), and behind in ``covered`` smaller ones too; ``also``: ranks of the same stop that
+        the watchdog's view adds."""
         gap = gaps[0]
-        ranks = sorted({r for g in gaps for r in g.ranks})
+        ranks = sorted({r for g in gaps for r in g.ranks} | set(also or ()))
         missing_op = _next_op(job, gap.progress.uid, gap.stuck_at)
         where = (
             f"communicator {gap.progress.uid} ({gap.progress.nranks} ranks)"
