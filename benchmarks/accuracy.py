@@ -5,12 +5,12 @@
     python benchmarks/accuracy.py --ranks 16 --versions 2.30 --seeds 1 2 3 --out results/accuracy.json
 
 Each case simulates one scenario at one world size, launcher layout, NCCL release and seed, with its ground
-truth, and analyzes it. A case is right when every primary fault of the truth is a primary finding of the same
-kind naming exactly its culprit ranks, no other kind is a root cause, and a job that works (no primary fault)
-has nothing at error or worse. A case whose root cause names exactly the culprit ranks, but by a finding of
-another kind (a crash that the layout shows only as a rank behind), is counted as ``culprit``. The cases run
-in a pool of worker processes (``--jobs``, default: the cores). A case the simulator cannot make (a release
-too old for the scenario) is counted apart, as skipped.
+truth, and analyzes it. A case is right when its root causes are exactly the truth's primary faults, each a
+finding of the fault's kind naming exactly its culprit ranks, and a job that works (no primary fault) has
+nothing at error or worse. A case whose root causes name exactly the culprit ranks, but not as the truth's
+kinds (a crash that the layout shows only as a rank behind, one stop told twice), is counted as ``culprit``.
+The cases run in a pool of worker processes (``--jobs``, default: the cores). A case the simulator cannot make
+(a release too old for the scenario) is counted apart, as skipped.
 """
 
 from __future__ import annotations
@@ -37,26 +37,20 @@ SEEDS = (1, 2)
 
 
 def verdict(truth: dict, report: dict) -> tuple[str, str | None]:
-    """``right``, ``culprit`` (the culprit ranks are right, but named by a finding of another kind: a
-    crash seen only as a rank behind, where the layout shows no exit) or ``wrong``, and what is off."""
-    primaries = [(f["kind"], sorted(f["ranks"])) for f in report["findings"] if f["primary"]]
-    wanted = [(f["kind"], sorted(f["ranks"])) for f in truth["faults"] if f["primary"]]
+    """``right``: the root causes are exactly the truth's primary faults, each of its kind and naming exactly
+    its culprit ranks (no other root cause, none split or widened); ``culprit``: the root causes name
+    exactly the culprit ranks, but not as the truth's kinds (a crash that the layout shows only as a rank
+    behind, a stop told in two findings); ``wrong`` otherwise. With what is off."""
+    primaries = {(f["kind"], tuple(sorted(f["ranks"]))) for f in report["findings"] if f["primary"]}
+    wanted = {(f["kind"], tuple(sorted(f["ranks"]))) for f in truth["faults"] if f["primary"]}
     if not wanted:
         serious = [f["code"] for f in report["findings"] if f["severity"] in ("error", "critical")]
         return ("wrong", f"a working job, but {serious} at error or worse") if serious else ("right", None)
-    missing = [w for w in wanted if w not in primaries]
-    extra = {k for k, _ in primaries} - {k for k, _ in wanted}
-    if not missing and not extra:
+    if primaries == wanted:
         return "right", None
-    why = f"want {wanted}, got {primaries}"
-    named = [sorted(ranks) for _, ranks in primaries]
-    return (
-        "culprit"
-        if named
-        and all(r == named[0] for r in named)
-        and [named[0]] == [sorted({r for _, ranks in wanted for r in ranks})]
-        else "wrong"
-    ), why
+    why = f"want {sorted(wanted)}, got {sorted(primaries)}"
+    named = {r for _, ranks in primaries for r in ranks}
+    return ("culprit" if named == {r for _, ranks in wanted for r in ranks} else "wrong"), why
 
 
 def run_case(case: tuple[str, int, str, str, int]) -> dict:

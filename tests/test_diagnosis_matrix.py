@@ -72,6 +72,9 @@ def cases():
     # Noise loses a COLL line of rank 3 at call #3 of the world; its watchdog, later waiting on work #32,
     # shows that call completed: a lost line, not the mismatch that hung the job.
     yield pytest.param("uneven-data", "interleaved", "2.27", 8, 1, id="uneven-data-2.27-lost-coll-line")
+    # A data-parallel replica leaves on 2.30 (no Destroy lines), three of its ranks' world calls lost: the
+    # world watchdog's silent ranks join the COLL view's, in one finding.
+    yield pytest.param("uneven-data", "interleaved", "2.30", 32, 1, id="uneven-data-2.30-32ranks-lost-calls")
     # Noise tears the header off one rank's Init COMPLETE line; the job completes all the same.
     yield pytest.param("healthy", "interleaved", "2.14", 32, 1, id="healthy-interleaved-2.14-32ranks")
 

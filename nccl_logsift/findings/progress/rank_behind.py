@@ -111,7 +111,15 @@ class RankBehind(Rule):
         groups = _alike(_covering(_not_waiting(stops, waiting)))
         named = {r for gaps, _ in groups for g in gaps for r in g.ranks}
         named |= {r for g in departures for r in g.ranks}
-        silent = list(self._from_torch(job, named))
+        # A rank whose COLL lines show it called the world's collective its peers went on to joined it,
+        # whatever its watchdog's lines say (or fail to say).
+        joined = {
+            int(r)
+            for g in (*stops, *departures)
+            if g.progress.nranks == job.world_size
+            for r in g.ahead["global_rank"].drop_nulls()
+        }
+        silent = list(self._from_torch(job, named | joined))
         for gaps, covered in groups:
             # The world's watchdog names members of the world that logged no call at all where this gap's
             # ranks stopped (their lines lost, or never written): the same stop, told once.
