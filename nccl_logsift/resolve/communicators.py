@@ -59,15 +59,28 @@ INSTANCE_COLUMNS = frozenset({*COMMS_SCHEMA, *INSTANCE})
 Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 
+# Where a line's source, line number and part sit in its ``seq``.
+_SOURCE, _LINE = 1 << 40, 1 << 8
+
+
 def with_seq(frame: Frame) -> Frame:
     """A total order over all lines of all sources: source, then line, then part of a glued line."""
     return frame.with_columns(
         (
-            pl.col("source_id").cast(pl.Int64) * (1 << 40)
-            + pl.col("line_no").cast(pl.Int64) * (1 << 8)
+            pl.col("source_id").cast(pl.Int64) * _SOURCE
+            + pl.col("line_no").cast(pl.Int64) * _LINE
             + pl.col("part").cast(pl.Int64)
         ).alias(SEQ)
     )
+
+
+def line_of_seq(seq: pl.Expr) -> list[pl.Expr]:
+    """The line a ``seq`` (of :func:`with_seq`) stands for: its source_id, line_no and part columns."""
+    return [
+        (seq // _SOURCE).cast(pl.UInt16).alias("source_id"),
+        (seq % _SOURCE // _LINE).cast(pl.UInt32).alias("line_no"),
+        (seq % _LINE).cast(pl.UInt8).alias("part"),
+    ]
 
 
 def number_instances(comms: Frame) -> Frame:

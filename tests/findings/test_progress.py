@@ -6,7 +6,7 @@ import re
 
 import pytest
 from builders import job_of, simulate, two_gpu_processes
-from conftest import FIXTURES
+from conftest import CAPTURED, FIXTURES
 
 from nccl_logsift.findings.progress.rank_behind import (
     RankBehind,
@@ -153,3 +153,17 @@ def test_ls102_mismatch_in_per_process_files_without_teardown_lines_of_nccl_2_30
     assert len(paths) == 4
     finding = next(f for f in CollectiveMismatch().check(load_job(paths)))
     assert finding.severity.label == "critical" and "no sign of a hang" not in finding.title
+
+
+def test_a_rank_that_destroyed_its_communicator_left_it_and_the_destroy_line_is_the_evidence():
+    # A real job (fixtures/captured): rank 2 stops after 8 of 12 steps, destroys its communicators, exits 0.
+    job = load_job([str(CAPTURED / "early_exit")])
+    (finding,) = RankBehind().check(job)
+    assert finding.ranks == (2,) and "left communicator" in finding.title
+    assert any("Destroy COMPLETE" in e.text for e in finding.evidence)
+    assert "no stack to dump" in finding.advice
+
+
+def test_a_stalled_rank_did_not_leave():
+    (finding,) = RankBehind().check(load_job([str(FIXTURES / "rank_stall_8ranks.log")]))
+    assert "never called" in finding.title and "py-spy dump" in finding.advice

@@ -12,6 +12,7 @@ from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.progress._hang import hang_evidence
 from nccl_logsift.findings.wording import describe_rank, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.communicators import line_of_seq
 from nccl_logsift.resolve.job import Job, rank_range
 from nccl_logsift.resolve.positions import (
     CommProgress,
@@ -464,15 +465,10 @@ def _destroyed(job: Job, uid: str, behind: pl.DataFrame) -> pl.DataFrame:
     instances = job.table("communicators")
     if instances.is_empty() or "ended" not in instances.columns:
         return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
-    seq = pl.col("end_seq")
     return (
         instances.filter((pl.col("comm_uid") == uid) & (pl.col("ended") == "Destroy"))
         .join(behind.select("host", "pid").unique(), on=["host", "pid"], how="semi")
-        .select(
-            (seq // (1 << 40)).cast(pl.UInt16).alias("source_id"),
-            (seq // (1 << 8) % (1 << 32)).cast(pl.UInt32).alias("line_no"),
-            (seq % (1 << 8)).cast(pl.UInt8).alias("part"),
-        )
+        .select(line_of_seq(pl.col("end_seq")))
         .unique(maintain_order=True)
     )
 
