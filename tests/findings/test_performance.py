@@ -98,10 +98,21 @@ def test_ls601_one_late_call_is_not_an_outlier(tmp_path):
     assert check(job) == []
 
 
-def test_ls601_a_lag_of_seconds_from_collector_timestamps_is_an_error(tmp_path):
+def test_ls601_a_lag_of_seconds_in_a_job_that_goes_on_is_a_warning(tmp_path):
+    # The job completed, slowly: degraded, and a job that completed has no root cause.
     job = timed_job(tmp_path, ["gpu-a", "gpu-b"], {1: [2500.0] * 10}, collector=True)
     (finding,) = check(job)
-    assert finding.ranks == (1,) and finding.severity == Severity.ERROR and "collector clock" in finding.title
+    assert finding.ranks == (1,) and finding.severity == Severity.WARNING
+    assert "collector clock" in finding.title
+
+
+def test_ls601_a_lag_of_seconds_in_a_job_that_failed_is_an_error(tmp_path, monkeypatch):
+    from nccl_logsift.findings.performance import latency_outlier
+
+    monkeypatch.setattr(latency_outlier, "hang_evidence", lambda job: True)
+    job = timed_job(tmp_path, ["gpu-a", "gpu-b"], {1: [2500.0] * 10}, collector=True)
+    (finding,) = check(job)
+    assert finding.ranks == (1,) and finding.severity == Severity.ERROR
 
 
 def test_ls601_a_whole_late_host_mentions_clock_skew(tmp_path):

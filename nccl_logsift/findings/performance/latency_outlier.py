@@ -10,6 +10,7 @@ import polars as pl
 
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.evidence import rows_of
+from nccl_logsift.findings.progress._hang import hang_evidence
 from nccl_logsift.findings.wording import names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.job import Job
@@ -18,7 +19,7 @@ from nccl_logsift.resolve.timing import arrival_times
 MIN_ALIGNED = 5  # calls a rank must share with its peers before it can be called late
 MIN_LATE_SHARE = 0.5  # ... and the share of them it must be late for
 FLOOR_MS = 5.0  # never call a lag below this late (scheduling noise)
-HUGE_LAG_MS = 1000.0  # a rank a second or more behind at every call: error
+HUGE_LAG_MS = 1000.0  # a rank a second or more behind at every call, in a job that failed: error
 MAD_SCALE = 1.4826  # MAD of a normal distribution -> standard deviation
 STEP_TOLERANCE = 0.03  # a lag under 3 % of the step time is skew a healthy job has (1 % is common)
 STEP_QUANTILE = 0.9  # the step time: this quantile of the gaps between consecutive calls (the loop's big one)
@@ -51,7 +52,8 @@ class LatencyOutlier(Rule):
         robust standard deviations (1.4826 × MAD) of all lags, is late in at least half of at least five
         shared calls, and is a minority. For nccl-tests, result rows of runs with the same test and device
         count are compared size by size above 1 MiB; a run below half the median of the others is slow.
-        Warning; error when the lag is a second or more, or the bandwidth below a fifth.
+        Warning; error when the lag is a second or more in a job that failed or hung (a watchdog, an abort, a
+        WARN, a failed exit: a job that completed has no root cause), or the bandwidth below a fifth.
 
     Example:
         ``[2025-06-02 14:12:55.218200] host:1062793:1062793 [3] NCCL INFO AllReduce: opCount 3 …`` while
@@ -180,7 +182,9 @@ class LatencyOutlier(Rule):
             evidence_rows=pl.concat([rows_of(worst), rows_of(peers)]),
             ranks=ranks,
             hosts=hosts,
-            severity=Severity.ERROR if lag >= HUGE_LAG_MS else Severity.WARNING,
+            # A straggler slows a job that goes on: degraded. Seconds behind in a job that failed or hung
+            # is a failure's likely start.
+            severity=Severity.ERROR if lag >= HUGE_LAG_MS and hang_evidence(job) else Severity.WARNING,
             comm=uid,
             op=op,
             advice=(
