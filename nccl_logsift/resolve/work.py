@@ -11,7 +11,9 @@ from nccl_logsift.resolve.job import Job, per_job
 
 # PyTorch watchdog events that say "this rank's work #seq did not finish" (pytorch-and-peers.md §1.4).
 TIMEOUT_EVENTS = ("watchdog_timeout", "blocking_wait_timeout")
-WORK_STATE_EVENTS = ("timeout_at_work", "exception_at_work", "failure_at_work")
+# Lines that report a rank's last enqueued and completed work of a PG. The dump signal is the snapshot a rank
+# takes when a peer's watchdog fires: where it stood as the failure began (grammars/torch/heartbeat.toml).
+WORK_STATE_EVENTS = ("timeout_at_work", "exception_at_work", "failure_at_work", "dump_signal")
 # last_enqueued / last_completed beyond this are uninitialised memory, not counts (seen in real logs:
 # "last completed NCCL work: 3904955349522264369").
 PLAUSIBLE_SEQ = 1 << 40

@@ -167,3 +167,13 @@ def test_a_rank_that_destroyed_its_communicator_left_it_and_the_destroy_line_is_
 def test_a_stalled_rank_did_not_leave():
     (finding,) = RankBehind().check(load_job([str(FIXTURES / "rank_stall_8ranks.log")]))
     assert "never called" in finding.title and "py-spy dump" in finding.advice
+
+
+def test_a_rank_stuck_in_its_data_loader_is_named_by_its_dump_signal_snapshot_though_it_later_caught_up():
+    # A real 8-rank job (fixtures/captured/stall8), its console alone: rank 6 sleeps 90 s, the others time
+    # out at work #6 after 15 s; rank 6 then wakes and enqueues up to #9 before it fails too. Its dump-signal
+    # line, written when the others timed out, says it had enqueued only #5.
+    job = load_job([str(CAPTURED / "stall8" / "console.log")])
+    (finding,) = RankBehind().check(job)
+    assert finding.ranks == (6,) and "never joined ALLREDUCE #6" in finding.title
+    assert "7 rank(s) timed out waiting" in finding.title

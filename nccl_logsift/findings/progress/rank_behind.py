@@ -227,10 +227,14 @@ class RankBehind(Rule):
                 if t_rows.height and t_rows["op_type"].drop_nulls().len()
                 else None
             )
+            # Each rank's first report: the state when the failure began. A rank stuck outside NCCL (a
+            # data loader) that wakes after its peers timed out goes on enqueuing, and its later reports
+            # catch up with theirs.
             enq = (
                 s_rows.filter(pl.col("last_enqueued").is_not_null())
-                .group_by("job_rank")
-                .agg(pl.col("last_enqueued").max())
+                .sort("source_id", "line_no", "part")
+                .group_by("job_rank", maintain_order=True)
+                .agg(pl.col("last_enqueued").first())
             )
             if enq.height >= 2 and enq["last_enqueued"].n_unique() > 1:
                 low = enq["last_enqueued"].min()
@@ -259,10 +263,8 @@ class RankBehind(Rule):
                 if op and seq
                 else (f"work #{seq}" if seq else "the collective its peers wait in")
             )
-            title = (
-                f"{names} never joined {where} of process group {pg}; {len(reporters)} rank(s) timed out "
-                "waiting"
-            )
+            waited = len(reporters - set(laggards))
+            title = f"{names} never joined {where} of process group {pg}; {waited} rank(s) timed out waiting"
             named = True
             yield self.finding(
                 job,
