@@ -11,6 +11,7 @@ from nccl_logsift.resolve.exits import assemble_exits
 from nccl_logsift.resolve.hosts import nccl_host_expr
 from nccl_logsift.resolve.job import Job, per_job
 from nccl_logsift.resolve.ranks import with_job_rank
+from nccl_logsift.resolve.work import timeouts
 from nccl_logsift.tables import MODULE_FRAME
 
 # Error kinds that are never a sign of a process's failure: probes, retries and fallbacks NCCL handled, and
@@ -135,3 +136,21 @@ def nccl_tests_failures(job: Job) -> pl.DataFrame:
         .with_columns(job_rank=pl.coalesce("job_rank", "_traced"))
         .drop("_h", "_traced")
     )
+
+
+def hang_evidence(job: Job) -> bool:
+    """Something says the job stopped abnormally: a watchdog fired, a comm aborted, a process died, a WARN
+    (the rules that grade a stall or a straggler by it)."""
+    if not timeouts(job).is_empty():
+        return True
+    comms = job.table("comms")
+    if not comms.is_empty() and comms.filter(pl.col("what") == "Abort").height:
+        return True
+    lines = job.lines
+    if (
+        not lines.is_empty()
+        and lines.select(((pl.col("producer") == "nccl") & (pl.col("level") == "WARN")).any()).item()
+    ):
+        return True
+    exits = job.table("exits")
+    return not exits.is_empty() and exits.filter(pl.col("exit_code").fill_null(0) != 0).height > 0

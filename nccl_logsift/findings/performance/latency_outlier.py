@@ -10,9 +10,9 @@ import polars as pl
 
 from nccl_logsift.findings.base import Rule
 from nccl_logsift.findings.evidence import rows_of
-from nccl_logsift.findings.progress._hang import hang_evidence
 from nccl_logsift.findings.wording import names, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.failures import hang_evidence
 from nccl_logsift.resolve.job import Job
 from nccl_logsift.resolve.timing import arrival_times
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.progress._hang import hang_evidence
 from nccl_logsift.findings.wording import ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
+from nccl_logsift.resolve.failures import hang_evidence
 from nccl_logsift.resolve.job import Job, per_job
 from nccl_logsift.resolve.positions import (
     P2P_OPS,

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from nccl_logsift.findings.base import Rule
-from nccl_logsift.findings.progress._hang import hang_evidence
 from nccl_logsift.findings.wording import describe_rank, ranks_text
 from nccl_logsift.model import Finding, Kind, Severity
 from nccl_logsift.resolve.communicators import line_of_seq
+from nccl_logsift.resolve.failures import hang_evidence
 from nccl_logsift.resolve.job import Job, rank_range
 from nccl_logsift.resolve.positions import (
     CommProgress,
