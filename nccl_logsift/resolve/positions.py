@@ -124,6 +124,7 @@ def members_last_calls(job: Job) -> pl.DataFrame:
                 "ordinal": pl.Int64,
                 "nranks": pl.Int64,
                 "left": pl.Boolean,
+                "left_seq": pl.Int64,
             }
         )
     # The columns kept, first: sorting every column of a 4096-rank job's window of calls held ~100 MB.
@@ -176,10 +177,15 @@ def members_last_calls(job: Job) -> pl.DataFrame:
 
 def _with_left(last: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
     """``last`` with ``left``: the member's instance of the communicator ended with its own Destroy (it
-    left on purpose, after its last call), not with an Abort or not at all."""
+    left on purpose, after its last call), not with an Abort or not at all; and ``left_seq``, the seq of
+    that Destroy line (:func:`resolve.communicators.line_of_seq` reads it)."""
     if instances.is_empty() or "ended" not in instances.columns:
-        return last.with_columns(left=pl.lit(False))
+        return last.with_columns(left=pl.lit(False), left_seq=pl.lit(None, pl.Int64))
     keys = ["comm_uid", "host", "pid"]
-    destroyed = instances.filter(pl.col("ended") == "Destroy").select(*keys, left=pl.lit(True)).unique(keys)
+    destroyed = (
+        instances.filter(pl.col("ended") == "Destroy")
+        .select(*keys, left_seq=pl.col("end_seq").cast(pl.Int64))
+        .unique(keys, keep="first", maintain_order=True)
+    )
     joined = last.join(destroyed, on=keys, how="left", maintain_order="left")
-    return joined.with_columns(pl.col("left").fill_null(False))
+    return joined.with_columns(left=pl.col("left_seq").is_not_null())

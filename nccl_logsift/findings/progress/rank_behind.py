@@ -141,11 +141,11 @@ class RankBehind(Rule):
         yield from silent
 
     def from_gaps(
-        self, job: Job, gaps: list[Gap], covered: int, failing: bool, also: list[int] | None = None
+        self, job: Job, gaps: list[Gap], covered: bool, failing: bool, also: list[int] | None = None
     ) -> Finding:
         """Ranks stuck before the same next call of one communicator, or of several alike (one per
-        parallel replica), and behind in ``covered`` smaller ones too; ``also``: ranks of the same stop that
-        the watchdog's view adds."""
+        parallel replica); ``covered``: they are behind in other communicators too; ``also``: ranks of the
+        same stop that the watchdog's view adds."""
         gap = gaps[0]
         ranks = sorted({r for g in gaps for r in g.ranks} | set(also or ()))
         missing_op = _next_op(job, gap.progress.uid, gap.stuck_at)
@@ -157,7 +157,7 @@ class RankBehind(Rule):
         title = (
             f"{_names(job, ranks)} never called {_call(gap.stuck_at + 1, missing_op)} on {where}: last call "
             f"#{gap.stuck_at}, while {sum(g.ahead.height for g in gaps)} rank(s) went on to #{gap.front + 1}"
-            # How many others is left out: a log cut short loses the smaller gaps first.
+            # Not how many others: a log cut short loses the smaller gaps first.
             + ("; behind in other communicators too" if covered else "")
         )
         behind = pl.concat([g.behind.select("source_id", "line_no", "part") for g in gaps])
@@ -189,7 +189,7 @@ class RankBehind(Rule):
             f"{head.ahead.height} rank(s) went on to {reached}"
             + (", and left other communicators the same way" if others else "")
         )
-        ends = _destroyed(job, head.progress.uid, head.behind)
+        ends = head.behind.filter(pl.col("left_seq").is_not_null()).select(line_of_seq(pl.col("left_seq")))
         return self.finding(
             job,
             title,
@@ -409,8 +409,8 @@ def _not_waiting(gaps: list[Gap], waiting: set[int]) -> list[Gap]:
     return kept or gaps
 
 
-def _covering(gaps: list[Gap]) -> list[tuple[Gap, int]]:
-    """The gaps to report, in their order, each with how many others it covers. A gap whose ranks are all
+def _covering(gaps: list[Gap]) -> list[tuple[Gap, bool]]:
+    """The gaps to report, in their order, each with whether it covers others. A gap whose ranks are all
     behind in another communicator with more ranks behind is told by that one (a dead node's ranks lag in
     their pipeline pairs and in the world alike). Of gaps with the same ranks behind (a stuck rank lags in
     its tensor-parallel pair, its data-parallel group and the world), the one where the others got furthest
@@ -425,11 +425,11 @@ def _covering(gaps: list[Gap]) -> list[tuple[Gap, int]]:
         return sets[i] < sets[j] or (sets[i] == sets[j] and order[j] < order[i])
 
     heads = [i for i in preferred if not any(covers(j, i) for j in range(len(gaps)) if j != i)]
-    counts = dict.fromkeys(heads, 0)
+    covering = dict.fromkeys(heads, False)
     for i in range(len(gaps)):
-        if i not in counts:
-            counts[next(h for h in heads if sets[i] <= sets[h])] += 1
-    return [(gaps[i], counts[i]) for i in sorted(counts)]
+        if i not in covering:
+            covering[next(h for h in heads if sets[i] <= sets[h])] = True
+    return [(gaps[i], covering[i]) for i in sorted(covering)]
 
 
 def _names(job: Job, ranks: list[int]) -> str:
@@ -439,16 +439,16 @@ def _names(job: Job, ranks: list[int]) -> str:
     return f"{len(ranks)} ranks ({ranks_text(ranks)})"
 
 
-def _alike(heads: list[tuple[Gap, int]]) -> list[tuple[list[Gap], int]]:
+def _alike(heads: list[tuple[Gap, bool]]) -> list[tuple[list[Gap], bool]]:
     """``heads`` (of :func:`_covering`) gathered where they are alike: communicators of one size whose
     members behind stopped at the same call while the others reached the same one, as every data- or
     pipeline-parallel replica of a dead node's ranks does. In the order of their first."""
-    groups: dict[tuple[int, int, int], tuple[list[Gap], list[int]]] = {}
-    for gap, covered in heads:
-        gaps, counts = groups.setdefault((gap.progress.nranks, gap.stuck_at, gap.front), ([], []))
+    groups: dict[tuple[int, int, int], tuple[list[Gap], list[bool]]] = {}
+    for gap, covering in heads:
+        gaps, covers = groups.setdefault((gap.progress.nranks, gap.stuck_at, gap.front), ([], []))
         gaps.append(gap)
-        counts.append(covered)
-    return [(gaps, sum(counts)) for gaps, counts in groups.values()]
+        covers.append(covering)
+    return [(gaps, any(covers)) for gaps, covers in groups.values()]
 
 
 def _call(number: int, op: str | None) -> str:
@@ -459,20 +459,6 @@ def _rows(*frames: pl.DataFrame) -> pl.DataFrame:
     """The evidence lines of ``frames``, in their order."""
     rows = pl.concat([f.select("source_id", "line_no", "part") for f in frames])
     return rows.filter(pl.col("line_no").is_not_null())
-
-
-def _destroyed(job: Job, uid: str, behind: pl.DataFrame) -> pl.DataFrame:
-    """The Destroy line of communicator ``uid`` of each process in ``behind`` (host, pid) that ended its
-    instance of it with one: where the instance ended is the line it ended on (its ``end_seq``)."""
-    instances = job.table("communicators")
-    if instances.is_empty() or "ended" not in instances.columns:
-        return pl.DataFrame(schema={"source_id": pl.UInt16, "line_no": pl.UInt32, "part": pl.UInt8})
-    return (
-        instances.filter((pl.col("comm_uid") == uid) & (pl.col("ended") == "Destroy"))
-        .join(behind.select("host", "pid").unique(), on=["host", "pid"], how="semi")
-        .select(line_of_seq(pl.col("end_seq")))
-        .unique(maintain_order=True)
-    )
 
 
 def _next_op(job: Job, uid: str, position: int) -> str | None:
