@@ -404,7 +404,7 @@ class Analysis:
 
         self.stream = stream
         self._plain = PlainLines()
-        stream.parser.plain_known = self._plain.known  # prints past the first of each label are not kept
+        stream.parser.plain_filter = self._plain  # prints past the first of each label are not kept
         self._repeats = Repeats(DIAGNOSIS_COLUMNS)
         # The lines both folds would drop are not parsed at all.
         stream.repeats = RepeatSkip(stream.grammars, self._repeats.kept, UNFOLDED, MODULE_FRAME)

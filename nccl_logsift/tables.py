@@ -345,12 +345,13 @@ class PlainLines:
 
     def __init__(self) -> None:
         self._seen: pl.DataFrame | None = None
+        self._unlabeled_seen = False  # the first plain line without a launcher label was kept
 
     def known(self, plain: pl.DataFrame) -> pl.Series:
         """Which of these plain lines (rows of the ``lines`` table, every one plain) :meth:`needed` drops
         whatever batch they come in: none that a rule reads, and only those whose launcher labels had their
         first line kept already (all of them when the table has no label column). The general parser
-        leaves them out as it parses (``LineParser.plain_known``)."""
+        leaves them out as it parses (``LineParser.plain_filter``)."""
         labels = _labels(plain)
         if "text" not in plain.columns or (labels and self._seen is None):  # needed keeps them (or a first)
             return pl.Series("known", [False] * plain.height, dtype=pl.Boolean)
@@ -379,7 +380,19 @@ class PlainLines:
             return kept
         seen = first.select(labels)
         self._seen = seen if self._seen is None else pl.concat([self._seen, seen])
+        if not self._unlabeled_seen:
+            self._unlabeled_seen = seen.select(pl.all_horizontal(pl.all().is_null()).any()).item()
         return pl.concat([kept, first]).sort("source_id", "line_no", "part")
+
+    def unlabeled_known(self) -> bool:
+        """Whether :meth:`known` now drops every plain line without a launcher label that no rule reads
+        (the first such line was kept): true for the rest of the run once it is."""
+        return self._unlabeled_seen
+
+    @staticmethod
+    def unread(text: pl.Series) -> pl.Series:
+        """Which of these plain lines' texts no rule reads."""
+        return text.to_frame("text").select(~_READ).to_series()
 
 
 _READ = pl.col("text").str.contains(MODULE_FRAME)  # a plain line a rule reads

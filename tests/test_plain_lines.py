@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 from conftest import FIXTURES, cli_peak_mb
 
+from nccl_logsift.parse.chunks import ChunkParser
 from nccl_logsift.pipeline import ParseOptions, analyze
 from nccl_logsift.tables import PlainLines
 
@@ -125,11 +126,13 @@ def test_a_training_log_gives_the_same_tables_and_counts_when_its_prints_are_lef
     from nccl_logsift.pipeline import Analysis, TableStream
 
     monkeypatch.setattr("nccl_logsift.parse.chunks.REST_LINES", 500)  # batches of 500 leftover lines
+    # Chunks scanned one ahead: the scans mark plain lines to drop once a batch kept the first unlabelled one.
+    monkeypatch.setattr("nccl_logsift.parse.chunks.SCAN_AHEAD", 1)
 
     text = (FIXTURES / "healthy_8ranks.log").read_text()
     prints = "".join(
         f"[default{i % 3}]:step {i} | loss {2.5 - i * 0.001:.4f}\n"
-        + (f"step {i} unlabelled\n" if i % 5 == 0 else "")
+        + (f"step {i} unlabelled\n" if i % 2 == 0 else "")
         + ('  File "train.py", line 9, in <module>\n' if i % 97 == 0 else "")
         + ("\n" if i % 11 == 0 else "")
         for i in range(3000)
@@ -140,18 +143,31 @@ def test_a_training_log_gives_the_same_tables_and_counts_when_its_prints_are_lef
     def parsed(early: bool):
         options = ParseOptions(workers=1, every_line=False, chunk_bytes=1 << 14)
         analysis = Analysis(TableStream([str(path)], options))
-        known = analysis.stream.parser.plain_known
-        assert known is not None
-        analysis.stream.parser.plain_known = (
-            (lambda plain: dropped.append(int(known(plain).sum())) or known(plain)) if early else None
-        )
+        plain = analysis.stream.parser.plain_filter
+        assert plain is not None
+        known = plain.known
+        if early:  # what the parser drops of its lines, and the lines the scans let it drop unparsed
+            monkeypatch.setattr(
+                plain, "known", lambda lines: dropped.append(int(known(lines).sum())) or known(lines)
+            )
+            add = ChunkParser._drop_plain
+            monkeypatch.setattr(
+                ChunkParser,
+                "_drop_plain",
+                lambda self, codes: unparsed.append(int(codes.astype(bool).sum())) or add(self, codes),
+            )
+        else:
+            analysis.stream.parser.plain_filter = None
         for batch in analysis.stream:
             analysis.add(batch)
         return (*analysis.job(), analysis.stream.parser.state.lines)
 
     dropped: list[int] = []
+    unparsed: list[int] = []
     (early, early_job, early_lines), (late, late_job, late_lines) = parsed(True), parsed(False)
+    monkeypatch.undo()
     assert sum(dropped) > 2500  # the prints but the first of each label
+    assert sum(unparsed) > 500  # the unlabelled prints but the first, never parsed
     assert early_lines == late_lines  # every line the parser was given, counted
     for name in ("lines", "family_counts", "envelope_lines", "repeats_folded", "table_rows"):
         assert getattr(early, name) == getattr(late, name), name

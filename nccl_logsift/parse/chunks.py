@@ -24,7 +24,7 @@ from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.memory import detached
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
-from nccl_logsift.parse.lineparser import LineParser, hosts_of
+from nccl_logsift.parse.lineparser import PLAIN_FAMILIES, LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.parse.sources import cut_alike, parse_sources
@@ -62,6 +62,9 @@ class Scanned:
     # Which of them may change how calls are numbered or be glued (ChunkParser._blocking), when leftovers
     # may wait (ChunkParser.rest_may_wait).
     blocking: np.ndarray | None = None
+    # Of those, the plain lines an analysis drops once it drops unlabeled ones (LineParser.unlabeled_plain:
+    # their family's code, else 0), when it does.
+    plain: np.ndarray | None = None
 
 
 class ChunkParser:
@@ -129,7 +132,7 @@ class ChunkParser:
         return self._blocking if self.rest_may_wait else None
 
     def _new_scanner(self) -> _Scanner:
-        return _Scanner(self.parser, self.every_line, self.ops, keys=self.repeats is not None)
+        return _Scanner(self.parser, self.every_line, self.ops, self.repeats)
 
     def scan_ahead(self, chunks: Iterable[RawChunk], threads: int = SCAN_THREADS) -> Iterator[Scanned]:
         """``scan`` every chunk, up to SCAN_AHEAD chunks ahead, in ``threads`` threads; in input order.
@@ -222,9 +225,17 @@ class ChunkParser:
         # Counted before repeats are skipped, so that a batch holds the same lines whatever is skipped.
         self._rest_lines += len(rest)
         lines = scanned.lines if scanned.lines is not None else chunk.lines(rest)
-        blocking = scanned.blocking
-        if self.repeats is not None and scanned.keys is not None:
-            keys = scanned.keys
+        blocking, keys = scanned.blocking, scanned.keys
+        plain = scanned.plain
+        filter_ = self.parser.plain_filter
+        if plain is not None and filter_ is not None and filter_.unlabeled_known() and plain.any():
+            keep = self._drop_plain(plain)
+            rest, lines = rest[keep], lines.taken(keep)
+            keys = None if keys is None else keys[keep]
+            blocking = None if blocking is None else blocking[keep]
+            if not len(rest):
+                return
+        if self.repeats is not None and keys is not None:
             keep = self.repeats.skip(chunk.source_id, keys, self.parser.state)
             if keep is not None:
                 rest, keys, lines = rest[keep], keys[keep], lines.taken(keep)
@@ -235,6 +246,16 @@ class ChunkParser:
         self._rest.append(lines)
         if blocking is not None:
             self._rest_blocks = self._rest_blocks or bool(blocking.any())
+
+    def _drop_plain(self, plain: np.ndarray) -> np.ndarray:
+        """Count the plain lines marked in ``plain`` (``Scanned.plain``) as the parser would have counted
+        them when its plain filter dropped them (``LineParser._without_known``); the lines to keep."""
+        state = self.parser.state
+        for code, count in enumerate(np.bincount(plain, minlength=len(PLAIN_FAMILIES) + 1)):
+            if code and count:
+                state.lines += int(count)
+                state.family_counts[PLAIN_FAMILIES[code]] += int(count)
+        return plain == 0
 
     def flush(self) -> dict[str, pl.DataFrame] | None:
         """Tables of the lines added since the last flush, or None when nothing is waiting."""
@@ -374,13 +395,15 @@ class ChunkParser:
 
 class _Scanner:
     """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
-    ``keys``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
-    already, parse/repeats.py), here where the bytes are, before any of them becomes a string."""
+    ``repeats``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
+    already, parse/repeats.py), here where the bytes are, before any of them becomes a string; and marks
+    those of them not known as repeats yet that an analysis may drop unparsed (``Scanned.plain``)."""
 
-    def __init__(self, parser: LineParser, every_line: bool, ops: Names, keys: bool = False):
+    def __init__(self, parser: LineParser, every_line: bool, ops: Names, repeats: RepeatSkip | None = None):
         self._parser = parser  # its heads are read once between the scanning threads
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
-        self.keys = keys
+        self.keys = repeats is not None
+        self._repeats = repeats
         self._learned: list[str] = []
 
     def scan(self, chunk: RawChunk, blocking: list[str] | None = None) -> Scanned:
@@ -399,12 +422,32 @@ class _Scanner:
             keys = np.empty(len(rest), dtype=np.uint64)
             accel.split_keys(chunk.view.raw, chunk.starts, chunk.ends, rest, keys)
         hosts, self._learned = self._learned, []
-        lines = marks = None
+        lines = marks = plain = None
         if len(rest):
             lines = chunk.lines(rest)
             if blocking is not None:
                 marks = lines.text.str.contains_any(blocking).to_numpy()
-        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks)
+            plain = self._plain(chunk.source_id, lines, keys)
+        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain)
+
+    def _plain(self, source_id: int, lines: LineChunk, keys: np.ndarray | None) -> np.ndarray | None:
+        """``Scanned.plain`` of ``lines``, tested only once an analysis drops unlabeled plain lines, and only
+        on the lines whose texts are not known as repeats (most of a log's leftovers, which are skipped
+        in any case). A line left unmarked is parsed, so a stale view of either only costs time."""
+        parser = self._parser
+        if parser.plain_filter is None or not parser.plain_filter.unlabeled_known():
+            return None
+        if keys is None or self._repeats is None:
+            return parser.unlabeled_plain(lines.text)
+        fresh = ~self._repeats.known(source_id, keys)
+        if not fresh.any():
+            return None
+        codes = np.zeros(len(lines), dtype=np.uint8)
+        tested = parser.unlabeled_plain(lines.text.filter(pl.Series(fresh)))
+        if tested is None:
+            return None
+        codes[fresh] = tested
+        return codes
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._parser.parse_prefixes(prefixes, learn=False)

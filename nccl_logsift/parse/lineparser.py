@@ -27,7 +27,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,6 +100,27 @@ _GROUP_NAME = re.compile(r"\(\?P?<(?![=!])\w+>|\(\?P=")
 def _ungrouped(pattern: str) -> str:
     """``pattern`` with its named groups as groups without a name, and no capture."""
     return re.sub(r"\(\?P?<(?![=!])\w+>", "(?:", pattern)
+
+
+class PlainFilter(Protocol):
+    """What an analysis drops of the plain lines whatever batch they come in (``tables.PlainLines``)."""
+
+    def known(self, plain: pl.DataFrame) -> pl.Series:
+        """Which of these plain ``lines`` rows are dropped."""
+        ...
+
+    def unlabeled_known(self) -> bool:
+        """Whether every plain line without a launcher label that no rule reads is dropped now."""
+        ...
+
+    def unread(self, text: pl.Series) -> pl.Series:
+        """Which of these plain lines' texts no rule reads."""
+        ...
+
+
+# Codes of LineParser.unlabeled_plain: a line dropped unparsed, and its family.
+PLAIN_TEXT, PLAIN_BLANK = 1, 2
+PLAIN_FAMILIES = {PLAIN_TEXT: "text", PLAIN_BLANK: "blank"}
 
 
 @dataclass(slots=True)
@@ -428,8 +451,8 @@ class LineParser:
         self._heads = _Heads(self._read_heads)
         self._prefix_defaults = built.prefix_defaults
         # Set by an analysis: which plain lines (``lines`` rows) it drops whatever batch they come in
-        # (``tables.PlainLines.known``); those are counted here and left out of the tables.
-        self.plain_known: Callable[[pl.DataFrame], pl.Series] | None = None
+        # (``tables.PlainLines``); those are counted here and left out of the tables.
+        self.plain_filter: PlainFilter | None = None
 
     def _plain_rows(self, frame: pl.DataFrame) -> pl.Series | None:
         """Which rows of ``frame``, their launcher prefixes stripped, are plain (:meth:`_plain`) and have
@@ -446,6 +469,34 @@ class LineParser:
         matched = functools.reduce(pc.or_, (pc.match_substring_regex(candidates, rx) for rx in regexes))
         plain = pl.Series(pc.invert(matched), dtype=pl.Boolean)
         return apart.scatter(apart.arg_true(), plain)
+
+    def unlabeled_plain(self, text: pl.Series) -> np.ndarray | None:
+        """Of lines as read (``text``, ANSI escapes and all), those the parser finds plain with no launcher
+        prefix and no rule reads: ``PLAIN_TEXT`` or ``PLAIN_BLANK`` (their family), else 0. Once the plain
+        filter drops such lines (``PlainFilter.unlabeled_known``) they need not be parsed at all; the
+        scanning threads mark them (parse/chunks.py). None without a plain filter or a plain test.
+
+        A line that none of the launcher and envelope heads starts has no launcher prefix to strip, so its
+        ``rest`` is its text and :meth:`_plain_rows`' test reads the same bytes here."""
+        if self._plain_test is None or self.plain_filter is None:
+            return None
+        unmarked, regexes = self._plain_test
+        codes = np.zeros(len(text), dtype=np.uint8)
+        apart = text.to_frame("rest").select(unmarked).to_series()
+        candidates, at = text.filter(apart), apart.arg_true()
+        # One regex after the other over what is left: the heads' first, which every line of a launcher
+        # that labels its lines (srun -l, torchrun --tee) matches. In polars, which keeps each thread's
+        # regexes compiled; pyarrow compiled them again at every call (~3 ms a chunk).
+        for rx in regexes:
+            if candidates.is_empty():
+                return codes
+            hit = candidates.str.contains(rx)
+            if hit.any():
+                candidates, at = candidates.filter(~hit), at.filter(~hit)
+        unread = self.plain_filter.unread(candidates)
+        blank = candidates.str.strip_chars() == ""
+        codes[at.to_numpy()] = (unread.cast(pl.UInt8) * (1 + blank.cast(pl.UInt8))).to_numpy()
+        return codes
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:
@@ -513,8 +564,8 @@ class LineParser:
                 .otherwise(pl.lit("text"))
             )
             plain_lines = conform(plain.with_columns(family=family), self.schemas.lines)
-            if self.plain_known is not None:
-                plain_lines = self._without_known(plain_lines, self.plain_known(plain_lines))
+            if self.plain_filter is not None:
+                plain_lines = self._without_known(plain_lines, self.plain_filter.known(plain_lines))
             lines = pl.concat([lines, plain_lines]).sort("line_no", "part")
         self._account(frame, lines)
         unfit = pl.sum_horizontal(*_UNFIT.values(), pl.col("__unfit").fill_null(0)) > 0

@@ -94,6 +94,15 @@ class RepeatSkip:
         keep[rows[skip]] = False
         return keep
 
+    def known(self, source_id: int, keys: np.ndarray) -> np.ndarray:
+        """Which of ``keys`` are texts of ``source_id`` remembered now. Safe to ask from another thread
+        (a scanning thread): it reads the arrays the last :meth:`learn` left, which may lag behind."""
+        texts = self._texts.get(source_id)
+        stored = None if texts is None else texts.keys  # read once: learn replaces it, never changes it
+        if stored is None or not len(stored):
+            return np.zeros(len(keys), dtype=bool)
+        return stored[np.minimum(np.searchsorted(stored, keys), len(stored) - 1)] == keys
+
     def learn(self, chunk: LineChunk, keys: np.ndarray, lines: pl.DataFrame, unfit: pl.Series) -> None:
         """Remember what the new texts among the lines of ``chunk`` (``keys``: those of their texts; parsed:
         their ``lines`` rows, and the line numbers with a value out of range) parsed to, when their repeats
