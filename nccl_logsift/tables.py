@@ -390,12 +390,17 @@ class PlainLines:
         return self._unlabeled_seen
 
     @staticmethod
-    def unread(text: pl.Series) -> pl.Series:
-        """Which of these plain lines' texts no rule reads."""
-        return text.to_frame("text").select(~_READ).to_series()
+    def unread_expr(text: pl.Expr) -> pl.Expr:
+        """True for the texts of plain lines that no rule reads."""
+        return ~_reads(text)
 
 
-_READ = pl.col("text").str.contains(MODULE_FRAME)  # a plain line a rule reads
+def _reads(text: pl.Expr) -> pl.Expr:
+    """True for the texts of plain lines a rule reads."""
+    return text.str.contains(MODULE_FRAME)
+
+
+_READ = _reads(pl.col("text"))
 
 
 def _labels(lines: pl.DataFrame) -> list[str]:

@@ -88,7 +88,9 @@ def test_known_plain_lines_are_those_needed_drops_in_any_batch():
         ]
     )
     assert not plain.known(first).any()  # nothing kept yet: every label's first line is to come
+    assert not plain.unlabeled_known()
     plain.needed(first)
+    assert plain.unlabeled_known()  # the first blank line without a label was kept
     later = lines(
         [
             {"line_no": 3, "family": "text", "text": "step 2", "local_rank": 0},
@@ -216,3 +218,75 @@ def test_memory_of_analyze_does_not_grow_with_lines_of_training_output(tmp_path)
     # 250k 45-55 MB, 1M and 3M within 20 MB of each other).
     small, large = _peak_mb(250_000, tmp_path), _peak_mb(1_000_000, tmp_path)
     assert large - small < 80, f"{small:.0f} MB for 250k lines, {large:.0f} MB for 1M"
+
+
+_TRICKY = [
+    "step 12/300 | loss 2.0312 | lr 3.0e-04",
+    "",
+    "   \t",
+    "  3: step 12 loss 2.0",  # srun -l's label
+    "[default0]:step 12 loss 2.0",  # torchrun --tee
+    "[rank3]: step 12",
+    "2026-11-27T05:31:11.123456789Z stdout F step 12",  # a collector's prefix
+    '  File "train.py", line 9, in <module>',
+    '  File "train.py", line 9, in step',
+    "Traceback (most recent call last):",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "\x1b[32mstep 12\x1b[0m",
+    "host1:123:456 [0] NCCL INFO Init COMPLETE",
+    "an Init COMPLETE in a print",
+    "glued host1:123:456 [0] NCCL INFO ring 0",
+    "[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "NCCL version 2.21.5+cuda12.4",
+    "/workspace/data/loader.py:210: UserWarning: dataset shard index is 4 days older",
+    "  warnings.warn(",
+]
+
+
+def test_the_lines_marked_plain_unparsed_are_exactly_the_unlabelled_plain_lines_no_rule_reads():
+    """``LineParser.unlabeled_plain`` marks a line (as the scanning threads do) exactly when parsing it gives
+    a plain line (text or blank, no envelope) with no launcher label that no rule reads: the lines an
+    analysis then drops without parsing them are the ones its plain filter would have dropped."""
+    import numpy as np
+
+    from nccl_logsift.grammar.registry import load_grammars
+    from nccl_logsift.io.lines import LineChunk
+    from nccl_logsift.parse.lineparser import PLAIN_FAMILIES, LineParser
+    from nccl_logsift.tables import LINE_LABELS, MODULE_FRAME
+
+    texts = list(_TRICKY)
+    for path in sorted(FIXTURES.rglob("*.log")):
+        texts += path.read_text(errors="replace").splitlines()
+    parser = LineParser(load_grammars())
+    parser.plain_filter = PlainLines()
+    codes = parser.unlabeled_plain(pl.Series("text", texts))
+    parser.plain_filter = None  # nothing dropped: every line's row is there to compare
+    chunk = LineChunk(
+        0,
+        pl.Series("line_no", np.arange(1, len(texts) + 1), dtype=pl.UInt32),
+        pl.Series("byte_offset", np.zeros(len(texts)), dtype=pl.UInt64),
+        pl.Series("text", texts),
+    )
+    rows = parser.parse(chunk)["lines"]
+    single = rows.group_by("line_no").len().filter(pl.col("len") == 1).get_column("line_no")
+    plain = rows.filter(
+        pl.col("line_no").is_in(single.implode())
+        & pl.col("producer").is_null()
+        & pl.col("family").is_in(["text", "blank"])
+        & ~pl.col("torn")
+        & pl.all_horizontal(pl.col(label).is_null() for label in LINE_LABELS)
+        & ~pl.col("text").str.contains(MODULE_FRAME)
+    )
+    expected = dict(zip(plain["line_no"].to_list(), plain["family"].to_list()))
+    marked = {n + 1: PLAIN_FAMILIES[code] for n, code in enumerate(codes.tolist()) if code}
+    assert marked.items() <= expected.items()
+    assert {"text", "blank"} <= set(marked.values())
+    assert len(marked) > 100
+    # Left to the parser (which drops them after): a line with an ANSI escape, and one with a launcher
+    # prefix that sets no label (a log collector's timestamp and stream).
+    missed = plain.filter(~pl.col("line_no").is_in(list(marked)))
+    assert missed["line_no"].to_list() == [
+        _TRICKY.index(t) + 1 for t in _TRICKY if "\x1b" in t or "stdout F" in t
+    ]
+    assert missed.filter(pl.col("collector_ts").is_null() & ~pl.col("text").str.contains("\x1b")).is_empty()
