@@ -251,13 +251,29 @@ def test_a_detached_row_does_not_hold_the_batch_it_was_filtered_from():
     assert detached < pinned - 120, f"{detached} MB detached, {pinned} MB pinned"
 
 
-def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("forget", [False, True])
+def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_them(
+    tmp_path, monkeypatch, forget
+):
     """The lines the folds drop are counted instead of parsed (parse/repeats.py) once a text was parsed
     enough: the kept rows, the counts and the folded count are those of parsing every line. Lines that
     are never skipped repeat too: Init lines (the numbering reads them), a number out of range, a glued
-    line (cut by the hosts known), a plain line a rule reads."""
+    line (cut by the hosts known), a plain line a rule reads. With ``forget``, a source's texts are
+    forgotten again and again, also between the scan that found lines skipped in any case and their
+    batch (``RepeatSkip.skip_saturated`` says no, and those lines are parsed or skipped as usual)."""
     monkeypatch.setattr("nccl_logsift.parse.chunks.REST_LINES", 100)  # many batches
     monkeypatch.setattr("nccl_logsift.tables.REPEATS_KEPT", 2)
+    counted: list[bool] = []
+    if forget:
+        from nccl_logsift.parse.repeats import RepeatSkip
+
+        monkeypatch.setattr("nccl_logsift.parse.repeats.MAX_TEXTS", 16)
+        skip_saturated = RepeatSkip.skip_saturated
+        monkeypatch.setattr(
+            RepeatSkip,
+            "skip_saturated",
+            lambda self, *args: counted.append(skip_saturated(self, *args)) or counted[-1],
+        )
     text = (FIXTURES / "healthy_8ranks.log").read_text()
     said = [line for line in text.splitlines(True) if " NCCL INFO " in line and "opCount" not in line]
     chatter = "".join(said[:12] + [line for line in said if " Init " in line][:2]) + (
@@ -269,7 +285,8 @@ def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_t
     path = tmp_path / "chatter.log"
     # The glued line's host becomes known halfway: from then on the parser cuts "xgpu-node-1" there.
     known = "gpu-node-1:12:12 [0] NCCL INFO cudaDriverVersion 12040\n"
-    path.write_text(text + chatter * 5 + known + chatter * 5)
+    times = 20 if forget else 5
+    path.write_text(text + chatter * times + known + chatter * times)
     from nccl_logsift.pipeline import Analysis
 
     def parsed(skip: bool):
@@ -284,6 +301,8 @@ def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_t
     every, every_job, none_skipped = parsed(skip=False)
     skipped, skipped_job, count = parsed(skip=True)
     assert none_skipped == 0 and count >= 10
+    if forget:
+        assert True in counted and False in counted
     for name in ("repeats_folded", "family_counts", "envelope_lines", "lines", "values_out_of_range"):
         assert getattr(skipped, name) == getattr(every, name), name
     assert skipped.table_rows == every.table_rows

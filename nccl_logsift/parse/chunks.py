@@ -25,7 +25,7 @@ from nccl_logsift.memory import detached
 from nccl_logsift.parse import fastcoll
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
 from nccl_logsift.parse.lineparser import PLAIN_FAMILIES, LineParser, hosts_of
-from nccl_logsift.parse.repeats import RepeatSkip
+from nccl_logsift.parse.repeats import RepeatSkip, Saturated
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.parse.sources import cut_alike, parse_sources
 
@@ -62,13 +62,16 @@ class Scanned:
     keys: np.ndarray | None = None  # the keys of their texts (accel.split_keys), when repeats are skipped
     hosts: list[str] = field(default_factory=list)
     cut: int = 0  # lines cut
-    lines: LineChunk | None = None  # the lines at ``rest``, when there are any
+    lines: LineChunk | None = None  # the lines at ``rest`` (less those ``saturated`` skips), if any
     # Which of them may change how calls are numbered or be glued (ChunkParser._blocking), when leftovers
     # may wait (ChunkParser.rest_may_wait).
     blocking: np.ndarray | None = None
     # Of those, the plain lines an analysis drops once it drops unlabeled ones (LineParser.unlabeled_plain:
     # their family's code, else 0), when it does.
     plain: np.ndarray | None = None
+    # Which of the leftover lines are skipped as repeats in any case (RepeatSkip.saturated): ``lines``,
+    # ``blocking`` and ``plain`` leave them out while its generation of texts lasts.
+    saturated: Saturated | None = None
 
 
 class ChunkParser:
@@ -228,9 +231,19 @@ class ChunkParser:
             return
         # Counted before repeats are skipped, so that a batch holds the same lines whatever is skipped.
         self._rest_lines += len(rest)
-        lines = scanned.lines if scanned.lines is not None else chunk.lines(rest)
-        blocking, keys = scanned.blocking, scanned.keys
-        plain = scanned.plain
+        lines, blocking, keys, plain = scanned.lines, scanned.blocking, scanned.keys, scanned.plain
+        saturated = scanned.saturated
+        if saturated is not None and saturated.lines.any():
+            assert self.repeats is not None and keys is not None
+            if self.repeats.skip_saturated(chunk.source_id, saturated, self.parser.state):
+                rest, keys = rest[~saturated.lines], keys[~saturated.lines]
+                if not len(rest):
+                    return
+            else:  # the source's texts were forgotten since the scan: every line as if none were known
+                lines, plain = None, None
+                blocking = None if blocking is None else np.ones(len(rest), dtype=bool)  # may block
+        if lines is None:
+            lines = chunk.lines(rest)
         filter_ = self.parser.plain_filter
         if plain is not None and filter_ is not None and filter_.unlabeled_known() and plain.any():
             keep = self._drop_plain(plain)
@@ -400,13 +413,13 @@ class ChunkParser:
 class _Scanner:
     """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
     ``repeats``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
-    already, parse/repeats.py), here where the bytes are, before any of them becomes a string; and marks
-    those of them not known as repeats yet that an analysis may drop unparsed (``Scanned.plain``)."""
+    already, parse/repeats.py), here where the bytes are, before any of them becomes a string: those whose
+    texts were seen enough never become one (``Scanned.saturated``); and it marks those of the others not
+    known as repeats yet that an analysis may drop unparsed (``Scanned.plain``)."""
 
     def __init__(self, parser: LineParser, every_line: bool, ops: Names, repeats: RepeatSkip | None = None):
         self._parser = parser  # its heads are read once between the scanning threads
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
-        self.keys = repeats is not None
         self._repeats = repeats
         self._learned: list[str] = []
 
@@ -421,29 +434,34 @@ class _Scanner:
             rest = np.flatnonzero(left)
         else:
             rest = np.arange(len(chunk))
-        keys = None
-        if self.keys and len(rest):
+        keys = saturated = None
+        strung = rest  # the leftovers made strings: all but those skipped in any case
+        if self._repeats is not None and len(rest):
             keys = np.empty(len(rest), dtype=np.uint64)
             accel.split_keys(chunk.view.raw, chunk.starts, chunk.ends, rest, keys)
+            saturated = self._repeats.saturated(chunk.source_id, keys)
+            if saturated is not None and saturated.lines.any():
+                strung = rest[~saturated.lines]
         hosts, self._learned = self._learned, []
         lines = marks = plain = None
-        if len(rest):
-            lines = chunk.lines(rest)
+        if len(strung):
+            lines = chunk.lines(strung)
             if blocking is not None:
                 marks = lines.text.str.contains_any(blocking).to_numpy()
-            plain = self._plain(chunk.source_id, lines, keys)
-        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain)
+            known = None if saturated is None else saturated.known[~saturated.lines]
+            plain = self._plain(lines, known)
+        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain, saturated)
 
-    def _plain(self, source_id: int, lines: LineChunk, keys: np.ndarray | None) -> np.ndarray | None:
+    def _plain(self, lines: LineChunk, known: np.ndarray | None) -> np.ndarray | None:
         """``Scanned.plain`` of ``lines``, tested only once an analysis drops unlabeled plain lines, and only
-        on the lines whose texts are not known as repeats (most of a log's leftovers, which are skipped
-        in any case). A line left unmarked is parsed, so a stale view of either only costs time."""
+        on the lines whose texts are not ``known`` as repeats (most of a log's leftovers, which are
+        skipped in any case). A line left unmarked is parsed, so a stale view only costs time."""
         parser = self._parser
         if parser.plain_filter is None or not parser.plain_filter.unlabeled_known():
             return None
-        if keys is None or self._repeats is None:
+        if known is None:
             return parser.unlabeled_plain(lines.text)
-        fresh = ~self._repeats.known(source_id, keys)
+        fresh = ~known
         if not fresh.any():
             return None
         codes = np.zeros(len(lines), dtype=np.uint8)

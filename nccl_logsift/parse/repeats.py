@@ -19,6 +19,7 @@ lines and rows that the Flight Recorder discovery reads) and lines nothing folds
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -38,10 +39,16 @@ MAX_TEXTS = 1 << 18
 _OBSERVED_TABLES = frozenset({"comms", "torch"})
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Texts:
-    """The texts of one source whose repeats can be skipped, by key (sorted), with what they parsed to."""
+    """The texts of one source whose repeats can be skipped, by key (sorted), with what they parsed to.
 
+    :meth:`RepeatSkip.learn` replaces the whole table at once, and only :meth:`RepeatSkip.skip` changes it
+    in place: ``seen`` grows, up to ``limit``. So a scanning thread that reads the table once reads arrays
+    of one table, and a text it finds seen enough stays so for as long as the table's ``generation`` (a new
+    one when the source's texts are forgotten) lasts."""
+
+    generation: int
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     family: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # RepeatSkip._families
     enveloped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
@@ -49,13 +56,33 @@ class _Texts:
     limit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # parsed before skipping
     seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # parsed so far (≤ limit)
 
+    def slots(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of ``keys`` is known, and where it is (or would be) in the table."""
+        if not len(self.keys):
+            return np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return self.keys[at] == keys, at
+
     def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of ``keys`` that are known, and their positions in the table."""
-        if not len(self.keys):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        rows = np.flatnonzero(self.keys[at] == keys)
+        known, at = self.slots(keys)
+        rows = np.flatnonzero(known)
         return rows, at[rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Saturated:
+    """What a scanning thread found of a chunk's leftover lines in its source's texts
+    (``RepeatSkip.saturated``): which are known (``known``), and which are seen enough that
+    :meth:`RepeatSkip.skip` skips them in any case (``lines``), with what they count for; valid while the
+    texts' ``generation`` lasts."""
+
+    generation: int
+    known: np.ndarray  # bool, per leftover line
+    lines: np.ndarray  # bool, per leftover line: skipped whatever comes before them
+    enveloped: int
+    folded: int
+    families: np.ndarray  # lines per family code (RepeatSkip._families)
 
 
 class RepeatSkip:
@@ -73,6 +100,7 @@ class RepeatSkip:
         )
         self._families = ["text", "blank", *self._foldable]
         self._texts: dict[int, _Texts] = {}
+        self._generations = itertools.count()
 
     def skip(self, source_id: int, keys: np.ndarray, state: ParseState) -> np.ndarray | None:
         """Of lines of ``source_id`` in line order, by the keys of their texts (``accel.split_keys``), which
@@ -85,23 +113,42 @@ class RepeatSkip:
             return None
         # Each line's occurrence: those of this chunk before it, plus those parsed before.
         skip = earlier(slots) + texts.seen[slots] >= texts.limit[slots]
-        texts.seen += np.bincount(slots[~skip], minlength=len(texts.keys))
+        np.add(texts.seen, np.bincount(slots[~skip], minlength=len(texts.keys)), out=texts.seen)
         np.minimum(texts.seen, texts.limit, out=texts.seen)
         if not skip.any():
             return None
-        _account(texts, slots[skip], self._families, state)
+        skipped = slots[skip]
+        families = np.bincount(texts.family[skipped], minlength=len(self._families))
+        enveloped, folded = int(texts.enveloped[skipped].sum()), int(texts.folded[skipped].sum())
+        _account(len(skipped), enveloped, folded, families, self._families, state)
         keep = np.ones(len(keys), dtype=bool)
         keep[rows[skip]] = False
         return keep
 
-    def known(self, source_id: int, keys: np.ndarray) -> np.ndarray:
-        """Which of ``keys`` are texts of ``source_id`` remembered now. Safe to ask from another thread
-        (a scanning thread): it reads the arrays the last :meth:`learn` left, which may lag behind."""
+    def saturated(self, source_id: int, keys: np.ndarray) -> Saturated | None:
+        """Of leftover lines of ``source_id`` (by the keys of their texts), those known and those :meth:`skip`
+        skips in any case: their texts were seen as often as they are parsed. For a scanning thread, which
+        then makes no string of those lines; the table it reads may lag behind :meth:`learn`, which only
+        makes it find fewer. None when the source has no texts."""
+        texts = self._texts.get(source_id)  # read once: one table's arrays
+        if texts is None:
+            return None
+        known, at = texts.slots(keys)
+        full = known & (texts.seen[at] >= texts.limit[at])
+        skipped = at[full]
+        families = np.bincount(texts.family[skipped], minlength=len(self._families))
+        enveloped, folded = int(texts.enveloped[skipped].sum()), int(texts.folded[skipped].sum())
+        return Saturated(texts.generation, known, full, enveloped, folded, families)
+
+    def skip_saturated(self, source_id: int, saturated: Saturated, state: ParseState) -> bool:
+        """Count the lines ``saturated`` found skipped in any case as :meth:`skip` would, and say so; False
+        when the source's texts were forgotten since (then :meth:`skip` decides on every line)."""
         texts = self._texts.get(source_id)
-        stored = None if texts is None else texts.keys  # read once: learn replaces it, never changes it
-        if stored is None or not len(stored):
-            return np.zeros(len(keys), dtype=bool)
-        return stored[np.minimum(np.searchsorted(stored, keys), len(stored) - 1)] == keys
+        if texts is None or texts.generation != saturated.generation:
+            return False
+        lines = int(saturated.lines.sum())
+        _account(lines, saturated.enveloped, saturated.folded, saturated.families, self._families, state)
+        return True
 
     def learn(self, chunk: LineChunk, keys: np.ndarray, lines: pl.DataFrame, unfit: pl.Series) -> None:
         """Remember what the new texts among the lines of ``chunk`` (``keys``: those of their texts; parsed:
@@ -109,7 +156,7 @@ class RepeatSkip:
         can be skipped."""
         texts = self._texts.get(chunk.source_id)
         if texts is None or len(texts.keys) > MAX_TEXTS:
-            texts = self._texts[chunk.source_id] = _Texts()
+            texts = self._texts[chunk.source_id] = _Texts(next(self._generations))
         new = np.ones(len(keys), dtype=bool)
         new[texts.find(keys)[0]] = False
         # Only a text seen twice in this batch is remembered (below): the others are left out before the
@@ -160,20 +207,27 @@ class RepeatSkip:
         keys_new = learned.get_column("key").to_numpy()
         merged = np.concatenate([texts.keys, keys_new])
         order = np.argsort(merged, kind="stable")
-        texts.keys = merged[order]
-        texts.family = np.concatenate([texts.family, learned.get_column("family").to_numpy()])[order]
-        texts.enveloped = np.concatenate([texts.enveloped, learned.get_column("enveloped").to_numpy()])[order]
-        texts.folded = np.concatenate([texts.folded, folded])[order]
-        texts.limit = np.concatenate([texts.limit, limit])[order]
         seen = np.minimum(learned.get_column("seen").to_numpy().astype(np.int64), limit)
-        texts.seen = np.concatenate([texts.seen, seen])[order]
+        # A new table, in place of the old at once: a scanning thread reads either whole (_Texts).
+        self._texts[chunk.source_id] = _Texts(
+            texts.generation,
+            merged[order],
+            np.concatenate([texts.family, learned.get_column("family").to_numpy()])[order],
+            np.concatenate([texts.enveloped, learned.get_column("enveloped").to_numpy()])[order],
+            np.concatenate([texts.folded, folded])[order],
+            np.concatenate([texts.limit, limit])[order],
+            np.concatenate([texts.seen, seen])[order],
+        )
 
 
-def _account(texts: _Texts, skipped: np.ndarray, families: list[str], state: ParseState) -> None:
-    """Count skipped lines (their positions in ``texts``) as the parser and the fold of repeats would have."""
-    state.lines += len(skipped)
-    state.envelope_lines += int(texts.enveloped[skipped].sum())
-    state.repeats_skipped += int(texts.folded[skipped].sum())
-    for code, count in enumerate(np.bincount(texts.family[skipped], minlength=len(families))):
+def _account(
+    lines: int, enveloped: int, folded: int, families: np.ndarray, names: list[str], state: ParseState
+) -> None:
+    """Count skipped lines (how many, how many of them enveloped and folded, how many per family code) as
+    the parser and the fold of repeats would have."""
+    state.lines += lines
+    state.envelope_lines += enveloped
+    state.repeats_skipped += folded
+    for code, count in enumerate(families):
         if count:
-            state.family_counts[families[code]] += int(count)
+            state.family_counts[names[code]] += int(count)
