@@ -423,21 +423,61 @@ class _Heads:
         self._lock = threading.Lock()
         self._known: pl.DataFrame | None = None
         self._row: dict[str, int] = {}  # head → its row of _known
+        self._reading: dict[str, threading.Event] = {}  # heads being read, set when their read is done
 
     def rows(self, heads: list[str]) -> pl.DataFrame:
-        """The rows of ``heads``, in their order."""
-        with self._lock:
-            new = list(dict.fromkeys(head for head in heads if head not in self._row))
-            if new:
-                if len(self._row) + len(new) > _MAX_HEADS:  # forget them all, and read these again
-                    self._known, self._row = None, {}
+        """The rows of ``heads``, in their order.
+
+        New heads are read outside the lock, so that a thread reading heads does not hold up another that
+        asks for heads known already or reads others (the scanning threads of a directory of per-rank files
+        meet new heads with every file, and a read takes ~8 ms); a thread that needs a head another is
+        reading waits for that read, so each head is read once."""
+        while True:
+            with self._lock:
+                missing = list(dict.fromkeys(head for head in heads if head not in self._row))
+                if not missing:
+                    return self._gather(heads)
+                waits = {self._reading[head] for head in missing if head in self._reading}
+                new = [head for head in missing if head not in self._reading]
+                full = len(self._row) + len(missing) > _MAX_HEADS
+                if full and not waits:  # all are forgotten when these are added: read every head asked for
                     new = list(dict.fromkeys(heads))
-                read = self._read(pl.Series(new, dtype=pl.String))
-                self._known = read if self._known is None else pl.concat([self._known, read], rechunk=False)
-                self._row.update(zip(new, range(len(self._row), len(self._row) + len(new))))
-            assert self._known is not None
-            row = self._row
-            return self._known[[row[head] for head in heads]]
+                done = threading.Event()
+                for head in new:  # a head another thread reads too (read again here: all are) stays theirs
+                    self._reading.setdefault(head, done)
+            if new:
+                try:
+                    read = self._read(pl.Series(new, dtype=pl.String))
+                    with self._lock:
+                        self._add(new, read, full and not waits)
+                        if not waits and all(head in self._row for head in heads):
+                            return self._gather(heads)  # as added: another thread may forget them next
+                finally:
+                    with self._lock:
+                        for head in new:
+                            if self._reading.get(head) is done:
+                                del self._reading[head]
+                    done.set()
+            for wait in waits:
+                wait.wait()
+
+    def _add(self, new: list[str], read: pl.DataFrame, forget: bool) -> None:
+        """Keep the rows ``read`` of heads ``new`` (with the lock held): all that were known are forgotten
+        first when ``forget`` or when they would be too many."""
+        if forget or len(self._row) + len(new) > _MAX_HEADS:
+            self._known, self._row = None, {}
+        fresh = [n for n, head in enumerate(new) if head not in self._row]
+        if fresh:
+            added = read[fresh] if len(fresh) < len(new) else read
+            self._known = added if self._known is None else pl.concat([self._known, added], rechunk=False)
+            start = len(self._row)
+            self._row.update((new[n], start + k) for k, n in enumerate(fresh))
+
+    def _gather(self, heads: list[str]) -> pl.DataFrame:
+        """The rows of ``heads``, every one known (with the lock held)."""
+        assert self._known is not None
+        row = self._row
+        return self._known[[row[head] for head in heads]]
 
 
 class LineParser:

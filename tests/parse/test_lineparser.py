@@ -373,3 +373,48 @@ def test_the_heads_a_parser_read_are_kept_until_there_are_too_many(monkeypatch):
         assert rows["prefix"].to_list() == some
         assert rows["host"].to_list() == [head.split(":")[0] for head in some]
     assert read == [heads[:2], heads[2:3], heads[2:5]]
+
+
+@pytest.mark.parametrize("max_heads", [6, 1000])
+def test_threads_reading_heads_at_once_each_get_the_rows_of_their_heads(monkeypatch, max_heads):
+    """New heads are read outside the lock (``_Heads.rows``): threads asking at once, for heads new to both
+    or known, each get their heads' rows in their order; a head another thread is reading is waited for,
+    not read twice; and a thread whose heads another forgot meanwhile asks again."""
+    import threading
+    import time
+    from collections import Counter
+
+    from nccl_logsift.parse import lineparser
+
+    monkeypatch.setattr(lineparser, "_MAX_HEADS", max_heads)
+    read_heads = LineParser._read_heads
+    reads: Counter[str] = Counter()
+
+    def slow(self: LineParser, heads: pl.Series) -> pl.DataFrame:
+        reads.update(heads.to_list())
+        time.sleep(0.01)  # the threads are inside reads at once
+        return read_heads(self, heads)
+
+    monkeypatch.setattr(LineParser, "_read_heads", slow)
+    parser = LineParser(load_grammars())
+    heads = [f"gpu-node-{n}:12:12 [0]" for n in range(9)]
+    asked = [[heads[(n + k) % 9] for k in range(n % 4 + 1)] for n in range(40)]
+    failures: list[str] = []
+
+    def ask(some: list[list[str]]) -> None:
+        for wanted in some:
+            rows = parser.parse_prefixes(wanted)
+            if rows["host"].to_list() != [head.split(":")[0] for head in wanted]:
+                failures.append(f"{wanted}: {rows['host'].to_list()}")
+
+    threads = [threading.Thread(target=ask, args=(asked[n::3],)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a thread never got its heads"
+    assert not failures
+    known = parser._heads._known
+    assert known is not None and known["__head"].n_unique() == known.height <= max_heads
+    if max_heads > len(heads):  # nothing forgotten: each head read once
+        assert reads == Counter(heads)
