@@ -308,3 +308,31 @@ def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_t
     assert skipped.table_rows == every.table_rows
     for name, table in every_job.tables.items():
         assert skipped_job.tables[name].equals(table), name
+
+
+def test_a_source_whose_batch_learnt_no_text_has_nothing_skipped_in_any_case():
+    """``RepeatSkip.learn`` makes a source's table before it knows whether a text repeats; a batch of
+    distinct lines leaves it empty, and a scanning thread asking then (``saturated``) finds nothing, as
+    ``skip`` does. It raised IndexError, now and then, on a training log read from standard input."""
+    import numpy as np
+
+    from nccl_logsift.grammar.registry import load_grammars
+    from nccl_logsift.io.lines import LineChunk
+    from nccl_logsift.parse.lineparser import LineParser, ParseState
+    from nccl_logsift.parse.repeats import RepeatSkip
+    from nccl_logsift.tables import MODULE_FRAME, REPEATS_KEPT, UNFOLDED
+
+    grammars = load_grammars()
+    repeats = RepeatSkip(grammars, REPEATS_KEPT, UNFOLDED, MODULE_FRAME)
+    texts = [f"step {n} | loss 2.5" for n in range(4)]
+    chunk = LineChunk(
+        3,
+        pl.Series("line_no", range(1, 5), dtype=pl.UInt32),
+        pl.Series("byte_offset", range(4), dtype=pl.UInt64),
+        pl.Series("text", texts),
+    )
+    keys = np.arange(1, 5, dtype=np.uint64)
+    tables, unfit = LineParser(grammars).parse_unfit(chunk)
+    repeats.learn(chunk, keys, tables["lines"], unfit)
+    assert repeats.saturated(3, keys) is None
+    assert repeats.skip(3, keys, ParseState()) is None

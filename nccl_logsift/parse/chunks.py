@@ -267,11 +267,10 @@ class ChunkParser:
     def _drop_plain(self, plain: np.ndarray) -> np.ndarray:
         """Count the plain lines marked in ``plain`` (``Scanned.plain``) as the parser would have counted
         them when its plain filter dropped them (``LineParser._without_known``); the lines to keep."""
-        state = self.parser.state
-        for code, count in enumerate(np.bincount(plain, minlength=len(PLAIN_FAMILIES) + 1)):
-            if code and count:
-                state.lines += int(count)
-                state.family_counts[PLAIN_FAMILIES[code]] += int(count)
+        counts = np.bincount(plain, minlength=len(PLAIN_FAMILIES) + 1)
+        self.parser.state.count_unparsed(
+            {family: int(counts[code]) for code, family in PLAIN_FAMILIES.items()}
+        )
         return plain == 0
 
     def flush(self) -> dict[str, pl.DataFrame] | None:

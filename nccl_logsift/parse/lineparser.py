@@ -25,7 +25,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -146,6 +146,15 @@ class ParseState:
     # Lines not parsed because they repeat a line whose rows the analysis's fold of repeats drops
     # (parse/repeats.py): counted in ParseSummary.repeats_folded.
     repeats_skipped: int = 0
+
+    def count_unparsed(self, families: Mapping[str, int], enveloped: int = 0, folded: int = 0) -> None:
+        """Count lines left out unparsed (dropped, or skipped as repeats) as parsing them would have: how
+        many of each family, how many of them had an envelope, and how many the fold of repeats would have
+        dropped."""
+        self.lines += sum(families.values())
+        self.envelope_lines += enveloped
+        self.repeats_skipped += folded
+        self.family_counts.update({family: count for family, count in families.items() if count})
 
     def absorb(self, other: ParseState) -> None:
         """Add what another parser found (a worker's part of the same input) to this state."""
@@ -618,9 +627,7 @@ class LineParser:
         launcher label, cost their count, not their rows in every table and fold."""
         if not known.any():
             return plain
-        dropped = plain.filter(known)
-        self.state.lines += dropped.height
-        self.state.family_counts.update(dict(dropped.group_by("family").len().iter_rows()))
+        self.state.count_unparsed(dict(plain.filter(known).group_by("family").len().iter_rows()))
         return plain.filter(~known)
 
     def account_fast(self, family: str, rows: int) -> None:

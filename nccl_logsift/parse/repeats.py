@@ -80,9 +80,7 @@ class Saturated:
     generation: int
     known: np.ndarray  # bool, per leftover line
     lines: np.ndarray  # bool, per leftover line: skipped whatever comes before them
-    enveloped: int
-    folded: int
-    families: np.ndarray  # lines per family code (RepeatSkip._families)
+    counts: _Counts  # what those count for
 
 
 class RepeatSkip:
@@ -117,10 +115,7 @@ class RepeatSkip:
         np.minimum(texts.seen, texts.limit, out=texts.seen)
         if not skip.any():
             return None
-        skipped = slots[skip]
-        families = np.bincount(texts.family[skipped], minlength=len(self._families))
-        enveloped, folded = int(texts.enveloped[skipped].sum()), int(texts.folded[skipped].sum())
-        _account(len(skipped), enveloped, folded, families, self._families, state)
+        self._count(_counts(texts, slots[skip], len(self._families)), state)
         keep = np.ones(len(keys), dtype=bool)
         keep[rows[skip]] = False
         return keep
@@ -129,16 +124,13 @@ class RepeatSkip:
         """Of leftover lines of ``source_id`` (by the keys of their texts), those known and those :meth:`skip`
         skips in any case: their texts were seen as often as they are parsed. For a scanning thread, which
         then makes no string of those lines; the table it reads may lag behind :meth:`learn`, which only
-        makes it find fewer. None when the source has no texts."""
+        makes it find fewer. None when the source has no texts remembered."""
         texts = self._texts.get(source_id)  # read once: one table's arrays
-        if texts is None:
+        if texts is None or not len(texts.keys):  # none, or made by a batch that learnt nothing yet
             return None
         known, at = texts.slots(keys)
         full = known & (texts.seen[at] >= texts.limit[at])
-        skipped = at[full]
-        families = np.bincount(texts.family[skipped], minlength=len(self._families))
-        enveloped, folded = int(texts.enveloped[skipped].sum()), int(texts.folded[skipped].sum())
-        return Saturated(texts.generation, known, full, enveloped, folded, families)
+        return Saturated(texts.generation, known, full, _counts(texts, at[full], len(self._families)))
 
     def skip_saturated(self, source_id: int, saturated: Saturated, state: ParseState) -> bool:
         """Count the lines ``saturated`` found skipped in any case as :meth:`skip` would, and say so; False
@@ -146,9 +138,15 @@ class RepeatSkip:
         texts = self._texts.get(source_id)
         if texts is None or texts.generation != saturated.generation:
             return False
-        lines = int(saturated.lines.sum())
-        _account(lines, saturated.enveloped, saturated.folded, saturated.families, self._families, state)
+        self._count(saturated.counts, state)
         return True
+
+    def _count(self, counts: _Counts, state: ParseState) -> None:
+        """Count skipped lines (``_counts``) as the parser and the fold of repeats would have."""
+        families, enveloped, folded = counts
+        state.count_unparsed(
+            {self._families[code]: int(count) for code, count in enumerate(families)}, enveloped, folded
+        )
 
     def learn(self, chunk: LineChunk, keys: np.ndarray, lines: pl.DataFrame, unfit: pl.Series) -> None:
         """Remember what the new texts among the lines of ``chunk`` (``keys``: those of their texts; parsed:
@@ -220,14 +218,14 @@ class RepeatSkip:
         )
 
 
-def _account(
-    lines: int, enveloped: int, folded: int, families: np.ndarray, names: list[str], state: ParseState
-) -> None:
-    """Count skipped lines (how many, how many of them enveloped and folded, how many per family code) as
-    the parser and the fold of repeats would have."""
-    state.lines += lines
-    state.envelope_lines += enveloped
-    state.repeats_skipped += folded
-    for code, count in enumerate(families):
-        if count:
-            state.family_counts[names[code]] += int(count)
+# Of skipped lines: how many per family code (RepeatSkip._families), how many enveloped and how many folded.
+_Counts = tuple[np.ndarray, int, int]
+
+
+def _counts(texts: _Texts, skipped: np.ndarray, families: int) -> _Counts:
+    """What the lines at ``skipped`` (positions in ``texts``) count for."""
+    return (
+        np.bincount(texts.family[skipped], minlength=families),
+        int(texts.enveloped[skipped].sum()),
+        int(texts.folded[skipped].sum()),
+    )
