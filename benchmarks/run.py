@@ -109,6 +109,14 @@ CASES = {
             shape=("--comms", "world", "--layout", "per-rank"),
             tag="-world-per-rank",
         ),
+        # The same for a 512-rank job: 512 files of ~2 MB at 1 GB, where what each file costs shows.
+        Case(
+            "world512.per-rank",
+            512,
+            64,
+            shape=("--comms", "world", "--layout", "per-rank"),
+            tag="-world-per-rank",
+        ),
         # coll32 with 30% of its lines other than COLL: NET/INIT/tuning INFO lines, warnings, prints.
         Case("mixed32", 32, 4, shape=("--other-lines", "0.3"), tag="-other30"),
     )
