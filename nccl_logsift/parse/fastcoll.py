@@ -190,10 +190,10 @@ class _Prefixes:
         if count > known:
             texts = [text.decode("utf-8", errors="replace") for text in self.table.strings(known, count)]
             parsed = self._parse(texts)
-            # By id: the parser's rows in the order of the texts given.
-            parsed = pl.DataFrame({"prefix": pl.Series(texts, dtype=pl.String)}).join(
-                parsed, on="prefix", how="left", maintain_order="left"
-            )
+            if parsed.get_column("prefix").to_list() != texts:  # by id: the rows in the order of the texts
+                parsed = pl.DataFrame({"prefix": pl.Series(texts, dtype=pl.String)}).join(
+                    parsed, on="prefix", how="left", maintain_order="left"
+                )
             self._good = np.concatenate([self._good, parsed["producer"].is_not_null().to_numpy()])
             fields = parsed.drop("prefix", "producer")
             self._process = np.concatenate([self._process, process_keys(fields)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from nccl_logsift.grammar.schema import FieldKind
@@ -54,3 +56,33 @@ def typed_value(value: object, kind: FieldKind) -> object:
     if kind is FieldKind.HEX and isinstance(value, str):
         return int(value.removeprefix("0x"), 16)
     return value
+
+
+class Unsure(ValueError):
+    """Text whose cast :func:`cast_value` does not vouch for: :func:`cast_field` must cast it."""
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_LIMITS = {FieldKind.INT: _INT64, FieldKind.HEX: _INT64, FieldKind.PTR: (0, (1 << 64) - 1)}
+_PLAIN = {
+    FieldKind.INT: re.compile(_NUMBER[FieldKind.INT]),
+    FieldKind.HEX: re.compile(_HEX_DIGITS),
+    FieldKind.PTR: re.compile(_HEX_DIGITS),
+    FieldKind.FLOAT: re.compile(r"^[-+]?[0-9]+(?:\.[0-9]+)?$"),
+}
+
+
+def cast_value(text: str | None, kind: FieldKind) -> tuple[object, bool]:
+    """What :func:`cast_field` and :func:`unfit` give one captured text, in Python: the value, and whether
+    it is a number too large for its column. Only plain forms are cast here (digits, an optional sign for
+    decimal ones, an optional 0x for hexadecimal ones); anything else raises :class:`Unsure`.
+    tests/parse/test_kinds.py compares the two on every form at the limits of each column."""
+    if text is None or kind is FieldKind.STR:
+        return text, False
+    if _PLAIN[kind].match(text) is None or not text.isascii():
+        raise Unsure(text)
+    if kind is FieldKind.FLOAT:
+        return float(text), False
+    value = int(text) if kind is FieldKind.INT else int(text.removeprefix("0x"), 16)
+    low, high = _LIMITS[kind]
+    return (value, False) if low <= value <= high else (None, True)

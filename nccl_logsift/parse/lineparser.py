@@ -36,9 +36,17 @@ import pyarrow.compute as pc
 import regex
 
 from nccl_logsift.grammar.registry import GrammarSet
-from nccl_logsift.grammar.schema import MESSAGE_KEYS, Grammar, Layer, Pattern, end_of_text, group_names
+from nccl_logsift.grammar.schema import (
+    MESSAGE_KEYS,
+    FieldKind,
+    Grammar,
+    Layer,
+    Pattern,
+    end_of_text,
+    group_names,
+)
 from nccl_logsift.io.lines import LineChunk
-from nccl_logsift.parse.kinds import cast_field, unfit
+from nccl_logsift.parse.kinds import Unsure, cast_field, cast_value, unfit
 from nccl_logsift.parse.schema import ENGINE, LOCATION, TableSchemas, conform
 
 log = logging.getLogger(__name__)
@@ -86,6 +94,11 @@ _SMALL_SECONDS = 0.5
 # the init lines of a 4096-rank job: 75 lines 45 against 68 ms, 7,400 distinct messages 107 against 116 ms,
 # 18,900 224 against 202 ms; on 40,000 leftover lines of mixed32 (1,700 distinct) 138 against 178 ms.
 _SMALL_ROWS = 5000
+# The most pieces the frame of the heads read is kept in before it is made one: concatenated and gathered
+# from, ever more pieces cost ever more (a directory of 512 per-rank files brings 512).
+_HEAD_CHUNKS = 16
+# The most heads read in Python, not in polars (_HeadReader).
+_SMALL_HEADS = 64
 # The most bytes of messages searched for anchors at once (LineParser._present).
 _PRESENT_BYTES = 8 << 20
 # What ends the head of an NCCL INFO line (LineParser._apart_by_head): its envelope, the level and one space.
@@ -181,6 +194,12 @@ class _Prefix:
     matches: pl.Expr  # whether the regex matches any row (no captures: the DFA runs)
     hit: pl.Expr  # __hit: the rows the pattern applies to
     updates: tuple[pl.Expr, ...]  # its fields and constants, and the rest (launcher) or message (envelope)
+    # What _HeadReader applies in Python: the anchored regex, the kind of each field, the constants the
+    # pattern sets, and whether its group "keep" gives back the end of the match.
+    regex: str
+    kinds: tuple[FieldKind, ...]
+    constants: tuple[tuple[str, object], ...]
+    keeps: bool
 
     @classmethod
     def of(cls, grammar: Grammar, pattern: Pattern) -> _Prefix:
@@ -188,7 +207,8 @@ class _Prefix:
         groups = group_names(pattern.regex)
         fields = tuple(name for name in grammar.field_kinds if name in groups)
         kinds = grammar.field_kinds
-        captures = pl.col("rest").str.extract_groups(f"^(?P<{_MATCH}>{body})").alias("__g")
+        anchored = f"^(?P<{_MATCH}>{body})"
+        captures = pl.col("rest").str.extract_groups(anchored).alias("__g")
         matches = pl.col("rest").str.contains(f"^(?:{_ungrouped(body)})").any()
         hit = pl.col("__g").struct.field(_MATCH).is_not_null()
         if grammar.layer is Layer.ENVELOPE:
@@ -217,7 +237,17 @@ class _Prefix:
         target = "rest" if grammar.layer is Layer.LAUNCHER else "msg"
         after = pl.col("rest").str.slice(consumed)
         updates.append(pl.when(pl.col("__hit")).then(after).otherwise(pl.col(target)).alias(target))
-        return cls(fields, captures, matches, hit.alias("__hit"), tuple(updates))
+        return cls(
+            fields,
+            captures,
+            matches,
+            hit.alias("__hit"),
+            tuple(updates),
+            anchored,
+            tuple(kinds[name] for name in fields),
+            tuple(pattern.set.items()),
+            "keep" in groups,
+        )
 
     def apply(self, frame: pl.LazyFrame) -> pl.LazyFrame:
         return frame.with_columns(self.captures).with_columns(self.hit).with_columns(self.updates).drop("__g")
@@ -420,6 +450,96 @@ def _joined(regexes: tuple[str, ...]) -> str:
     return "|".join(f"(?:{rx})" for rx in regexes)
 
 
+class _HeadReader:
+    """``LineParser._read_heads`` for a few heads, in Python: the launcher and envelope patterns matched in
+    ``regex`` and the fields cast by ``kinds.cast_value``. The steps over a frame run ~20 polars queries
+    (~0.2 ms each however few the rows): ~3 ms a new head, and a directory of per-rank files brings new
+    heads with every file (512 files: 1.5 s of the scanning threads' time, contended for the GIL).
+
+    Each pattern is applied as the steps apply it (``_Prefixes.applied``): the launcher patterns in turn,
+    each to what the ones before it left, in rounds until nothing more is stripped; then the envelope
+    patterns in turn, each to the heads no envelope claimed yet. A later pattern's field or constant
+    replaces an earlier one's, and a number any pattern captured that does not fit its column makes the
+    head unclean. tests/parse/test_lineparser.py reads heads both ways and expects the same rows."""
+
+    def __init__(self, launchers: _Prefixes, envelopes: _Prefixes, columns: Mapping[str, pl.DataType]):
+        self.launchers, self.envelopes = launchers.patterns, envelopes.patterns
+        self.columns = dict(columns)
+        # Usable when every field and constant has an output column (the producer aside).
+        every = (*self.launchers, *self.envelopes)
+        self.usable = all(name in self.columns for prefix in every for name in prefix.fields) and all(
+            key == "producer" or key in self.columns for prefix in every for key, _ in prefix.constants
+        )
+
+    def read(self, heads: list[str]) -> pl.DataFrame | None:
+        """The rows ``_read_heads`` gives ``heads``; None when a head is longer than _SMALL_BYTES (Python's
+        engine backtracks, Rust's is linear), the searches ran past _SMALL_SECONDS or a field's text is
+        not one ``cast_value`` vouches for: the polars steps read them then."""
+        if not self.usable:
+            return None
+        rests = [head + _INFO.rstrip() for head in heads]
+        if any(len(rest) > _SMALL_BYTES for rest in rests):
+            return None
+        n = len(heads)
+        values: list[dict[str, object]] = [{} for _ in range(n)]  # per head, each column's last value
+        fits, producer = [True] * n, [None] * n
+        msg: list[str | None] = [None] * n
+        deadline = time.monotonic() + _SMALL_SECONDS
+
+        def apply(prefix: _Prefix, row: int) -> str | None:
+            """What ``prefix`` leaves of the head's rest, its fields and constants written; None when it
+            does not match."""
+            timeout = max(deadline - time.monotonic(), 1e-6)
+            m = python_regex(prefix.regex).match(rests[row], timeout=timeout)
+            if m is None:
+                return None
+            for name, kind in zip(prefix.fields, prefix.kinds):
+                values[row][name], lost = cast_value(m.group(name), kind)
+                fits[row] = fits[row] and not lost
+            for key, value in prefix.constants:
+                values[row][key] = value
+                if key == "producer":
+                    producer[row] = value
+            consumed = len(m.group(_MATCH)) - (len(m.group("keep") or "") if prefix.keeps else 0)
+            return rests[row][consumed:]
+
+        try:
+            for _ in range(_LAUNCHER_ROUNDS):  # launcher prefixes stack, in any order
+                before = list(rests)
+                for prefix in self.launchers:
+                    for row in range(n):
+                        after = apply(prefix, row)
+                        if after is not None:
+                            rests[row] = after
+                if rests == before:
+                    break
+            for prefix in self.envelopes:  # the first envelope that matches a head is its envelope
+                for row in range(n):
+                    if producer[row] is None:
+                        after = apply(prefix, row)
+                        if after is not None:
+                            msg[row] = after
+        except (TimeoutError, Unsure):
+            return None
+        info = len(_INFO.rstrip())
+        clean = [
+            p == "nccl" and v.get("level") == "INFO" and m == "" and fit
+            for p, v, m, fit in zip(producer, values, msg, fits)
+        ]
+        return pl.DataFrame(
+            [
+                pl.Series("__head", heads, dtype=pl.String),
+                pl.Series("__clean", clean, dtype=pl.Boolean),
+                pl.Series("__start", [len(h) + info - len(r) for h, r in zip(heads, rests)], dtype=pl.UInt32),
+                pl.Series("__msg", [len(h) + len(_INFO) for h in heads], dtype=pl.UInt32),
+                *(
+                    pl.Series(name, [v.get(name) for v in values], dtype=dtype)
+                    for name, dtype in self.columns.items()
+                ),
+            ]
+        )
+
+
 class _Heads:
     """What the launcher and envelope steps make of each distinct line head a parser met (``__head``, and
     the columns of ``LineParser._read_heads``), kept across batches and shared by the threads that ask:
@@ -479,6 +599,8 @@ class _Heads:
         if fresh:
             added = read[fresh] if len(fresh) < len(new) else read
             self._known = added if self._known is None else pl.concat([self._known, added], rechunk=False)
+            if self._known.n_chunks() > _HEAD_CHUNKS:  # heads read a few at a time (a file each)
+                self._known = self._known.rechunk()
             start = len(self._row)
             self._row.update((new[n], start + k) for k, n in enumerate(fresh))
 
@@ -505,6 +627,7 @@ class LineParser:
         self._extractions = built.extractions
         self._plain_test = built.plain_test
         self._heads = _Heads(self._read_heads)
+        self._head_reader = _HeadReader(self._launchers, self._envelopes, self.schemas.prefix_columns)
         self._prefix_defaults = built.prefix_defaults
         # Set by an analysis: which plain lines (``lines`` rows) it drops whatever batch they come in
         # (``tables.PlainLines``); those are counted here and left out of the tables.
@@ -647,8 +770,16 @@ class LineParser:
         hosts of the clean ones to what the parser knows.
         """
         frame = self._heads.rows(prefixes)
-        producer = pl.when(pl.col("__clean")).then(pl.lit("nccl")).alias("producer")
-        parsed = frame.select(pl.col("__head").alias("prefix"), producer, *self.schemas.prefix_columns)
+        # Built from the frame's columns, not by a query (~0.3 ms each, and every new per-rank file asks).
+        clean = frame.get_column("__clean")
+        producer = pl.Series("producer", ["nccl" if c else None for c in clean.to_list()], dtype=pl.String)
+        parsed = pl.DataFrame(
+            [
+                frame.get_column("__head").alias("prefix"),
+                producer,
+                *(frame.get_column(name) for name in self.schemas.prefix_columns),
+            ]
+        )
         if learn:
             self.state.known_hosts.update(hosts_of(parsed))
         return parsed
@@ -659,6 +790,10 @@ class LineParser:
         nothing left over and no number too large for its column (``__clean``), and how many characters
         of it the launcher prefixes take (``__start``: the line's ``rest`` starts there) and where the
         message starts (``__msg``)."""
+        if len(heads) <= _SMALL_HEADS:
+            read = self._head_reader.read(heads.to_list())
+            if read is not None:
+                return read
         frame = pl.DataFrame({"__head": heads}).with_columns(rest=pl.col("__head") + _INFO.rstrip())
         frame = self._match_envelopes(self._strip_launchers(frame))
         fits = pl.sum_horizontal(list(_UNFIT.values())) == 0
@@ -1143,4 +1278,5 @@ def shape_of(msg: pl.Expr) -> pl.Expr:
 
 def hosts_of(prefixes: pl.DataFrame) -> list[str]:
     """The hosts of the clean NCCL envelopes among parsed prefixes (``LineParser.parse_prefixes``)."""
-    return prefixes.filter(pl.col("producer").is_not_null())["host"].drop_nulls().to_list()
+    producer, host = prefixes.get_column("producer").to_list(), prefixes.get_column("host").to_list()
+    return [h for p, h in zip(producer, host) if p is not None and h is not None]

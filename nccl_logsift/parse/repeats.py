@@ -148,23 +148,46 @@ class RepeatSkip:
             {self._families[code]: int(count) for code, count in enumerate(families)}, enveloped, folded
         )
 
-    def learn(self, chunk: LineChunk, keys: np.ndarray, lines: pl.DataFrame, unfit: pl.Series) -> None:
+    def learn(
+        self,
+        chunk: LineChunk,
+        keys: np.ndarray,
+        lines: pl.DataFrame,
+        unfit: pl.Series,
+        sources: np.ndarray | None = None,
+    ) -> None:
         """Remember what the new texts among the lines of ``chunk`` (``keys``: those of their texts; parsed:
         their ``lines`` rows, and the line numbers with a value out of range) parsed to, when their repeats
-        can be skipped."""
-        texts = self._texts.get(chunk.source_id)
-        if texts is None or len(texts.keys) > MAX_TEXTS:
-            texts = self._texts[chunk.source_id] = _Texts(next(self._generations))
+        can be skipped. ``sources`` gives each line's source when ``chunk`` joins the lines of several
+        (``parse/sources.py``: numbered 1 to n, as ``lines`` and ``unfit`` are); each source's texts are
+        learnt from its own lines, all in one query (a directory of 512 per-rank files ran 512)."""
+        if sources is None:
+            sources = np.full(len(keys), chunk.source_id, dtype=np.uint16)
+        order = np.argsort(sources, kind="stable")
+        ids, starts = np.unique(sources[order], return_index=True)
+        bounds = [*starts[1:], len(order)]
+        tables: dict[int, _Texts] = {}
         new = np.ones(len(keys), dtype=bool)
-        new[texts.find(keys)[0]] = False
-        # Only a text seen twice in this batch is remembered (below): the others are left out before the
-        # joins (a 4096-rank job's init lines are all distinct).
-        _, inverse, counts = np.unique(keys[new], return_inverse=True, return_counts=True)
+        for sid, start, stop in zip(ids.tolist(), starts.tolist(), bounds):
+            texts = self._texts.get(sid)
+            if texts is None or len(texts.keys) > MAX_TEXTS:
+                texts = self._texts[sid] = _Texts(next(self._generations))
+            tables[sid] = texts
+            if len(texts.keys):
+                rows = order[start:stop]
+                new[rows[texts.find(keys[rows])[0]]] = False
+        # Only a text seen twice in its source in this batch is remembered (below): the others are left out
+        # before the joins (a 4096-rank job's init lines are all distinct). Keys are mixed with the source
+        # here, which can only find more texts twice; the query counts each source's own.
+        mixed = keys[new] ^ (sources[new].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        _, inverse, counts = np.unique(mixed, return_inverse=True, return_counts=True)
         new[np.flatnonzero(new)[counts[inverse] < 2]] = False
         if not new.any():
             return
         pick = pl.Series(new)
-        parsed = pl.DataFrame({"key": keys[new], "line_no": chunk.line_no.filter(pick)})
+        parsed = pl.DataFrame(
+            {"source": sources[new], "key": keys[new], "line_no": chunk.line_no.filter(pick)}
+        )
         heads = lines.filter(pl.col("part") == 0).select("line_no", "family", "producer", "torn", "text")
         plain = (
             pl.col("producer").is_null()
@@ -182,7 +205,7 @@ class RepeatSkip:
         same = (plain | table_row) & ~pl.col("torn") & ~glued & ~pl.col("line_no").is_in(unfit.implode())
         learned = (
             parsed.join(heads, on="line_no", how="inner")
-            .group_by("key")
+            .group_by("source", "key")
             .agg(
                 family=pl.col("family")
                 .first()
@@ -197,25 +220,33 @@ class RepeatSkip:
             # A text seen once is not remembered: most are (training prints), and the table would grow with
             # the log; a text that repeats is seen again within a batch.
             .filter(pl.col("same") & (pl.col("family") >= 0) & (pl.col("seen") > 1))
+            .sort("source")
         )
         if learned.is_empty():
             return
+        source = learned.get_column("source").to_numpy()
+        key = learned.get_column("key").to_numpy()
+        family = learned.get_column("family").to_numpy()
+        enveloped = learned.get_column("enveloped").to_numpy()
         folded = ~learned.get_column("plain").to_numpy()
         limit = np.where(folded, self.kept, 1)
-        keys_new = learned.get_column("key").to_numpy()
-        merged = np.concatenate([texts.keys, keys_new])
-        order = np.argsort(merged, kind="stable")
         seen = np.minimum(learned.get_column("seen").to_numpy().astype(np.int64), limit)
-        # A new table, in place of the old at once: a scanning thread reads either whole (_Texts).
-        self._texts[chunk.source_id] = _Texts(
-            texts.generation,
-            merged[order],
-            np.concatenate([texts.family, learned.get_column("family").to_numpy()])[order],
-            np.concatenate([texts.enveloped, learned.get_column("enveloped").to_numpy()])[order],
-            np.concatenate([texts.folded, folded])[order],
-            np.concatenate([texts.limit, limit])[order],
-            np.concatenate([texts.seen, seen])[order],
-        )
+        ids, starts = np.unique(source, return_index=True)
+        for sid, start, stop in zip(ids.tolist(), starts.tolist(), [*starts[1:].tolist(), len(source)]):
+            texts = tables[sid]
+            at = slice(start, stop)
+            merged = np.concatenate([texts.keys, key[at]])
+            order = np.argsort(merged, kind="stable")
+            # A new table, in place of the old at once: a scanning thread reads either whole (_Texts).
+            self._texts[sid] = _Texts(
+                texts.generation,
+                merged[order],
+                np.concatenate([texts.family, family[at]])[order],
+                np.concatenate([texts.enveloped, enveloped[at]])[order],
+                np.concatenate([texts.folded, folded[at]])[order],
+                np.concatenate([texts.limit, limit[at]])[order],
+                np.concatenate([texts.seen, seen[at]])[order],
+            )
 
 
 # Of skipped lines: how many per family code (RepeatSkip._families), how many enveloped and how many folded.

@@ -418,3 +418,65 @@ def test_threads_reading_heads_at_once_each_get_the_rows_of_their_heads(monkeypa
     assert known is not None and known["__head"].n_unique() == known.height <= max_heads
     if max_heads > len(heads):  # nothing forgotten: each head read once
         assert reads == Counter(heads)
+
+
+def _heads_of_lines(texts: list[str]) -> list[str]:
+    return [text.split(" NCCL INFO ", 1)[0] for text in texts if " NCCL INFO " in text]
+
+
+# Heads made to differ: launcher stacks, numbers at and past their columns' limits, negative and missing
+# devices, TRACE and WARN middles, timestamps, other producers, nothing at all.
+ODD_HEADS = [
+    "",
+    "x",
+    "gpu-node-1:12:12 [-1]",
+    "gpu-node-1:12:12",
+    "gpu-node-1:9223372036854775807:1 [0]",
+    "gpu-node-1:9223372036854775808:1 [0]",
+    "gpu-node-1:99999999999999999999:12 [0]",
+    "gpu-node-1:+5:12 [0]",
+    "gpu-node-1:12:12 [0] 1234.567890 init.cc:10",
+    "gpu-node-1:12:12 [0] misc/socket.cc:5 (f)",
+    "[2026-11-27 10:00:00.123] gpu-node-1:12:12 [0]",
+    "3: gpu-node-1:12:12 [0]",
+    " 3: gpu-node-1:12:12 [0]",
+    "[default0]:gpu-node-1:12:12 [0]",
+    "[1,3]<stdout>:gpu-node-1:12:12 [0]",
+    "2026-11-27T10:00:00.123456789Z [default0]:3: gpu-node-1:12:12 [0]",
+    "(Worker pid=77) gpu-node-1:12:12 [0]",
+    "(Wörker pid=77) gpu-node-1:12:12 [0]",
+    "[rank0]:[W1126 10:00:00.000 ProcessGroupNCCL.cpp:100] saw gpu-node-1:12:12 [0]",
+    "gpu-node-1:12:12 [0] misc/socket.cc:5 (f NCCL INFO g)",
+    "nœud-1:5:5 [0]",
+    "\x1b[32mgpu-node-1:12:12 [0]",
+    "step 3 gpu-node-1:12:12 [0]",
+    "gpu-node-1:12:12 [0] NCCL WARN x",
+    "a" * 300,
+]
+
+
+def test_heads_read_in_python_are_read_as_the_launcher_and_envelope_steps_read_them(monkeypatch):
+    """A few heads are read in Python (``_HeadReader``): the rows are those of the steps in polars, for the
+    heads of every grammar sample and heads made to differ; and a head Python does not vouch for (too
+    long, a number it does not cast) sends them all to polars."""
+    from nccl_logsift.parse import lineparser
+
+    grammars = load_grammars()
+    samples = [sample.line for grammar in grammars.grammars for sample in grammar.samples]
+    heads = list(dict.fromkeys(_heads_of_lines(samples + HEADED + UNHEADED) + ODD_HEADS))
+    parser = LineParser(grammars)
+    read_in_python = []
+    for head in heads:
+        python = parser._head_reader.read([head])
+        read_in_python.append(python is not None)
+        monkeypatch.setattr(lineparser, "_SMALL_HEADS", 0)
+        steps = parser._read_heads(pl.Series([head], dtype=pl.String))
+        monkeypatch.setattr(lineparser, "_SMALL_HEADS", 64)
+        if python is not None:
+            assert python.equals(steps, null_equal=True), head
+            assert python.schema == steps.schema
+    assert sum(read_in_python) >= len(heads) - 6  # the long one, +5, and the few Python leaves to polars
+    assert parser._head_reader.read(["gpu-node-1:12:12 [0]", "a" * 300]) is None
+    vouched = [head for head, ok in zip(heads, read_in_python) if ok]
+    together = parser._head_reader.read(vouched)
+    assert together is not None and together["__head"].to_list() == vouched

@@ -97,5 +97,55 @@ def test_a_file_with_a_line_cut_by_the_hosts_known_is_parsed_at_its_end(ranks, m
         ("[2024-05-01 10:00:00] nid1:12:34 [0] NCCL INFO Connected all rings", False),
     ],
 )
-def test_cut_alike_vouches_only_for_lines_without_a_glued_envelope(line, alike):
+@pytest.mark.parametrize("engine", ["python", "polars"])
+def test_cut_alike_vouches_only_for_lines_without_a_glued_envelope(line, alike, engine, monkeypatch):
+    """A few lines are read in Python's ``re``, more in polars: both read the same regex alike."""
+    if engine == "polars":
+        monkeypatch.setattr("nccl_logsift.parse.sources._FEW_LINES", 0)
+    plain = "nid1:12:34 [0] NCCL INFO Connected all trees"
     assert cut_alike(pl.Series([line])) is alike
+    assert cut_alike(pl.Series([plain, None, line, plain])) is alike
+
+
+def test_each_file_learns_its_own_repeats_when_files_are_parsed_together(ranks, monkeypatch):
+    """The leftovers of several files parsed in one call learn each file's texts from its own lines
+    (``RepeatSkip.learn`` with their sources), in one query: the same texts are skipped as when each file
+    is parsed at its end, and a text repeated once in each of two files is no repeat in either."""
+    from nccl_logsift.parse.repeats import RepeatSkip
+    from nccl_logsift.pipeline import Analysis, TableStream
+
+    monkeypatch.setattr("nccl_logsift.tables.REPEATS_KEPT", 2)
+    files = sorted(path for path in ranks.iterdir() if path.name != "console.log")
+    for n, path in enumerate(files):
+        envelope = path.read_text().split(" NCCL ", 1)[0]
+        own = [f"{envelope} NCCL INFO NET/IB : Using [0]mlx5_{n}:1/IB ; OOB eth0:10.0.0.{n}<0>\n"] * (n + 2)
+        shared = "gpu-0:1:1 [0] NCCL INFO Using network IB\n"  # one copy a file: no file repeats it
+        path.write_text(path.read_text() + "".join(own) + shared)
+    learnt = Calls(monkeypatch, RepeatSkip, "learn")
+
+    def analysed(hold: bool):
+        if not hold:
+            monkeypatch.setattr(ChunkParser, "hold", lambda self: False)
+        analysis = Analysis(TableStream([str(ranks)], ParseOptions(workers=1, every_line=False)))
+        for batch in analysis.stream:
+            analysis.add(batch)
+        repeats = analysis.stream.repeats
+        assert repeats is not None
+        texts = {
+            sid: [t.keys.tolist(), t.family.tolist(), t.limit.tolist(), t.seen.tolist()]
+            for sid, t in repeats._texts.items()
+        }
+        return (*analysis.job(), texts)
+
+    together, together_job, texts = analysed(hold=True)
+    assert learnt.count == 1  # every file's leftovers in one call, learnt in one query
+    alone, alone_job, texts_alone = analysed(hold=False)
+    assert learnt.count == 1 + len(files) + 1  # and then at each file's end (and console.log's)
+    # Each file remembers its own repeated lines (its NET/IB line among them), and no file the line that
+    # every file says once.
+    assert texts == texts_alone
+    assert len([keys for keys, *_ in texts.values() if keys]) == len(files)
+    for name in ("repeats_folded", "family_counts", "envelope_lines", "lines"):
+        assert getattr(together, name) == getattr(alone, name), name
+    for name, table in together_job.tables.items():
+        assert table.equals(alone_job.tables[name], null_equal=True), name
