@@ -80,7 +80,6 @@ def detached(frame: pl.DataFrame) -> pl.DataFrame:
     4096-rank job's init lines) is left as it is, which saves a second copy at the peak.
     """
     import polars as pl
-    import pyarrow as pa
 
     if frame.is_empty():
         return frame
@@ -89,9 +88,17 @@ def detached(frame: pl.DataFrame) -> pl.DataFrame:
     ]
     if not shared:
         return frame
+    return frame.with_columns(copied(frame.get_column(name)) for name in shared)
+
+
+def copied(column: pl.Series) -> pl.Series:
+    """A text column in buffers of its own, whatever buffers it shared: for text that must outlive the chunk
+    it was read in (the lines of a source held for the next one's)."""
+    import polars as pl
+    import pyarrow as pa
+
     # Through Arrow: a cast to large_string writes the values out contiguously; polars' own casts keep views.
-    copies = [frame.get_column(name).to_arrow().cast(pa.large_string()) for name in shared]
-    return frame.with_columns(pl.from_arrow(copy).alias(name) for name, copy in zip(shared, copies))
+    return pl.from_arrow(column.to_arrow().cast(pa.large_string())).alias(column.name)
 
 
 def _shares(column: pl.Series) -> bool:

@@ -161,7 +161,10 @@ class CollFastPath:
 
     def _prefix_rows(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._parse_prefixes(prefixes)
-        return parsed.rename({"stream": LAUNCHER_STREAM}) if "stream" in parsed.columns else parsed
+        # Columns renamed as Series, not by a query (~0.3 ms, and every new per-rank file brings a prefix).
+        return pl.DataFrame(
+            [c.alias(LAUNCHER_STREAM) if c.name == "stream" else c for c in parsed.get_columns()]
+        )
 
 
 class _Prefixes:
@@ -195,7 +198,7 @@ class _Prefixes:
                     parsed, on="prefix", how="left", maintain_order="left"
                 )
             self._good = np.concatenate([self._good, parsed["producer"].is_not_null().to_numpy()])
-            fields = parsed.drop("prefix", "producer")
+            fields = pl.DataFrame([c for c in parsed.get_columns() if c.name not in ("prefix", "producer")])
             self._process = np.concatenate([self._process, process_keys(fields)])
             self._fields = (
                 fields if self._fields is None else pl.concat([self._fields, fields], how="vertical_relaxed")
