@@ -72,8 +72,8 @@ def test_a_waiting_leftover_chunk_has_its_text_copied_out_once(tmp_path, monkeyp
     write(replace(CASES["world"], scenario="healthy", size=4 * SIZE), str(path))
     monkeypatch.setattr(chunks, "FAST_ROWS", 150)
     copied, waiting = [], []
-    detached, lines = chunks.detached, RawChunk.lines
-    monkeypatch.setattr(chunks, "detached", lambda frame: copied.append(1) or detached(frame))
+    copy, lines = chunks.copied, RawChunk.lines
+    monkeypatch.setattr(chunks, "copied", lambda text: copied.append(1) or copy(text))
     monkeypatch.setattr(RawChunk, "lines", lambda self, index=None: waiting.append(1) or lines(self, index))
     diagnosis(path, ParseOptions(workers=1, chunk_bytes=1 << 14))
     assert len(waiting) > 20 and len(copied) <= len(waiting)
