@@ -144,14 +144,27 @@ _JOINED_FIELDS = 4
 _PINNED_SHARE = 2  # kept calls keep their chunk while their text is at least 1/2 of it (FastPiece.lines)
 
 
+class PrefixFields:
+    """The fields of the line prefixes one fast path numbered, a row per prefix id. Rows are only ever added
+    at the end (a fast path that forgets its prefixes starts another), so a piece that indexes it when it
+    was smaller indexes the same rows now: the pieces of one scanning thread, over every file it read,
+    share one frame (a directory of 512 per-rank files brings a new prefix, and a new frame, with every
+    file)."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: pl.DataFrame):
+        self.frame = frame
+
+
 class FastPiece:
     """A chunk's rows read by the COLL fast path: arrays, and the fields of the line prefixes they index.
 
     ``values`` holds a column per field read from the message (and ``line_no``, ``byte_offset``,
-    ``op`` ids, ``prefix``: each row's row in ``fields``, a frame of every prefix the fast path knew,
-    shared by the pieces of many chunks; pointer columns come with a ``<name>_nil`` mask),
-    and the loops' columns ``process``, ``sig``. ``text`` is each line's text (``logsift parse`` only).
-    ``lines`` is the chunk's bytes and the rows' line bounds, set when the input cannot be read again for
+    ``op`` ids, ``prefix``: each row's row in ``fields``, the prefixes the fast path knew, shared by the
+    pieces of many chunks; pointer columns come with a ``<name>_nil`` mask), and the loops' columns
+    ``process``, ``sig``; a piece :meth:`joined` from several sources has each row's ``source_id`` too.
+    ``text`` is each line's text (``logsift parse`` only). ``lines`` is the chunk's bytes and the rows' line bounds, set when the input cannot be read again for
     evidence (standard input, compressed files): the rows :meth:`take` keeps keep the chunk, or get their
     text copied out when they hold less than 1/``_PINNED_SHARE`` of its bytes (a digest keeping a few
     calls of many chunks would otherwise keep every chunk whole).
@@ -168,7 +181,7 @@ class FastPiece:
         self,
         source_id: int,
         values: dict[str, np.ndarray],
-        fields: pl.DataFrame,
+        fields: PrefixFields,
         ops: Names,
         text: pl.Series | None = None,
     ):
@@ -185,7 +198,7 @@ class FastPiece:
     def kernel(self) -> dict[str, np.ndarray]:
         v = self.values
         return {
-            "seq": seq_of(self.source_id, v["line_no"]),
+            "seq": seq_of(v.get("source_id", self.source_id), v["line_no"]),
             "process": v["process"],
             "comm": v["comm"],
             "opcount": v["opcount"],
@@ -215,11 +228,17 @@ class FastPiece:
             for name in first.values
             if name != "prefix"
         }
-        # The prefix fields frames they index (each scanning thread has its own), one after the other.
+        if any(piece.source_id != first.source_id for piece in pieces):
+            values["source_id"] = np.concatenate(
+                [np.full(len(at), piece.source_id, dtype=np.uint16) for piece, at in zip(pieces, rows)]
+            )
+        # The prefix fields they index (each scanning thread has its own), one after the other, each as it
+        # is now (it only grows: the rows the pieces index are there).
         fields: dict[int, tuple[int, pl.DataFrame]] = {}
         for piece in pieces:
             if id(piece.fields) not in fields:
-                fields[id(piece.fields)] = (sum(len(f) for _, f in fields.values()), piece.fields)
+                start = sum(len(frame) for _, frame in fields.values())
+                fields[id(piece.fields)] = (start, piece.fields.frame)
         values["prefix"] = np.concatenate(
             [piece.values["prefix"][at] + fields[id(piece.fields)][0] for piece, at in zip(pieces, rows)]
         )
@@ -228,14 +247,16 @@ class FastPiece:
         text = None
         if first.text is not None:
             text = pl.concat([piece.text.gather(at) for piece, at in zip(pieces, rows)])  # type: ignore[union-attr]
-        return FastPiece(first.source_id, values, joined, first.ops, text)
+        return FastPiece(first.source_id, values, PrefixFields(joined), first.ops, text)
 
     def joins(self) -> tuple:
-        """What pieces must share to be :meth:`joined`: their source, op names and columns, and text kept as
-        a column or not at all (not as the chunk's bytes)."""
+        """What pieces must share to be :meth:`joined`: their op names and columns, and text kept as a column
+        or not at all (not as the chunk's bytes). Pieces of several sources join: the digest's window of a
+        directory of per-rank files holds a piece of each file, and a frame made a piece at a time cost
+        ~1 ms each."""
         if self.lines is not None:
             return (id(self),)
-        return (self.source_id, id(self.ops), tuple(self.values), self.text is None)
+        return (id(self.ops), tuple(self.values), self.text is None)
 
     def frame(self) -> pl.DataFrame:
         """The rows with the columns the general parser gives a COLL line (and ``launcher_stream``, the
@@ -249,15 +270,18 @@ class FastPiece:
         ]
         columns += [nullable(name, v[name], v[f"{name}_nil"]) for name in self.POINTERS if name in v]
         head = pl.DataFrame(columns)
-        fields = self.fields[v["prefix"]]
+        fields = self.fields.frame[v["prefix"]]
         call = pl.DataFrame([pl.Series(name, v[name]) for name in self.CALL])
         parts = [head, fields, call]
         if self.text is not None:
             parts.append(self.text.to_frame())
         elif self.lines is not None:
             parts.append(_text_of(self.lines).to_frame())
+        source = v.get("source_id")
         return pl.concat(parts, how="horizontal").with_columns(
-            source_id=pl.lit(self.source_id, pl.UInt16),
+            source_id=pl.lit(self.source_id, pl.UInt16)
+            if source is None
+            else pl.Series(source, dtype=pl.UInt16),
             part=pl.lit(0, pl.UInt8),
             family=pl.lit(FAMILY),
             pattern=pl.lit(PATTERN),

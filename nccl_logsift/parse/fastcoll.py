@@ -32,6 +32,7 @@ from nccl_logsift.parse.calls import (
     PATTERN,
     FastPiece,
     Names,
+    PrefixFields,
     process_keys,
     signatures,
 )
@@ -179,7 +180,7 @@ class _Prefixes:
     def _forget(self) -> None:
         self._good = np.zeros(0, dtype=bool)
         self._process = np.zeros(0, dtype=np.uint64)
-        self._fields: pl.DataFrame | None = None
+        self._fields: PrefixFields | None = None
 
     def trim(self) -> None:
         if self.table.trim():
@@ -200,12 +201,13 @@ class _Prefixes:
             self._good = np.concatenate([self._good, parsed["producer"].is_not_null().to_numpy()])
             fields = pl.DataFrame([c for c in parsed.get_columns() if c.name not in ("prefix", "producer")])
             self._process = np.concatenate([self._process, process_keys(fields)])
-            self._fields = (
-                fields if self._fields is None else pl.concat([self._fields, fields], how="vertical_relaxed")
-            )
+            if self._fields is None:
+                self._fields = PrefixFields(fields)
+            else:  # grown at the end, in place: the pieces that index it still find their rows
+                self._fields.frame = pl.concat([self._fields.frame, fields], how="vertical_relaxed")
         return self._good[ids]
 
-    def fields(self, ids: np.ndarray) -> tuple[pl.DataFrame, np.ndarray]:
+    def fields(self, ids: np.ndarray) -> tuple[PrefixFields, np.ndarray]:
         """The fields of every prefix known, by id (one frame, shared by the pieces that index it: no
         copy per chunk), and each row's (host, pid) hash."""
         return self._fields, self._process[ids]

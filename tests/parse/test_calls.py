@@ -165,3 +165,31 @@ def test_rows_taken_again_from_copied_text_do_not_keep_its_buffer(tmp_path):
     few = copied.take(np.arange(3))
     assert few.text.to_list() == copied.text.head(3).to_list()
     assert not _shares(few.text)
+
+
+def test_fast_rows_of_many_files_make_one_frame_with_the_rows_of_one_frame_each(tmp_path, monkeypatch):
+    """A directory of per-rank files: each file brings a new prefix, and a scanning thread's prefix fields
+    grow in place (``PrefixFields``), so the pieces of every file a thread read share them; pieces of
+    several files join into one frame, with each row's source, as a frame per piece gives them."""
+    from nccl_logsift.parse import calls as calls_module
+
+    job = tmp_path / "job"
+    write(Options(scenario="healthy", ranks=8, nodes=2, ops=30, noise=False, layout="per-rank"), str(job))
+    batches = list(TableStream([str(job)], ParseOptions(chunk_bytes=1 << 14, workers=1)))
+    both = Calls.concat([batch.calls for batch in batches])
+    fast = [piece for piece in both.pieces if type(piece).__name__ == "FastPiece"]
+    assert len({piece.source_id for piece in fast}) == 8
+    assert len({id(piece.fields) for piece in fast}) <= chunks.SCAN_THREADS  # one per thread, grown in place
+    taken = both.take(np.random.default_rng(5).random(len(both)) < 0.5)
+    runs = calls_module._runs(taken.pieces)
+    assert any(len({taken.pieces[p].source_id for p in run}) > 1 for run in runs)
+    built = taken.frame()
+    assert built["source_id"].n_unique() == 8
+    monkeypatch.setattr(calls_module, "_runs", lambda pieces: [[p] for p in range(len(pieces))])
+    assert built.equals(taken.frame(), null_equal=True)
+    want = pl.concat([batch.tables["collectives"] for batch in batches]).sort("source_id", "line_no")
+    kept = pl.DataFrame({"source_id": built["source_id"], "line_no": built["line_no"]})
+    assert built.drop("text").equals(
+        want.join(kept, on=["source_id", "line_no"], how="semi").select(built.drop("text").columns),
+        null_equal=True,
+    )
