@@ -164,10 +164,11 @@ class FastPiece:
     ``op`` ids, ``prefix``: each row's row in ``fields``, the prefixes the fast path knew, shared by the
     pieces of many chunks; pointer columns come with a ``<name>_nil`` mask), and the loops' columns
     ``process``, ``sig``; a piece :meth:`joined` from several sources has each row's ``source_id`` too.
-    ``text`` is each line's text (``logsift parse`` only). ``lines`` is the chunk's bytes and the rows' line bounds, set when the input cannot be read again for
-    evidence (standard input, compressed files): the rows :meth:`take` keeps keep the chunk, or get their
-    text copied out when they hold less than 1/``_PINNED_SHARE`` of its bytes (a digest keeping a few
-    calls of many chunks would otherwise keep every chunk whole).
+    ``text`` is each line's text (``logsift parse`` only). ``lines`` is the chunk's bytes and the rows' line
+    bounds, set when the input cannot be read again for evidence (standard input, compressed files): the
+    rows :meth:`take` keeps keep the chunk, or get their text copied out when they hold less than
+    1/``_PINNED_SHARE`` of its bytes (a digest keeping a few calls of many chunks would otherwise keep every
+    chunk whole).
     """
 
     # The message's columns, in the order of the frame (prefix fields go after opcount and the pointers).
