@@ -200,7 +200,7 @@ class TableStream:
                 yield from reader
 
         source: Source | None = None  # the source of the chunks being added
-        stats, read_before = ReadStats(), 0
+        stats, read_before, counted = ReadStats(), 0, 0  # bytes of the sources before ``counted``
         for scanned in map(chunks.scan, read()) if live else chunks.scan_ahead(read()):
             if source is None or scanned.chunk.source_id != source.source_id:  # the first chunk of a source
                 if source is not None and not chunks.hold():
@@ -209,7 +209,9 @@ class TableStream:
                         yield self._batch(*flushed, source)
                 at = position[scanned.chunk.source_id]
                 source, stats = started[at]
-                read_before = sum(done.bytes for _, done in started[:at])
+                # Sources are read in order, each to its end before the next: their bytes are summed once.
+                read_before += sum(done.bytes for _, done in started[counted:at])
+                counted = at
                 chunks.coll_text = not options.every_line and not _readable_again(source, stats)
             chunks.add(scanned.chunk, scanned)
             self.bytes_read = read_before + stats.bytes

@@ -65,6 +65,8 @@ _NUMBERS = {
     "nranks": collscan.NRANKS,
 }
 
+# The most pieces a fast path's prefix fields are kept in before they are made one (_Prefixes.number).
+_FIELD_CHUNKS = 16
 # What the prefix parser returns for distinct prefixes: a "prefix" column, "producer" ("nccl" when the
 # prefix is exactly one clean NCCL INFO envelope, else null: the line goes to the general parser) and
 # the envelope and launcher fields.
@@ -204,7 +206,9 @@ class _Prefixes:
             if self._fields is None:
                 self._fields = PrefixFields(fields)
             else:  # grown at the end, in place: the pieces that index it still find their rows
-                self._fields.frame = pl.concat([self._fields.frame, fields], how="vertical_relaxed")
+                grown = pl.concat([self._fields.frame, fields], how="vertical_relaxed", rechunk=False)
+                # Made one piece now and then, not copied whole at every new prefix (a file's, in a directory).
+                self._fields.frame = grown.rechunk() if grown.n_chunks() > _FIELD_CHUNKS else grown
         return self._good[ids]
 
     def fields(self, ids: np.ndarray) -> tuple[PrefixFields, np.ndarray]:
