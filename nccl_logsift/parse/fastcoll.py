@@ -207,7 +207,7 @@ class _Prefixes:
                 self._fields = PrefixFields(fields)
             else:  # grown at the end, in place: the pieces that index it still find their rows
                 grown = pl.concat([self._fields.frame, fields], how="vertical_relaxed", rechunk=False)
-                # Made one piece now and then, not copied whole at every new prefix (a file's, in a directory).
+                # Made one piece now and then, not copied whole at each new prefix (a file's, in a directory).
                 self._fields.frame = grown.rechunk() if grown.n_chunks() > _FIELD_CHUNKS else grown
         return self._good[ids]
 
