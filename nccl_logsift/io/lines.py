@@ -44,6 +44,11 @@ BINARY_SNIFF_BYTES = 64 << 10
 _TEXT_SHARE = 0.5
 _CONTROL_SHARE_OF_BINARY_LINE = 16  # a line with 1 control byte in 16 or more is binary data
 _TEXT_CONTROLS = np.array([8, 9, 10, 11, 12, 13, 27], dtype=np.uint8)  # BS, TAB, LF, VT, FF, CR, ESC
+# By byte value: a control byte that text does not carry (a table lookup: np.isin sorted every sample, ~0.1 ms
+# of every file read, and a directory of per-rank files is thousands).
+_BINARY_CONTROL = np.zeros(256, dtype=bool)
+_BINARY_CONTROL[:32] = True
+_BINARY_CONTROL[_TEXT_CONTROLS] = False
 _LIVE_READ_BYTES = 1 << 20  # what a pipe holds has arrived: read it in one go
 # Bytes of memory a ByteView needs behind the data: a word read at its last byte, rounded up.
 PADDING = 16
@@ -545,12 +550,14 @@ def binary_reason(sample: bytes, whole: bool = False) -> str | None:
     raw = np.frombuffer(sample, dtype=np.uint8)
     if not len(raw):
         return None
-    if _utf16(raw):
+    nonzero = raw != 0
+    # UTF-16 is a byte-order mark or NUL in every other byte: a sample without NUL is told by its mark alone.
+    if _utf16(raw) if not nonzero.all() else raw[:2].tobytes() in _UTF16_MARKS:
         return "UTF-16 text: convert it first, e.g. iconv -f UTF-16 -t UTF-8"
-    text = raw[raw != 0]
+    text = raw[nonzero]
     if not len(text):
         return None if whole else f"starts with {len(raw):,} NUL bytes"
-    control = (text < 32) & ~np.isin(text, _TEXT_CONTROLS)
+    control = _BINARY_CONTROL[text]
     if not control.any():
         return None
     line = np.cumsum(text == 10)
@@ -566,9 +573,12 @@ def looks_binary(sample: bytes) -> bool:
     return binary_reason(sample) is not None
 
 
+_UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def _utf16(raw: np.ndarray) -> bool:
     """Whether the bytes read as UTF-16: a byte-order mark, or NUL in every other byte (ASCII text)."""
-    if raw[:2].tobytes() in (b"\xff\xfe", b"\xfe\xff"):
+    if raw[:2].tobytes() in _UTF16_MARKS:
         return True
     pairs = raw[: len(raw) // 2 * 2].reshape(-1, 2)
     if len(pairs) < 8:
