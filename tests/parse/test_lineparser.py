@@ -480,3 +480,31 @@ def test_heads_read_in_python_are_read_as_the_launcher_and_envelope_steps_read_t
     vouched = [head for head, ok in zip(heads, read_in_python) if ok]
     together = parser._head_reader.read(vouched)
     assert together is not None and together["__head"].to_list() == vouched
+
+
+def test_fields_cast_in_python_are_the_fields_polars_casts():
+    """A small batch's claimed fields are cast in Python (``_Extraction.cast``) when every text is one
+    ``kinds.cast_value`` vouches for: on every message pattern's samples the frame is the one polars' cast
+    step makes, values, columns and types; a number too large for its column is counted alike."""
+    from nccl_logsift.parse.lineparser import _MATCH, _Extraction, python_regex
+
+    grammars = load_grammars()
+    cast = compared = 0
+    for grammar in grammars.layer(Layer.MESSAGE):
+        for pattern in grammar.patterns:
+            extraction = _Extraction.of(grammar, pattern)
+            messages = [s.line.split(" NCCL INFO ", 1)[-1] for s in grammar.samples]
+            # And each with a number past any column where its first "1" was: counted out of range alike.
+            messages += [m.replace("1", "99999999999999999999", 1) for m in messages]
+            regex_ = python_regex(f"(?P<{_MATCH}>)(?:{pattern.regex})")
+            matches = [m for m in map(regex_.search, messages) if m is not None]
+            if not matches:
+                continue
+            rows = pl.Series("row", range(len(matches)), dtype=pl.UInt32)
+            want = extraction.matched(rows, matches).collect()
+            got = extraction.cast(rows, matches)
+            compared += 1
+            if got is not None:
+                cast += 1
+                assert got.equals(want, null_equal=True) and got.schema == want.schema, pattern.name
+    assert compared > 100 and cast > compared // 2
