@@ -94,6 +94,10 @@ _SMALL_SECONDS = 0.5
 # the init lines of a 4096-rank job: 75 lines 45 against 68 ms, 7,400 distinct messages 107 against 116 ms,
 # 18,900 224 against 202 ms; on 40,000 leftover lines of mixed32 (1,700 distinct) 138 against 178 ms.
 _SMALL_ROWS = 5000
+# The most rows of one pattern whose fields a small batch casts in Python (_Extraction.cast): past it polars'
+# cast costs less than a cast per field and row in Python (5,000 init messages of a 4096-rank job: 75 against
+# 60 ms; 100 of them: 3.6 against 7.2 ms).
+_CAST_ROWS = 256
 # The most pieces the frame of the heads read is kept in before it is made one: concatenated and gathered
 # from, ever more pieces cost ever more (a directory of 512 per-rank files brings 512).
 _HEAD_CHUNKS = 16
@@ -1219,7 +1223,7 @@ class LineParser:
             extraction = self._extraction(grammars[number], n)
             at, matches = found[number, n]
             claimed_rows = pl.Series(rows.name, numbers[at], dtype=rows.dtype)
-            cast = extraction.cast(claimed_rows, matches)
+            cast = extraction.cast(claimed_rows, matches) if len(matches) <= _CAST_ROWS else None
             if cast is not None:
                 frames[number, n] = cast
             else:
