@@ -164,11 +164,9 @@ class RepeatSkip:
         if sources is None:
             sources = np.full(len(keys), chunk.source_id, dtype=np.uint16)
         order = np.argsort(sources, kind="stable")
-        ids, starts = np.unique(sources[order], return_index=True)
-        bounds = [*starts[1:], len(order)]
         tables: dict[int, _Texts] = {}
         new = np.ones(len(keys), dtype=bool)
-        for sid, start, stop in zip(ids.tolist(), starts.tolist(), bounds):
+        for sid, start, stop in _runs(sources[order]):
             texts = self._texts.get(sid)
             if texts is None or len(texts.keys) > MAX_TEXTS:
                 texts = self._texts[sid] = _Texts(next(self._generations))
@@ -231,8 +229,7 @@ class RepeatSkip:
         folded = ~learned.get_column("plain").to_numpy()
         limit = np.where(folded, self.kept, 1)
         seen = np.minimum(learned.get_column("seen").to_numpy().astype(np.int64), limit)
-        ids, starts = np.unique(source, return_index=True)
-        for sid, start, stop in zip(ids.tolist(), starts.tolist(), [*starts[1:].tolist(), len(source)]):
+        for sid, start, stop in _runs(source):
             texts = tables[sid]
             at = slice(start, stop)
             merged = np.concatenate([texts.keys, key[at]])
@@ -247,6 +244,12 @@ class RepeatSkip:
                 np.concatenate([texts.limit, limit[at]])[order],
                 np.concatenate([texts.seen, seen[at]])[order],
             )
+
+
+def _runs(sorted_ids: np.ndarray) -> list[tuple[int, int, int]]:
+    """Each id of ``sorted_ids`` (sorted) with where its run starts and stops."""
+    ids, starts = np.unique(sorted_ids, return_index=True)
+    return list(zip(ids.tolist(), starts.tolist(), [*starts[1:].tolist(), len(sorted_ids)]))
 
 
 # Of skipped lines: how many per family code (RepeatSkip._families), how many enveloped and how many folded.

@@ -116,8 +116,3 @@ class Joined:
         if "source_id" in frame.columns:
             restored.append(pl.Series("source_id", self.source_id[at], dtype=pl.UInt16))
         return frame.with_columns(restored)
-
-    def sources(self, line_no: pl.Series) -> tuple[np.ndarray, pl.Series]:
-        """The source and line number of each of ``line_no`` (numbers of :attr:`chunk`)."""
-        at = line_no.to_numpy().astype(np.int64) - 1
-        return self.source_id[at], pl.Series(line_no.name, self.line_no[at], dtype=pl.UInt32)
