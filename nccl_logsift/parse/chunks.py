@@ -37,6 +37,12 @@ from nccl_logsift.parse.sources import cut_alike, parse_sources
 # (from 50,000) took mixed32 from 4.71 to 4.06 s and coll4096 from 5.62 to 5.17 s (+55 and +9 MB).
 REST_LINES = 100_000
 FAST_ROWS = 200_000
+# The calls that the sources held for the next one's leftovers (``ChunkParser.hold``) may hold in all. Each
+# source's init lines must be parsed before its calls are numbered, so the sources held flush as one batch,
+# one call of the general parser: a directory of 512 per-rank files of 2 MB paid that call (~50 ms) and a
+# batch's numbering every ~20 files at FAST_ROWS. Twice FAST_ROWS: 10.2 to 8.2 s, 378 to 501 MB (a held call
+# costs ~150 bytes, and the flush copies it); 4 times: 6.6 s and 740 MB.
+HELD_ROWS = 2 * FAST_ROWS
 # The first batch ends sooner: its leftovers (a job's init lines) are parsed while the next chunks are read
 # and scanned, instead of after FAST_ROWS calls were (the start of every run, on one core).
 FIRST_ROWS = 20_000
@@ -371,15 +377,15 @@ class ChunkParser:
     def hold(self) -> bool:
         """At the end of a source: keep what waits for the next source's lines, to be parsed with them in
         one call of the general parser (``parse/sources.py``), and say so; False when it must be parsed now:
-        when REST_LINES or FAST_ROWS wait in all, or a leftover line of the source could be cut where it
-        would not be if parsed now. The next source's batches then end where they would on their own
-        (``ready`` counts its lines alone); the held lines' text is copied out of the chunks they were read
-        in, which are freed."""
+        when REST_LINES leftover lines or HELD_ROWS calls wait in all, or a leftover line of the source could
+        be cut where it would not be if parsed now. The next source's batches then end where they would on
+        their own (``ready`` counts its lines alone); the held lines' text is copied out of the chunks they
+        were read in, which are freed."""
         # Counted as they were held: summed over every source held, at every source's end, the counts cost a
         # directory of 4096 files 4 s.
         rest = self._rest_lines + self._held_lines
         fast = self._fast_rows + self._held_rows
-        if rest >= REST_LINES or fast >= FAST_ROWS:
+        if rest >= REST_LINES or fast >= HELD_ROWS:
             return False
         if self._rest and not cut_alike(pl.concat([chunk.text for chunk in self._rest])):
             return False

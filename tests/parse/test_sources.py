@@ -73,6 +73,28 @@ def test_the_tables_are_those_of_parsing_each_file_on_its_own(ranks, monkeypatch
         assert table.equals(job_alone.tables[name], null_equal=True), name
 
 
+def test_held_files_flush_once_held_rows_calls_wait(ranks, monkeypatch):
+    """The files held for the next one's leftovers flush as one batch when HELD_ROWS calls wait in all, not
+    at FAST_ROWS (a directory of per-rank files is flushed every HELD_ROWS calls, in one call of the general
+    parser each): with room for fewer calls than a file has, every file is parsed at its end; the tables
+    are the same either way."""
+    from nccl_logsift.parse import chunks
+
+    summary, job = parse_job([str(ranks)], OPTIONS)
+    per_file = job.tables["collectives"].group_by("source_id").len().get_column("len")
+    assert per_file.len() == 4 and per_file.min() > 1
+    monkeypatch.setattr(chunks, "FAST_ROWS", 10 * int(per_file.sum()))  # never reached within a file
+    parses = Calls(monkeypatch, LineParser, "parse_unfit"), Calls(monkeypatch, LineParser, "parse")
+    parse_job([str(ranks)], OPTIONS)
+    assert sum(calls.count for calls in parses) == 1
+    monkeypatch.setattr(chunks, "HELD_ROWS", int(per_file.min()))  # a file's own calls fill it
+    flushed, flushed_job = parse_job([str(ranks)], OPTIONS)
+    assert sum(calls.count for calls in parses) - 1 >= per_file.len()  # each rank's file at its end
+    assert flushed.inputs == summary.inputs
+    for name, table in job.tables.items():
+        assert table.equals(flushed_job.tables[name], null_equal=True), name
+
+
 def test_a_file_with_a_line_cut_by_the_hosts_known_is_parsed_at_its_end(ranks, monkeypatch):
     glued = second_rank(ranks)
     glued.write_text(glued.read_text() + "teardown gpu-9:2205442:2205442 [2] NCCL INFO cudaDriverVersion 1\n")
