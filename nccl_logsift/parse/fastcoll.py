@@ -206,7 +206,10 @@ class _Prefixes:
             if self._fields is None:
                 self._fields = PrefixFields(fields)
             else:  # grown at the end, in place: the pieces that index it still find their rows
-                grown = pl.concat([self._fields.frame, fields], how="vertical_relaxed", rechunk=False)
+                known = self._fields.frame
+                # A relaxed concat is a query (~0.3 ms); the schemas differ only where a column was all null.
+                how = "vertical" if known.schema == fields.schema else "vertical_relaxed"
+                grown = pl.concat([known, fields], how=how, rechunk=False)
                 # Made one piece now and then, not copied whole at each new prefix (a file's, in a directory).
                 self._fields.frame = grown.rechunk() if grown.n_chunks() > _FIELD_CHUNKS else grown
         return self._good[ids]

@@ -607,7 +607,8 @@ class _Heads:
         self._read = read
         self._lock = threading.Lock()
         self._known: pl.DataFrame | None = None
-        self._row: dict[str, int] = {}  # head → its row of _known
+        self._added: list[pl.DataFrame] = []  # rows read since _known was last joined, in order
+        self._row: dict[str, int] = {}  # head → its row of _known and _added
         self._reading: dict[str, threading.Event] = {}  # heads being read, set when their read is done
 
     def rows(self, heads: list[str]) -> pl.DataFrame:
@@ -635,6 +636,8 @@ class _Heads:
                     read = self._read(pl.Series(new, dtype=pl.String))
                     with self._lock:
                         self._add(new, read, full and not waits)
+                        if not waits and new == heads:  # the rows asked for, as read (a new file's head)
+                            return read
                         if not waits and all(head in self._row for head in heads):
                             return self._gather(heads)  # as added: another thread may forget them next
                 finally:
@@ -650,18 +653,22 @@ class _Heads:
         """Keep the rows ``read`` of heads ``new`` (with the lock held): all that were known are forgotten
         first when ``forget`` or when they would be too many."""
         if forget or len(self._row) + len(new) > _MAX_HEADS:
-            self._known, self._row = None, {}
+            self._known, self._added, self._row = None, [], {}
         fresh = [n for n, head in enumerate(new) if head not in self._row]
         if fresh:
-            added = read[fresh] if len(fresh) < len(new) else read
-            self._known = added if self._known is None else pl.concat([self._known, added], rechunk=False)
-            if self._known.n_chunks() > _HEAD_CHUNKS:  # heads read a few at a time (a file each)
-                self._known = self._known.rechunk()
+            # Joined to the rows known only when a gather needs them: a directory of per-rank files
+            # brings a head or two with every file, most of them asked for only as they are read.
+            self._added.append(read[fresh] if len(fresh) < len(new) else read)
             start = len(self._row)
             self._row.update((new[n], start + k) for k, n in enumerate(fresh))
 
     def _gather(self, heads: list[str]) -> pl.DataFrame:
         """The rows of ``heads``, every one known (with the lock held)."""
+        if self._added:
+            pieces = self._added if self._known is None else [self._known, *self._added]
+            self._known, self._added = pl.concat(pieces, rechunk=False), []
+            if self._known.n_chunks() > _HEAD_CHUNKS:  # heads read a few at a time (a file each)
+                self._known = self._known.rechunk()
         assert self._known is not None
         row = self._row
         return self._known[[row[head] for head in heads]]
