@@ -459,21 +459,27 @@ class _Scanner:
         lines = marks = plain = None
         if len(strung):
             lines = chunk.lines(strung)
-            if blocking is not None:
-                marks = lines.text.str.contains_any(blocking).to_numpy()
             known = None if saturated is None else saturated.known[~saturated.lines]
-            plain = self._plain(lines, known)
+            marks, plain = self._marks(lines, blocking, known)
         return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain, saturated)
 
-    def _plain(self, lines: LineChunk, known: np.ndarray | None) -> np.ndarray | None:
+    def _marks(
+        self, lines: LineChunk, blocking: list[str] | None, known: np.ndarray | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``Scanned.blocking`` and ``Scanned.plain`` of ``lines``: in one query when every line is tested
+        for both (a per-rank file's leftovers), else apart (:meth:`_plain`)."""
+        parser = self._parser
+        test = parser.plain_filter is not None and parser.plain_filter.unlabeled_known()
+        if known is None or not known.any():
+            return parser.marked(lines.text, blocking, plain=test)
+        marks = None if blocking is None else parser.marked(lines.text, blocking, plain=False)[0]
+        return marks, self._plain(lines, known) if test else None
+
+    def _plain(self, lines: LineChunk, known: np.ndarray) -> np.ndarray | None:
         """``Scanned.plain`` of ``lines``, tested only once an analysis drops unlabeled plain lines, and only
         on the lines whose texts are not ``known`` as repeats (most of a log's leftovers, which are
         skipped in any case). A line left unmarked is parsed, so a stale view only costs time."""
         parser = self._parser
-        if parser.plain_filter is None or not parser.plain_filter.unlabeled_known():
-            return None
-        if known is None:
-            return parser.unlabeled_plain(lines.text)
         fresh = ~known
         if not fresh.any():
             return None

@@ -720,18 +720,39 @@ class LineParser:
 
         A line that none of the launcher and envelope heads starts has no launcher prefix to strip, so its
         ``rest`` is its text and :meth:`_plain_rows`' test reads the same bytes here."""
+        return self.marked(text, None, plain=True)[1]
+
+    def marked(
+        self, text: pl.Series, marks: list[str] | None, plain: bool
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Of lines as read, which hold one of the literals ``marks`` (None without marks) and, with
+        ``plain``, their :meth:`unlabeled_plain` codes (None without a plain test), in one query: a
+        scanning thread asks both of every chunk's leftovers, and a per-rank file is a chunk."""
+        code = self._plain_code() if plain else None
+        columns = [] if marks is None else [pl.col("rest").str.contains_any(marks).alias("marked")]
+        columns += [] if code is None else [code.alias("plain")]
+        if not columns:
+            return None, None
+        if text.is_empty():
+            found = pl.DataFrame(schema={"marked": pl.Boolean, "plain": pl.UInt8})
+        else:
+            found = text.to_frame("rest").select(columns)
+        return (
+            None if marks is None else found.get_column("marked").to_numpy(),
+            None if code is None else found.get_column("plain").to_numpy(),
+        )
+
+    def _plain_code(self) -> pl.Expr | None:
         if self._plain_test is None or self.plain_filter is None:
             return None
-        if text.is_empty():
-            return np.zeros(0, dtype=np.uint8)
         unmarked, regexes = self._plain_test
         rest = pl.col("rest")
-        # One query of one regex, in polars, which keeps each thread's regexes compiled (pyarrow compiled
-        # its seven again at every call): ~0.4 ms for a chunk's ~1,500 lines to test, against 2.2 ms.
+        # One regex, in polars, which keeps each thread's regexes compiled (pyarrow compiled its seven
+        # again at every call): ~0.4 ms for a chunk's ~1,500 lines to test, against 2.2 ms.
         plain = unmarked & ~rest.str.contains(_joined(regexes)) & self.plain_filter.unread_expr(rest)
         blank = rest.str.strip_chars() == ""
         code = pl.when(plain).then(pl.when(blank).then(PLAIN_BLANK).otherwise(PLAIN_TEXT)).otherwise(0)
-        return text.to_frame("rest").select(code.cast(pl.UInt8)).to_series().to_numpy()
+        return code.cast(pl.UInt8)
 
     # ------------------------------------------------------------------ the pipeline of one chunk
     def parse(self, chunk: LineChunk) -> dict[str, pl.DataFrame]:

@@ -193,3 +193,51 @@ def test_fast_rows_of_many_files_make_one_frame_with_the_rows_of_one_frame_each(
         want.join(kept, on=["source_id", "line_no"], how="semi").select(built.drop("text").columns),
         null_equal=True,
     )
+
+
+def test_process_keys_tell_every_host_and_pid_apart_alike_for_few_rows_and_many(monkeypatch):
+    """A few rows are hashed in Python and a larger frame through its distinct pairs in polars: both give
+    each row its pair's key, the same in every run (a fixed value below), and tell a null host or pid from
+    every value, the empty host among them."""
+    from nccl_logsift.parse import calls as calls_module
+    from nccl_logsift.parse.calls import process_keys
+
+    pairs = pl.DataFrame(
+        {"host": ["a", "b", None, "a", "", None, "a"], "pid": [1, 1, 1, None, 1, None, 12]},
+        schema={"host": pl.String, "pid": pl.Int64},
+    )
+    few = process_keys(pairs)
+    assert few.dtype == np.uint64 and len(set(few.tolist())) == pairs.height
+    assert few[0] == calls_module._process_key("a", 1) == 8333252978470123185
+    many = pl.concat([pairs] * 20)
+    assert many.height > calls_module._FEW_PROCESS_ROWS
+    assert process_keys(many).tolist() == few.tolist() * 20
+    monkeypatch.setattr(calls_module, "_FEW_PROCESS_ROWS", 0)
+    assert process_keys(pairs).tolist() == few.tolist()
+    # No host or pid column: every row is the (null, null) process.
+    assert process_keys(pl.DataFrame({"x": [1, 2]})).tolist() == [calls_module._process_key(None, None)] * 2
+
+
+def test_prefix_fields_added_by_one_thread_are_read_whole_by_another():
+    """A scanning thread adds a file's prefix rows (``PrefixFields.add``); they join the frame when it is
+    read, so a piece that indexes them finds them, while the thread goes on adding."""
+    import threading
+
+    from nccl_logsift.parse.calls import PrefixFields
+
+    fields = PrefixFields(pl.DataFrame({"host": ["h0"], "pid": [0]}))
+    done = threading.Event()
+
+    def add() -> None:
+        for n in range(1, 2001):
+            fields.add(pl.DataFrame({"host": [f"h{n}"], "pid": [n]}))
+        done.set()
+
+    thread = threading.Thread(target=add)
+    thread.start()
+    while not done.is_set():
+        frame = fields.frame
+        assert frame["pid"].to_list() == list(range(frame.height))
+    thread.join()
+    assert fields.frame["pid"].to_list() == list(range(2001))
+    assert fields.frame.n_chunks() == 1
