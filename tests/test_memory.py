@@ -54,3 +54,22 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again():
 def test_release_is_harmless_anywhere():
     memory.release_freed()
     memory.release_freed()
+
+
+@pytest.mark.parametrize("few", [True, False])
+def test_a_copied_column_holds_its_values_in_buffers_of_its_own(few, monkeypatch):
+    """``copied`` makes a column that shared a far larger buffer (a chunk's text) hold only its own values,
+    nulls and empty texts kept: through Python strings for a few rows, through Arrow for more."""
+    import numpy as np
+    import polars as pl
+
+    if not few:
+        monkeypatch.setattr(memory, "_FEW_STRINGS", 0)
+    chunk = pl.Series("text", [f"line {n} " + "x" * 150 for n in range(20_000)])
+    odd = pl.Series("text", [None, ""], dtype=pl.String)
+    kept = pl.concat([chunk.gather(np.arange(0, 20_000, 400)), odd])
+    assert memory._shares(kept)
+    copy = memory.copied(kept)
+    assert copy.name == "text" and copy.dtype == pl.String
+    assert copy.to_list() == kept.to_list()
+    assert not memory._shares(copy)
