@@ -2,10 +2,11 @@
 
     python benchmarks/thread_cpu.py benchmarks/.cache/healthy-r32-n4-1GB.log
 
-Runs ``pipeline.analyze`` in this process (after the imports, which are not counted) and prints its wall
-time, the process's CPU time, the main thread's, each of logsift's threads' (reading, scanning, the
-digest's fold) and the rest (polars' thread pool). A wall time close to the CPU time on a machine with two
-idle cores means the threads waited for each other (the GIL) rather than ran side by side.
+Runs ``pipeline.analyze`` in this process (after the imports, which are not counted), without the HTML
+page's views, as the command runs it for text and JSON (a 4096-rank job's grid and topology took ~1.5 s),
+and prints its wall time, the process's CPU time, the main thread's, each of logsift's threads' (reading,
+scanning, the digest's fold) and the rest (polars' thread pool). A wall time close to the CPU time on a
+machine with two idle cores means the threads waited for each other (the GIL) rather than ran side by side.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     from nccl_logsift import pipeline
 
     wall, process, main_thread = time.perf_counter(), time.process_time(), time.thread_time()
-    pipeline.analyze([args.log])
+    pipeline.analyze([args.log], views=False)  # as `logsift analyze` in text or JSON: no page to draw
     main_thread = time.thread_time() - main_thread
     process = time.process_time() - process
     print(f"wall {time.perf_counter() - wall:.2f} s, CPU {process:.2f} s: main thread {main_thread:.2f} s")
