@@ -32,6 +32,8 @@ _MMAP_THRESHOLD = 64 << 20
 # for the blocks above, and no more (a larger one measured no faster and kept ~20 MB more of a 4096-rank
 # job's peak).
 _TRIM_THRESHOLD = 64 << 20
+# Columns of up to this many texts are copied through Python strings (copied).
+_FEW_STRINGS = 256
 
 
 def reuse_freed() -> None:
@@ -103,9 +105,6 @@ def copied(column: pl.Series) -> pl.Series:
         return pl.Series(column.name, column.to_list(), dtype=pl.String)
     # Through Arrow: a cast to large_string writes the values out contiguously; polars' own casts keep views.
     return pl.from_arrow(column.to_arrow().cast(pa.large_string())).alias(column.name)
-
-
-_FEW_STRINGS = 256
 
 
 def _shares(column: pl.Series) -> bool:
