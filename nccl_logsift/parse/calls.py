@@ -185,9 +185,9 @@ class PrefixFields:
     share one frame (a directory of 512 per-rank files brings a new prefix, and a new frame, with every
     file).
 
-    The scanning thread :meth:`add` s rows; they are joined to the frame when it is next read (by the main
-    thread, once a batch): a join per file cost the scanning threads of 4,096 per-rank files ~10% of their
-    time."""
+    Rows :meth:`add` ed are joined to the frame when it is next read (by the main thread, once a batch): a
+    join per file cost the scanning threads of 4,096 per-rank files ~10% of their time. The line heads a
+    parser read (``lineparser._Heads``) are kept the same way."""
 
     __slots__ = ("_added", "_frame", "_lock")
 

@@ -46,6 +46,7 @@ from nccl_logsift.grammar.schema import (
     group_names,
 )
 from nccl_logsift.io.lines import LineChunk
+from nccl_logsift.parse.calls import PrefixFields
 from nccl_logsift.parse.kinds import Unsure, cast_field, cast_value, unfit
 from nccl_logsift.parse.schema import ENGINE, LOCATION, TableSchemas, conform
 
@@ -98,9 +99,6 @@ _SMALL_ROWS = 5000
 # cast costs less than a cast per field and row in Python (5,000 init messages of a 4096-rank job: 75 against
 # 60 ms; 100 of them: 3.6 against 7.2 ms).
 _CAST_ROWS = 256
-# The most pieces the frame of the heads read is kept in before it is made one: concatenated and gathered
-# from, ever more pieces cost ever more (a directory of 512 per-rank files brings 512).
-_HEAD_CHUNKS = 16
 # The most heads read in Python, not in polars (_HeadReader).
 _SMALL_HEADS = 64
 # The most bytes of messages searched for anchors at once (LineParser._present).
@@ -606,9 +604,10 @@ class _Heads:
     def __init__(self, read: Callable[[pl.Series], pl.DataFrame]):
         self._read = read
         self._lock = threading.Lock()
-        self._known: pl.DataFrame | None = None
-        self._added: list[pl.DataFrame] = []  # rows read since _known was last joined, in order
-        self._row: dict[str, int] = {}  # head → its row of _known and _added
+        # The rows read, in order, joined only when a gather reads them: a directory of per-rank files brings
+        # a head or two with every file, most of them asked for only as they are read.
+        self._known: PrefixFields | None = None
+        self._row: dict[str, int] = {}  # head → its row of _known
         self._reading: dict[str, threading.Event] = {}  # heads being read, set when their read is done
 
     def rows(self, heads: list[str]) -> pl.DataFrame:
@@ -653,25 +652,22 @@ class _Heads:
         """Keep the rows ``read`` of heads ``new`` (with the lock held): all that were known are forgotten
         first when ``forget`` or when they would be too many."""
         if forget or len(self._row) + len(new) > _MAX_HEADS:
-            self._known, self._added, self._row = None, [], {}
+            self._known, self._row = None, {}
         fresh = [n for n, head in enumerate(new) if head not in self._row]
         if fresh:
-            # Joined to the rows known only when a gather needs them: a directory of per-rank files
-            # brings a head or two with every file, most of them asked for only as they are read.
-            self._added.append(read[fresh] if len(fresh) < len(new) else read)
+            added = read[fresh] if len(fresh) < len(new) else read
+            if self._known is None:
+                self._known = PrefixFields(added)
+            else:
+                self._known.add(added)
             start = len(self._row)
             self._row.update((new[n], start + k) for k, n in enumerate(fresh))
 
     def _gather(self, heads: list[str]) -> pl.DataFrame:
         """The rows of ``heads``, every one known (with the lock held)."""
-        if self._added:
-            pieces = self._added if self._known is None else [self._known, *self._added]
-            self._known, self._added = pl.concat(pieces, rechunk=False), []
-            if self._known.n_chunks() > _HEAD_CHUNKS:  # heads read a few at a time (a file each)
-                self._known = self._known.rechunk()
         assert self._known is not None
         row = self._row
-        return self._known[[row[head] for head in heads]]
+        return self._known.frame[[row[head] for head in heads]]
 
 
 class LineParser:

@@ -414,9 +414,8 @@ def test_threads_reading_heads_at_once_each_get_the_rows_of_their_heads(monkeypa
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads), "a thread never got its heads"
     assert not failures
-    kept = parser._heads
-    # The rows read and joined, and those read since.
-    known = pl.concat([rows for rows in (kept._known, *kept._added) if rows is not None])
+    assert parser._heads._known is not None
+    known = parser._heads._known.frame
     assert known["__head"].n_unique() == known.height <= max_heads
     if max_heads > len(heads):  # nothing forgotten: each head read once
         assert reads == Counter(heads)
