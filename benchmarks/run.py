@@ -1,4 +1,5 @@
-"""Time logsift against the naive baseline and ripgrep on simulated logs: one command, one table, one JSON.
+"""Time logsift against the naive baseline and ripgrep on simulated logs, and on captured jobs extended to
+the size (benchmarks/extend.py): one command, one table, one JSON.
 
     python benchmarks/run.py                      the full run: 100MB,1GB,2GB x every case, then 10 GB piped
     python benchmarks/run.py --quick              100 MB only, nothing piped: a smoke run
@@ -29,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+import extend
 from rich.console import Console
 from rich.table import Table
 
@@ -58,9 +60,14 @@ class Case:
     zstd: bool = False
     shape: tuple[str, ...] = ()
     tag: str = ""
+    # A captured job's log (a file, or a directory of per-process files) that benchmarks/extend.py repeats
+    # to the size, instead of a simulated one.
+    template: str = ""
 
     @property
     def per_rank(self) -> bool:
+        if self.template:
+            return (ROOT / self.template).is_dir()
         return "per-rank" in self.shape
 
     def simulate_argv(self, size: str, output: str) -> list[str]:
@@ -119,6 +126,10 @@ CASES = {
         ),
         # coll32 with 30% of its lines other than COLL: NET/INIT/tuning INFO lines, warnings, prints.
         Case("mixed32", 32, 4, shape=("--other-lines", "0.3"), tag="-other30"),
+        # Jobs that ran (NCCL 2.28.9, one H200), their steady state repeated: 8 processes interleaved in one
+        # console as 8 torchruns wrote it, and 4 processes with an NCCL_DEBUG_FILE each.
+        Case("real8", 8, 8, template="fixtures/captured/healthy8/console.log"),
+        Case("real4.per-rank", 4, 4, template="fixtures/captured/healthy_files"),
     )
 }
 
@@ -347,13 +358,19 @@ def _mb_per_s(text_bytes: int, run: Run) -> float:
 def simulated_log(case: Case, size: str, cache: Path) -> Path:
     """The plain log of this job and size (a directory for per-rank files), simulated once and reused while
     a file of that name exists."""
-    name = f"healthy-r{case.ranks}-n{case.nodes}{case.tag}-{size}"
+    if case.template:
+        name = f"captured-{case.name}-{size}"
+    else:
+        name = f"healthy-r{case.ranks}-n{case.nodes}{case.tag}-{size}"
     path = cache / (name if case.per_rank else f"{name}.log")
     if not path.exists():
-        console.print(f"[bold]simulating[/] {path.name}")
+        console.print(f"[bold]{'extending' if case.template else 'simulating'}[/] {path.name}")
         partial = cache / f"{name}.tmp"
         shutil.rmtree(partial, ignore_errors=True)  # a per-rank directory left by an interrupted run
-        subprocess.run(case.simulate_argv(size, str(partial)), check=True, cwd=ROOT)
+        if case.template:
+            extend.extend(ROOT / case.template, extend.size_of(size), partial)
+        else:
+            subprocess.run(case.simulate_argv(size, str(partial)), check=True, cwd=ROOT)
         partial.rename(path)  # only complete files are reused
     return path
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 BENCHMARKS = ROOT / "benchmarks"
@@ -88,7 +89,7 @@ def test_harness_measures_every_tool_on_plain_and_zst_logs(tmp_path):
 def test_harness_measures_the_world_and_per_rank_shapes_against_the_same_baseline(tmp_path):
     # (mixed32 is coll32 with --other-lines, whose lines tests/simulate/test_steady_state.py checks)
     out = tmp_path / "latest.json"
-    cases = "world32,world32.per-rank"
+    cases = "world32,world32.per-rank,real8"
     argv = [sys.executable, str(BENCHMARKS / "run.py"), "--sizes", "2MB", "--cases", cases]
     argv += ["--tools", "analyze,naive", "--no-pipe", "--cache", str(tmp_path / "cache"), "--out", str(out)]
     argv += ["--against", str(ROOT)]  # "before" is this checkout too: the harness, not a change, is tested
@@ -108,6 +109,7 @@ def test_harness_measures_the_world_and_per_rank_shapes_against_the_same_baselin
     assert len(list(per_rank.iterdir())) == 33  # one file a rank, and the console's
     world = next(cache.glob("*world-op-p50-srun*.log")).read_text()
     assert " 0: step " in world and "NCCL INFO ReduceScatter: opCount" in world
+    assert (cache / "captured-real8-2MB.log").read_text().startswith("gpu-node-11:1104:1104 [0] NCCL INFO")
 
 
 def test_profile_charges_each_sample_to_the_innermost_logsift_function():
@@ -200,3 +202,86 @@ def test_accuracy_tells_a_wrong_culprit_from_the_right_one_named_by_another_kind
     healthy = {"faults": []}
     assert verdict(healthy, report())[0] == "right"
     assert verdict(healthy, report(("rank_behind", [1])))[0] == "wrong"
+
+
+def _extend_module():
+    spec = importlib.util.spec_from_file_location("extend", BENCHMARKS / "extend.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("extend", module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _numbered_on(text: str, extend) -> dict:
+    """Each (process, communicator)'s opCounts in the order written, checked to run 0, 1, 2, ..."""
+    counts: dict = {}
+    for line in text.splitlines():
+        if m := extend.OP_COUNT.search(line):
+            counts.setdefault((extend._caller(line), m.group(2)), []).append(int(m.group(1), 16))
+    for values in counts.values():
+        assert values == list(range(len(values)))
+    return counts
+
+
+def _codes(path) -> tuple[str, list]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_logsift", "analyze", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(proc.stdout)
+    return report["verdict"], [(f["severity"], f["code"]) for f in report["findings"]]
+
+
+def test_a_captured_console_extended_is_the_same_job_running_longer(tmp_path):
+    extend = _extend_module()
+    source = ROOT / "fixtures/captured/healthy8/console.log"
+    original = source.read_text()
+    out = tmp_path / "long.log"
+    repeats = extend.extend(source, 2_000_000, out)
+    text = out.read_text()
+    assert repeats > 10 and 2_000_000 <= len(text) < 2_000_000 + 60_000
+    before = _numbered_on(original, extend)
+    after = _numbered_on(text, extend)
+    assert after.keys() == before.keys()
+    assert all(len(after[k]) == len(before[k]) * (repeats + 1) for k in before)
+    # Start-up and shutdown once, as captured: the extended log starts with the original up to its last
+    # collective line and ends with what followed it.
+    last = max(i for i, line in enumerate(original.splitlines()) if " opCount " in line)
+    kept = original.splitlines(keepends=True)
+    assert text.startswith("".join(kept[: last + 1])) and text.endswith("".join(kept[last + 1 :]))
+    assert text.count("Init COMPLETE") == original.count("Init COMPLETE")
+    steps = [int(s) for s in extend.STEP.findall(text)]
+    assert max(steps) == 8 + 12 * repeats  # the prints every 4 steps of 12 go on: 0, 4, 8, 12, ...
+    assert _codes(out) == _codes(source)
+
+
+def test_a_directory_of_debug_files_is_extended_file_by_file(tmp_path):
+    extend = _extend_module()
+    source = ROOT / "fixtures/captured/healthy_files"
+    out = tmp_path / "long"
+    repeats = extend.extend(source, 1_000_000, out)
+    names = sorted(p.name for p in source.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert (out / "console.log").read_text() == (source / "console.log").read_text()  # no calls: as it was
+    for name in names:
+        if name != "console.log":
+            counts = _numbered_on((out / name).read_text(), extend)
+            original = _numbered_on((source / name).read_text(), extend)
+            assert all(len(counts[k]) == len(original[k]) * (repeats + 1) for k in original)
+    assert 1_000_000 <= sum(p.stat().st_size for p in out.iterdir()) < 1_050_000
+    assert _codes(out) == _codes(source)
+
+
+def test_extending_refuses_calls_that_are_not_numbered_one_after_the_other(tmp_path):
+    extend = _extend_module()
+    line = "h:1:1 [0] NCCL INFO AllReduce: opCount {} sendbuff 0x1 recvbuff 0x1 count 1 datatype 7 op 0 "
+    line += "root 0 comm 0xab [nranks=2] stream (nil)\n"
+    log = tmp_path / "gap.log"
+    log.write_text(line.format("0") + line.format("2"))
+    with pytest.raises(ValueError, match="one after the other"):
+        extend.extend(log, 10_000, tmp_path / "out.log")
+    log.write_text("h:1:1 [0] NCCL INFO Init COMPLETE\n")
+    with pytest.raises(ValueError, match="no collective line"):
+        extend.extend(log, 10_000, tmp_path / "out.log")
