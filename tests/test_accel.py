@@ -199,6 +199,104 @@ def test_keymap_gives_the_same_tables():
     both("keymap_fill", np.zeros(4, np.uint64), np.full(4, -1, np.int64), np.unique(batch))  # no room
 
 
+# ------------------------------------------------------------------ digest
+def _open_positions(positions: list[int], comms: list[int], calls: list[int], split: set[int]):
+    """An open-position table of 4-rank communicators: position ``positions[p]`` of communicator
+    ``comms[p]`` at slot p, called ``calls[p]`` times (4 closes it), divergent where p is in ``split``."""
+    from nccl_logsift.accel.keymap import KeyMap
+
+    n = len(positions)
+    table = KeyMap(n)
+    table.ids(_position_keys(positions, comms))
+    position = np.array(positions, dtype=np.int64)
+    aggregate = np.zeros((n, 8), dtype=np.int64)
+    aggregate[:, 0], aggregate[:, 1], aggregate[:, 2] = comms, calls, 4  # COMM, CALLS, NRANKS
+    aggregate[:, 4:8] = 7  # signatures and ops alike
+    aggregate[sorted(split), 5] = 8  # SIG_MAX differs from SIG_MIN
+    return table, position, aggregate
+
+
+def _position_keys(positions, comms) -> np.ndarray:
+    """The open table's keys (digest.c open_key: the communicator's slot above bit 44)."""
+    return (np.array(comms, dtype=np.uint64) << np.uint64(44)) | np.array(positions, dtype=np.uint64)
+
+
+def _fold_nothing(table, position, aggregate, communicators: int, limit: int) -> tuple:
+    """digest_fold_positions' arguments for a batch of no call over the open positions given."""
+    empty = np.zeros(0, dtype=np.int64)
+    n = len(position)
+    return (
+        *(empty, empty, empty, n, n, empty, empty, empty, np.zeros(0, np.bool_)),
+        *(communicators, 0, 0, limit, table.keys, table.slots, position, aggregate),
+        *(np.zeros(1, np.int64), np.zeros((1, 16), np.int64), np.zeros(1, np.int64)),  # comm_of, ring, pushed
+        *(np.zeros(communicators, np.bool_), np.zeros(communicators, np.uint64)),  # diverged, hashes
+        *(np.zeros(0, np.bool_), np.zeros(0, np.bool_), np.zeros((communicators, 2), np.uint64)),
+    )
+
+
+@needs_compiled
+@pytest.mark.parametrize("limit", [1, 3, 5, 9, 50])
+def test_open_positions_past_the_limit_keep_the_highest_and_the_later_opened_of_equal_ones(limit):
+    """A fold with no new call: closed and divergent positions go, and of those still open at most
+    ``limit`` stay, the highest positions and, at the cut, the later opened; they move down in slot order
+    and the table finds each at its new slot."""
+    positions = [5, 9, 3, 9, 7, 9, 1, 12, 9, 4]
+    comms = [0, 0, 0, 1, 0, 2, 0, 0, 3, 0]  # position 9 of four communicators
+    calls = [1, 1, 4, 1, 1, 1, 1, 1, 1, 1]  # slot 2 closed
+    split = {4}
+    table, position, aggregate = _open_positions(positions, comms, calls, split)
+    staying = [p for p in range(len(positions)) if calls[p] < 4 and p not in split]
+    expected = sorted(sorted(staying, key=lambda p: (positions[p], p))[-limit:])
+    args = _fold_nothing(table, position, aggregate, 4, limit)
+    found, kept = both("digest_fold_positions", *args)
+    assert found == 1  # the divergent position, at 7 of communicator 0
+    COMPILED.digest_fold_positions(*args)
+    assert kept == len(expected) and position[:kept].tolist() == [positions[p] for p in expected]
+    assert aggregate[:kept, 0].tolist() == [comms[p] for p in expected]
+    table.count = kept
+    keys = _position_keys([positions[p] for p in expected], [comms[p] for p in expected])
+    assert table.ids(keys).tolist() == list(range(kept)) and table.count == kept
+
+
+@needs_compiled
+def test_the_cut_keeps_the_same_positions_as_a_sort_would_on_random_tables():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(1, 80))
+        comms = rng.integers(0, 6, n)
+        positions = rng.integers(0, 12, n)  # many equal positions, of different communicators
+        pairs = sorted(set(zip(comms.tolist(), positions.tolist())))  # a key is held once
+        order = rng.permutation(len(pairs))
+        comms = [pairs[k][0] for k in order]
+        positions = [pairs[k][1] for k in order]
+        calls = rng.integers(1, 5, len(pairs)).tolist()
+        split = {p for p in range(len(pairs)) if rng.random() < 0.1}
+        limit = int(rng.integers(1, len(pairs) + 3))
+        table, position, aggregate = _open_positions(positions, comms, calls, split)
+        staying = [p for p in range(len(pairs)) if calls[p] < 4 and p not in split]
+        expected = sorted(sorted(staying, key=lambda p: (positions[p], p))[-limit:])
+        args = _fold_nothing(table, position, aggregate, 6, limit)
+        _, kept = both("digest_fold_positions", *args)
+        COMPILED.digest_fold_positions(*args)
+        assert position[:kept].tolist() == [positions[p] for p in expected]
+        assert aggregate[:kept, 0].tolist() == [comms[p] for p in expected]
+
+
+@needs_compiled
+def test_a_fold_that_closes_nothing_keeps_every_position_at_its_slot():
+    """(Its table is not rebuilt then.) A limit below one position is refused."""
+    table, position, aggregate = _open_positions([3, 1, 2], [0, 0, 0], [1, 1, 1], set())
+    args = _fold_nothing(table, position, aggregate, 1, 10)
+    assert both("digest_fold_positions", *args) == (0, 3)
+    COMPILED.digest_fold_positions(*args)
+    assert position.tolist() == [3, 1, 2]
+    assert table.ids(_position_keys([3, 1, 2], [0, 0, 0])).tolist() == [0, 1, 2] and table.count == 3
+    refused = _fold_nothing(table, position, aggregate, 1, 0)
+    assert both("digest_fold_positions", *refused)[0] is ValueError
+    with pytest.raises(ValueError, match="at least one position"):
+        COMPILED.digest_fold_positions(*args[:12], 0, *args[13:])
+
+
 # ------------------------------------------------------------------ calls
 @needs_compiled
 def test_call_keys_and_signatures_are_the_same():

@@ -47,7 +47,6 @@ ENTRY_POINTS = (
     "calls_number",
     "digest_fold_calls",
     "digest_fold_positions",
-    "digest_keep_highest",
     "digest_alive",
 )
 
@@ -97,5 +96,4 @@ calls_ascending = _loops.calls_ascending
 calls_number = _loops.calls_number
 digest_fold_calls = _loops.digest_fold_calls
 digest_fold_positions = _loops.digest_fold_positions
-digest_keep_highest = _loops.digest_keep_highest
 digest_alive = _loops.digest_alive

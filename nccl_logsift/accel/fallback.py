@@ -713,7 +713,7 @@ def _keep_open(table: _KeyTable, position: np.ndarray, aggregate: np.ndarray, ke
         table.find_or_add(_open_key(comm & M64, at & M64), slot)
 
 
-@_entry(24)
+@_entry(25)
 def digest_fold_positions(
     slot,
     at,
@@ -727,6 +727,7 @@ def digest_fold_positions(
     communicators,
     total,
     recent,
+    limit,
     open_keys,
     open_slots,
     position,
@@ -741,7 +742,8 @@ def digest_fold_positions(
     diverged,
 ):
     """(newly divergent communicators, positions still open): the calls folded into their open positions,
-    divergences found, closed positions dropped, and the rows kept (digest.c ``fold_positions_loop``)."""
+    divergences found, closed positions dropped, at most ``limit`` kept open (the highest; of equal
+    positions at the cut, the later opened), and the rows kept (digest.c ``fold_positions_loop``)."""
     slot = _take(slot, "slot", _I64)
     at = _take(at, "at", _I64)
     where = _take(where, "where", _I64)
@@ -754,6 +756,7 @@ def digest_fold_positions(
     communicators = _int(communicators, "communicators")
     total = _int(total, "total")
     recent = _int(recent, "recent")
+    limit = _int(limit, "limit")
     table, position, aggregate = _take_open(open_keys, open_slots, position, aggregate)
     comm_of = _take(comm_of, "comm_of", _I64)
     ring, pushed = _take_rings(ring, pushed)
@@ -767,6 +770,8 @@ def digest_fold_positions(
         raise _bad("digest_fold_positions", "the batch's columns and outputs must have the same length")
     if opened < 0 or positions < opened or positions > len(position) or 2 * positions > table.size:
         raise _bad("digest_fold_positions", "the open table must hold the positions")
+    if limit < 1:
+        raise _bad("digest_fold_positions", "at least one position must be allowed to stay open")
     if len(comm_of) != len(ring):
         raise _bad("digest_fold_positions", "the per-instance arrays must have the same length")
     if (
@@ -809,10 +814,13 @@ def digest_fold_positions(
     np.minimum.at(lowest, comm[candidate], position[:positions][candidate])
     first = np.where(lowest == INT64_MAX, -1, lowest)[:communicators]
     kept = np.flatnonzero(~split & (a[:, _CALLS] < a[:, _NRANKS]))
-    position[: len(kept)] = position[kept]
-    aggregate[: len(kept)] = aggregate[kept]
-    table.slots.fill(EMPTY)
-    _keep_open(table, position, aggregate, len(kept))
+    if len(kept) > limit:  # the highest stay; a stable sort keeps the later opened of equal positions
+        kept = np.sort(kept[np.argsort(position[kept], kind="stable")[len(kept) - limit :]])
+    if len(kept) < positions:  # (when every position stays, slots and table are as they were)
+        position[: len(kept)] = position[kept]
+        aggregate[: len(kept)] = aggregate[kept]
+        table.slots.fill(EMPTY)
+        _keep_open(table, position, aggregate, len(kept))
     found = np.flatnonzero(first >= 0)
     diverged_comm[found] = True
     diverged[: len(found), 0] = comm_hash[found]
@@ -824,22 +832,6 @@ def digest_fold_positions(
     keep[:] = (at_first >= 0) & ((where == at_first) | (where == at_first - 1))
     window[:] = _still_kept(ring, pushed, slot, total - m + np.arange(m, dtype=np.int64), total, recent)
     return len(found), len(kept)
-
-
-@_entry(5)
-def digest_keep_highest(open_keys, open_slots, position, aggregate, order):
-    """Keep the open positions at the slots of ``order`` (ascending) as slots 0, 1, 2, ...; returns how
-    many."""
-    table, position, aggregate = _take_open(open_keys, open_slots, position, aggregate)
-    order = _take(order, "order", _I64)
-    if not (len(order) <= len(position) and 2 * len(order) <= table.size):
-        raise _bad("digest_keep_highest", "the open table must hold the positions kept")
-    table.slots.fill(EMPTY)
-    for kept, p in enumerate(order.tolist()):  # one by one, as the C loop moves them
-        position[kept] = position[p]
-        aggregate[kept] = aggregate[p]
-    _keep_open(table, position, aggregate, len(order))
-    return len(order)
 
 
 @_entry(7)

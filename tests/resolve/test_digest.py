@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
+from nccl_logsift import accel
 from nccl_logsift.pipeline import Analysis, ParseOptions, TableStream
 from nccl_logsift.resolve.digest import CollectiveDigest
 from nccl_logsift.simulate import Options, write
@@ -89,18 +89,17 @@ def test_open_positions_beyond_the_cap_forget_the_lowest(tmp_path, monkeypatch):
     write(Options(scenario="rank-stall", ranks=8, nodes=2, ops=600, noise=False, layout="per-rank"), str(out))
     full, _ = diagnose(out)
     monkeypatch.setattr(digest, "OPEN_POSITIONS", 100)
-    cut = []
-    keep_highest = digest._keep_highest
+    folds = []
+    fold = accel.digest_fold_positions
 
-    def counted(position, aggregate, keys, slots, count, limit):
-        lowest_kept = np.sort(position[:count])[count - limit]
-        kept = keep_highest(position, aggregate, keys, slots, count, limit)
-        cut.append((count, (position[:kept] >= lowest_kept).all()))
-        return kept
+    def counted(*args):
+        found, still_open = fold(*args)
+        folds.append((args[4], still_open))  # positions open before the fold, and after it
+        return found, still_open
 
-    monkeypatch.setattr(digest, "_keep_highest", counted)
+    monkeypatch.setattr(accel, "digest_fold_positions", counted)
     capped, kept = diagnose(out)
-    assert cut and all(highest for _, highest in cut) and max(count for count, _ in cut) > 100
+    assert max(before for before, _ in folds) > 100 and all(after <= 100 for _, after in folds)
     assert kept._state.open.count <= 100
     key = lambda r: [(f.code, f.ranks, f.comm, f.seq, f.op) for f in r.findings[:3]]
     assert key(capped) == key(full)

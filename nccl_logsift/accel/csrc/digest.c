@@ -191,13 +191,55 @@ typedef struct {
     int64_t n;
 } Placed;
 
+/* Whether open position `a` stays open after a batch: not divergent (`split`) and awaiting members. */
+static inline bool stays_open(const int64_t *a, bool split) {
+    return !split && a[CALLS] < a[NRANKS];
+}
+
+/* Whether open position `a` is divergent (findings.progress.first_divergences: signatures differ, or both
+ * sides of a point-to-point pair are the same op). */
+static inline bool is_split(const int64_t *a) {
+    return a[P2P] ? a[CALLS] == 2 && a[OP_MIN] == a[OP_MAX] : a[SIG_MIN] != a[SIG_MAX];
+}
+
+/* The value of rank k (0-based, ascending) among values[0..n), which it reorders. */
+static int64_t select_rank(int64_t *values, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        /* Median of three as the pivot: a rank's positions come nearly in order. */
+        int64_t mid = lo + (hi - lo) / 2, x = values[lo], y = values[mid], z = values[hi];
+        int64_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (values[i] < pivot)
+                i++;
+            while (values[j] > pivot)
+                j--;
+            if (i <= j) {
+                int64_t t = values[i];
+                values[i++] = values[j];
+                values[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return values[k];
+    }
+    return values[k];
+}
+
 /* Fold every call into its open position (slots from `opened` on are new), find the divergent positions,
- * close the positions every member has called, and say which calls are kept. Fills window and keep (per
- * call) and diverged ([comm hash, position] of each newly divergent communicator), sets *still_open;
- * returns how many communicators diverged, or -1 when out of memory. */
+ * close the positions every member has called, and say which calls are kept. Of the positions still open,
+ * at most `limit` stay: the highest, and of equal positions at the cut the later opened (per-rank files
+ * open one rank's whole run at once). Fills window and keep (per call) and diverged ([comm hash, position]
+ * of each newly divergent communicator), sets *still_open; returns how many communicators diverged, or -1
+ * when out of memory. */
 static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, int64_t communicators, int64_t total,
-                                   int64_t recent, Open open, const int64_t *comm_of, Rings r, Comms comms,
-                                   bool *window, bool *keep, uint64_t *diverged, int64_t *still_open) {
+                                   int64_t recent, int64_t limit, Open open, const int64_t *comm_of, Rings r,
+                                   Comms comms, bool *window, bool *keep, uint64_t *diverged, int64_t *still_open) {
     int64_t *first = malloc((communicators > 0 ? communicators : 1) * sizeof *first);
     if (!first)
         return -1;
@@ -226,21 +268,53 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
         a[OP_MIN] = min64(a[OP_MIN], b.op[i]);
         a[OP_MAX] = max64(a[OP_MAX], b.op[i]);
     }
-    /* Divergent positions (findings.progress.first_divergences: signatures differ, or both sides of a
-     * point-to-point pair are the same op); positions every member has called are closed, the others move
-     * down to slots 0, 1, 2, ... (never onto one still to be read) and the table is rebuilt for them. */
+    /* The divergent positions, and how many stay open. */
     for (int64_t c = 0; c < communicators; c++)
         first[c] = -1;
-    clear_open(open);
-    int64_t kept = 0;
+    int64_t stay = 0;
     for (int64_t p = 0; p < positions; p++) {
         const int64_t *a = open.aggregate + p * AGGREGATES;
         int64_t c = a[COMM];
-        bool split = a[P2P] ? a[CALLS] == 2 && a[OP_MIN] == a[OP_MAX] : a[SIG_MIN] != a[SIG_MAX];
-        if (split) {
-            if (!comms.diverged[c] && (first[c] < 0 || position[p] < first[c]))
-                first[c] = position[p];
-        } else if (a[CALLS] < a[NRANKS]) {
+        bool split = is_split(a);
+        if (split && !comms.diverged[c] && (first[c] < 0 || position[p] < first[c]))
+            first[c] = position[p];
+        stay += stays_open(a, split);
+    }
+    /* Past the limit, the lowest go: those below `cut`, and the first `skip` of those at it. */
+    int64_t cut = INT64_MIN, skip = 0;
+    if (stay > limit) {
+        int64_t *values = malloc((stay > 0 ? stay : 1) * sizeof *values), m = 0, above = 0, at_cut = 0;
+        if (!values) {
+            free(first);
+            return -1;
+        }
+        for (int64_t p = 0; p < positions; p++) {
+            const int64_t *a = open.aggregate + p * AGGREGATES;
+            if (stays_open(a, is_split(a)))
+                values[m++] = position[p];
+        }
+        cut = select_rank(values, stay, stay - limit);
+        for (int64_t k = 0; k < stay; k++) {
+            above += values[k] > cut;
+            at_cut += values[k] == cut;
+        }
+        skip = at_cut - (limit - above);
+        free(values);
+    }
+    /* The positions that stay move down to slots 0, 1, 2, ... (never onto one still to be read) and the table
+     * is rebuilt for them; when every position stays, slots and table are as they were. */
+    int64_t kept = positions;
+    if (stay < positions || stay > limit) {
+        clear_open(open);
+        kept = 0;
+        for (int64_t p = 0; p < positions; p++) {
+            const int64_t *a = open.aggregate + p * AGGREGATES;
+            if (!stays_open(a, is_split(a)) || position[p] < cut)
+                continue;
+            if (position[p] == cut && skip > 0) {
+                skip--;
+                continue;
+            }
             keep_open(open, p, kept++);
         }
     }
@@ -263,14 +337,6 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
     free(first);
     *still_open = kept;
     return found;
-}
-
-/* Keep the open positions at the slots of `order` (ascending, so each moves down, never onto a slot still
- * to be read) as slots 0, 1, 2, ..., and rebuild the table for them. */
-static void keep_highest_loop(Open open, const int64_t *order, int64_t limit) {
-    clear_open(open);
-    for (int64_t kept = 0; kept < limit; kept++)
-        keep_open(open, order[kept], kept);
 }
 
 static void alive_loop(const int64_t *slot, const int64_t *row, int64_t n, int64_t total, int64_t recent, Rings r,
@@ -361,35 +427,38 @@ static PyObject *py_fold_calls(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 /* digest_fold_positions(slot, at, where, opened, positions, nranks, sig, op, p2p, communicators, total, recent,
- *                       open_keys, open_slots, position, aggregate, comm_of, ring, pushed, diverged_comm,
+ *                       limit, open_keys, open_slots, position, aggregate, comm_of, ring, pushed, diverged_comm,
  *                       comm_hash, window, keep, diverged)
  *     -> (newly divergent communicators, positions still open)
- * `diverged` has a row of two for every communicator. */
+ * `diverged` has a row of two for every communicator; at most `limit` (at least 1) positions stay open. */
 static PyObject *py_fold_positions(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     Held held = {.count = 0};
     Array slot, at, where, nranks, sig, op, p2p, comm_of, diverged_comm, hash, window, keep, diverged;
-    int64_t opened, positions, communicators, total, recent;
+    int64_t opened, positions, communicators, total, recent, limit;
     Open open;
     Rings r;
     PyObject *result = NULL;
-    if (arity(n, 24, "digest_fold_positions") && take(&held, args[0], "slot", I64, 1, false, &slot)
+    if (arity(n, 25, "digest_fold_positions") && take(&held, args[0], "slot", I64, 1, false, &slot)
         && take(&held, args[1], "at", I64, 1, false, &at) && take(&held, args[2], "where", I64, 1, false, &where)
         && take_int(args[3], "opened", &opened) && take_int(args[4], "positions", &positions)
         && take(&held, args[5], "nranks", I64, 1, false, &nranks) && take(&held, args[6], "sig", I64, 1, false, &sig)
         && take(&held, args[7], "op", I64, 1, false, &op) && take(&held, args[8], "p2p", BOOL, 1, false, &p2p)
         && take_int(args[9], "communicators", &communicators) && take_int(args[10], "total", &total)
-        && take_int(args[11], "recent", &recent) && take_open(&held, args + 12, &open)
-        && take(&held, args[16], "comm_of", I64, 1, false, &comm_of) && take_rings(&held, args[17], args[18], &r)
-        && take(&held, args[19], "diverged_comm", BOOL, 1, true, &diverged_comm)
-        && take(&held, args[20], "comm_hash", U64, 1, false, &hash)
-        && take(&held, args[21], "window", BOOL, 1, true, &window) && take(&held, args[22], "keep", BOOL, 1, true, &keep)
-        && take(&held, args[23], "diverged", U64, 2, true, &diverged)) {
+        && take_int(args[11], "recent", &recent) && take_int(args[12], "limit", &limit)
+        && take_open(&held, args + 13, &open) && take(&held, args[17], "comm_of", I64, 1, false, &comm_of)
+        && take_rings(&held, args[18], args[19], &r)
+        && take(&held, args[20], "diverged_comm", BOOL, 1, true, &diverged_comm)
+        && take(&held, args[21], "comm_hash", U64, 1, false, &hash)
+        && take(&held, args[22], "window", BOOL, 1, true, &window) && take(&held, args[23], "keep", BOOL, 1, true, &keep)
+        && take(&held, args[24], "diverged", U64, 2, true, &diverged)) {
         Py_ssize_t m = slot.length;
         if (at.length != m || where.length != m || nranks.length != m || sig.length != m || op.length != m
             || p2p.length != m || window.length != m || keep.length != m)
             bad_arguments("digest_fold_positions", "the batch's columns and outputs must have the same length");
         else if (opened < 0 || positions < opened || positions > open.length || 2 * positions > open.table.size)
             bad_arguments("digest_fold_positions", "the open table must hold the positions");
+        else if (limit < 1)
+            bad_arguments("digest_fold_positions", "at least one position must be allowed to stay open");
         else if (comm_of.length != r.length)
             bad_arguments("digest_fold_positions", "the per-instance arrays must have the same length");
         else if (diverged_comm.length != hash.length || communicators < 0 || communicators > diverged_comm.length
@@ -400,34 +469,14 @@ static PyObject *py_fold_positions(PyObject *self, PyObject *const *args, Py_ssi
             Comms comms = {diverged_comm.data, hash.data};
             int64_t found, still_open = 0;
             Py_BEGIN_ALLOW_THREADS
-            found = fold_positions_loop(batch, opened, positions, communicators, total, recent, open, comm_of.data, r,
-                                        comms, window.data, keep.data, diverged.data, &still_open);
+            found = fold_positions_loop(batch, opened, positions, communicators, total, recent, limit, open,
+                                        comm_of.data, r, comms, window.data, keep.data, diverged.data, &still_open);
             Py_END_ALLOW_THREADS
             if (found < 0)
                 PyErr_NoMemory();
             else
                 result = Py_BuildValue("LL", (long long)found, (long long)still_open);
         }
-    }
-    release(&held);
-    return result;
-}
-
-/* digest_keep_highest(open_keys, open_slots, position, aggregate, order) -> positions still open
- * `order`: the slots of the positions to keep, ascending (the caller sorts). */
-static PyObject *py_keep_highest(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    Held held = {.count = 0};
-    Open open;
-    Array order;
-    PyObject *result = NULL;
-    if (arity(n, 5, "digest_keep_highest") && take_open(&held, args, &open)
-        && take(&held, args[4], "order", I64, 1, false, &order)
-        && ((order.length <= open.length && 2 * order.length <= open.table.size)
-            || bad_arguments("digest_keep_highest", "the open table must hold the positions kept"))) {
-        Py_BEGIN_ALLOW_THREADS
-        keep_highest_loop(open, order.data, order.length);
-        Py_END_ALLOW_THREADS
-        result = PyLong_FromSsize_t(order.length);
     }
     release(&held);
     return result;
@@ -460,8 +509,6 @@ PyMethodDef digest_methods[] = {
      "Instances, opCount statistics and the position of each call of a batch."},
     {"digest_fold_positions", (PyCFunction)(void (*)(void))py_fold_positions, METH_FASTCALL,
      "A batch's calls into the open positions; divergences and the rows kept."},
-    {"digest_keep_highest", (PyCFunction)(void (*)(void))py_keep_highest, METH_FASTCALL,
-     "Keep the given open positions, moved down to slots 0, 1, 2, ..."},
     {"digest_alive", (PyCFunction)(void (*)(void))py_alive, METH_FASTCALL, "Which rows of the window are still kept."},
     {NULL, NULL, 0, NULL},
 };
