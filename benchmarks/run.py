@@ -127,9 +127,10 @@ CASES = {
         # coll32 with 30% of its lines other than COLL: NET/INIT/tuning INFO lines, warnings, prints.
         Case("mixed32", 32, 4, shape=("--other-lines", "0.3"), tag="-other30"),
         # Jobs that ran (NCCL 2.28.9, one H200), their steady state repeated: 8 processes interleaved in one
-        # console as 8 torchruns wrote it, and 4 processes with an NCCL_DEBUG_FILE each.
+        # console as 8 torchruns wrote it, and 4 and 16 processes with an NCCL_DEBUG_FILE each.
         Case("real8", 8, 8, template="fixtures/captured/healthy8/console.log"),
         Case("real4.per-rank", 4, 4, template="fixtures/captured/healthy_files"),
+        Case("real16.per-rank", 16, 16, template="fixtures/captured/healthy16_files"),
     )
 }
 
