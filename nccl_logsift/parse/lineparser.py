@@ -318,15 +318,19 @@ class _Extraction:
         struct = pl.struct(*(pl.lit(capture) for capture in captures.values())).alias("__g")
         return pl.LazyFrame([rows]).with_columns(struct).with_columns(self.columns).drop("__g")
 
-    def cast(self, rows: pl.Series, matches: list[regex.Match]) -> pl.DataFrame | None:
-        """:meth:`matched`'s frame, the fields cast in Python (``kinds.cast_value``), with no query: None when
-        a captured text is not one it vouches for (polars casts the pattern's rows then). A small batch's
-        claims took one polars query with a step per pattern, ~4.6 ms of a per-rank file's ~25."""
+    def schema(self, rows: pl.Series) -> pl.Schema:
+        """The schema of :meth:`matched`'s frame for ``rows`` of its dtype (found once, not by running it)."""
         schema = self.schemas.get(rows.dtype)
         if schema is None:
             schema = self.schemas[rows.dtype] = self.matched(rows.clear(), []).collect_schema()
+        return schema
+
+    def values(self, matches: list[regex.Match]) -> dict[str, list] | None:
+        """The values of :meth:`matched`'s columns other than the rows, the fields cast in Python
+        (``kinds.cast_value``): None when a captured text is not one it vouches for (polars casts the
+        pattern's rows then)."""
         lost = [0] * len(matches)
-        columns = [rows]
+        columns: dict[str, list] = {}
         try:
             for name, kind in self.kinds:
                 values = []
@@ -334,15 +338,44 @@ class _Extraction:
                     value, unfit_ = cast_value(match.group(name), kind)
                     values.append(value)
                     lost[n] += unfit_
-                columns.append(pl.Series(name, values, dtype=schema[name]))
+                columns[name] = values
         except Unsure:
             return None
-        columns += [
-            pl.Series(key, [value] * len(matches), dtype=schema[key]) for key, value in self.constants
-        ]
-        columns.append(pl.Series("__unfit", lost, dtype=schema["__unfit"]))
-        frame = pl.DataFrame(columns)
-        return frame if frame.schema == schema else None
+        columns.update((key, [value] * len(matches)) for key, value in self.constants)
+        columns["__unfit"] = lost
+        return columns
+
+
+def _cast_claims(
+    claims: list[tuple[_Extraction, pl.Series, list[regex.Match]]], schema: pl.Schema
+) -> pl.DataFrame | None:
+    """One frame of what several patterns claimed (each its extraction, the rows it claimed and their
+    matches), the fields cast in Python: the frames of :meth:`_Extraction.matched`, one after the other,
+    each column null in the rows of a pattern without it. ``schema`` is :func:`claims_schema`'s. None when
+    a captured text is not one ``kinds.cast_value`` vouches for (polars casts them then). A small batch's
+    claims took a frame per pattern, a Series per column (~0.35 ms a pattern, ~25 patterns in the init
+    lines of a per-rank file); a frame made from rows costs half of one made from columns."""
+    names = schema.names()
+    made: list[tuple] = []
+    for extraction, rows, matches in claims:
+        values = extraction.values(matches)
+        if values is None:
+            return None
+        values[rows.name] = rows.to_list()
+        nulls = [None] * len(matches)
+        made.extend(zip(*(values.get(name, nulls) for name in names)))
+    return pl.DataFrame(made, schema=schema, orient="row")
+
+
+def claims_schema(claims: list[tuple[_Extraction, pl.Series, list[regex.Match]]]) -> pl.Schema | None:
+    """The columns of :func:`_cast_claims`' frame for these claims, in order of first sight; None when two
+    patterns give a column different types."""
+    schema: dict[str, pl.DataType] = {}
+    for extraction, rows, _ in claims:
+        for name, dtype in extraction.schema(rows).items():
+            if schema.setdefault(name, dtype) != dtype:
+                return None
+    return pl.Schema(schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,6 +717,9 @@ class LineParser:
         self._launchers, self._envelopes = built.launchers, built.envelopes
         self._anchors = built.anchors
         self._extractions = built.extractions
+        # The schema of the claims of each set of patterns of one table (_claim_small): by the rows' type and
+        # the ids of the patterns' extractions, which live as long as the parser.
+        self._claims_schemas: dict[tuple, pl.Schema | None] = {}
         self._plain_test = built.plain_test
         self._heads = _Heads(self._read_heads)
         self._head_reader = _HeadReader(self._launchers, self._envelopes, self.schemas.prefix_columns)
@@ -1082,7 +1118,10 @@ class LineParser:
             body = pl.col("rest") if source == "text" else pl.col("msg")
             pool = lazy.filter(selector).select("row", body.alias("msg"), "level")
             anchors = [self._anchors[g.family] for g in grammars]
-            if None not in anchors:  # no message without an anchor is claimed
+            # No message without an anchor is claimed, so a large pool keeps only those with one. A small
+            # one is matched in Python (_claim_small), which tests each pattern's anchor anyway: the filter
+            # builds its automaton of ~200 anchors at every query, ~1.5 ms of a per-rank file's ~40.
+            if None not in anchors and frame.height > _SMALL_ROWS:
                 every = sorted({anchor for some in anchors if some for anchor in some})
                 pool = pool.filter(pl.col("msg").str.contains_any(every))
             sources.append(grammars)
@@ -1240,23 +1279,33 @@ class LineParser:
             return {}
         rows = pool.get_column("row")
         numbers = rows.to_numpy()  # gathered in numpy: a polars gather is a query (~0.2 ms) a pattern
-        keys = sorted(found)  # in the grammars' and patterns' order
-        frames: dict[tuple[int, int], pl.DataFrame] = {}
-        steps = {}
-        for number, n in keys:
-            extraction = self._extraction(grammars[number], n)
+        claims: dict[str, list[tuple[_Extraction, pl.Series, list[regex.Match]]]] = {}
+        for number, n in sorted(found):  # in the grammars' and patterns' order
             at, matches = found[number, n]
             claimed_rows = pl.Series(rows.name, numbers[at], dtype=rows.dtype)
-            cast = extraction.cast(claimed_rows, matches) if len(matches) <= _CAST_ROWS else None
-            if cast is not None:
-                frames[number, n] = cast
-            else:
-                steps[number, n] = extraction.matched(claimed_rows, matches)
-        if steps:
-            frames.update(zip(steps, pl.collect_all(list(steps.values()), engine=ENGINE)))
+            extraction = self._extraction(grammars[number], n)
+            claims.setdefault(grammars[number].table, []).append((extraction, claimed_rows, matches))
+        # Each table's claims cast in Python as one frame; else (a pattern with many rows, a text the cast
+        # does not vouch for) each pattern's in polars, all in one query.
         claimed: dict[str, list[pl.DataFrame]] = {}
-        for number, n in keys:
-            claimed.setdefault(grammars[number].table, []).append(frames[number, n])
+        steps: dict[str, list[pl.LazyFrame]] = {}
+        for table, parts in claims.items():
+            cast = None
+            if all(len(m) <= _CAST_ROWS for _, _, m in parts):
+                # The schema of the patterns' columns together, found once (comparing types costs ~1 µs each).
+                key = (rows.dtype, *(id(extraction) for extraction, _, _ in parts))
+                if key not in self._claims_schemas:
+                    self._claims_schemas[key] = claims_schema(parts)
+                schema = self._claims_schemas[key]
+                cast = _cast_claims(parts, schema) if schema is not None else None
+            if cast is not None:
+                claimed[table] = [cast]
+            else:
+                steps[table] = [extraction.matched(r, m) for extraction, r, m in parts]
+        if steps:
+            frames = iter(pl.collect_all([step for parts in steps.values() for step in parts], engine=ENGINE))
+            for table, parts in steps.items():
+                claimed[table] = [next(frames) for _ in parts]
         return claimed
 
     def _extraction(self, grammar: Grammar, n: int) -> _Extraction:

@@ -484,13 +484,15 @@ def test_heads_read_in_python_are_read_as_the_launcher_and_envelope_steps_read_t
 
 
 def test_fields_cast_in_python_are_the_fields_polars_casts():
-    """A small batch's claimed fields are cast in Python (``_Extraction.cast``) when every text is one
+    """A small batch's claimed fields are cast in Python (``_cast_claims``) when every text is one
     ``kinds.cast_value`` vouches for: on every message pattern's samples the frame is the one polars' cast
-    step makes, values, columns and types; a number too large for its column is counted alike."""
-    from nccl_logsift.parse.lineparser import _MATCH, _Extraction, python_regex
+    step makes, values, columns and types; a number too large for its column is counted alike. The claims
+    of several patterns of one table make one frame: the patterns' frames one after the other."""
+    from nccl_logsift.parse.lineparser import _MATCH, _cast_claims, _Extraction, claims_schema, python_regex
 
     grammars = load_grammars()
-    cast = compared = 0
+    cast = compared = together = 0
+    by_table: dict[str, list] = {}
     for grammar in grammars.layer(Layer.MESSAGE):
         for pattern in grammar.patterns:
             extraction = _Extraction.of(grammar, pattern)
@@ -503,9 +505,19 @@ def test_fields_cast_in_python_are_the_fields_polars_casts():
                 continue
             rows = pl.Series("row", range(len(matches)), dtype=pl.UInt32)
             want = extraction.matched(rows, matches).collect()
-            got = extraction.cast(rows, matches)
+            claim = [(extraction, rows, matches)]
+            got = _cast_claims(claim, claims_schema(claim))
             compared += 1
             if got is not None:
                 cast += 1
                 assert got.equals(want, null_equal=True) and got.schema == want.schema, pattern.name
-    assert compared > 100 and cast > compared // 2
+                by_table.setdefault(grammar.table, []).append((extraction, rows, matches, want))
+    for claims in by_table.values():
+        schema = claims_schema([claim[:3] for claim in claims])
+        got = _cast_claims([claim[:3] for claim in claims], schema) if schema is not None else None
+        want = pl.concat([claim[3] for claim in claims], how="diagonal_relaxed")
+        if got is not None:
+            together += len(claims) > 1
+            assert got.select(want.columns).equals(want, null_equal=True), claims[0][0].constants
+            assert got.select(want.columns).schema == want.schema and set(got.columns) == set(want.columns)
+    assert compared > 100 and cast > compared // 2 and together > 5
