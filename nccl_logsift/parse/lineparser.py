@@ -95,7 +95,7 @@ _SMALL_SECONDS = 0.5
 # the init lines of a 4096-rank job: 75 lines 45 against 68 ms, 7,400 distinct messages 107 against 116 ms,
 # 18,900 224 against 202 ms; on 40,000 leftover lines of mixed32 (1,700 distinct) 138 against 178 ms.
 _SMALL_ROWS = 5000
-# The most rows of one pattern whose fields a small batch casts in Python (_Extraction.cast): past it polars'
+# The most rows of one pattern whose fields a small batch casts in Python (_cast_claims): past it polars
 # cast costs less than a cast per field and row in Python (5,000 init messages of a 4096-rank job: 75 against
 # 60 ms; 100 of them: 3.6 against 7.2 ms).
 _CAST_ROWS = 256
