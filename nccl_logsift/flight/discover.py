@@ -66,9 +66,10 @@ class DumpCollector:
             # "Flight Recorder trace successfully dumped." names no path and no family parses it
             # (ProcessGroupNCCL.cpp ``dumpDebuggingInfo``): found in the text, a literal search per batch.
             # PyTorch's C++ lines only: a COLL-heavy log's other text is most of its bytes (parse keeps it).
+            found = pl.col("text").str.contains(SUCCESS_TEXT, literal=True)
             if "producer" in lines.columns:
-                lines = lines.filter(pl.col("producer") == "torch_cpp")
-            done = lines.filter(pl.col("text").str.contains(SUCCESS_TEXT, literal=True))
+                found = (pl.col("producer") == "torch_cpp") & found
+            done = lines.filter(found)  # one query a batch
             if not done.is_empty():
                 self.signalled = True
                 has_rank = "torch_rank" in done.columns

@@ -252,10 +252,12 @@ class ChunkParser:
                 blocking = None if blocking is None else np.ones(len(rest), dtype=bool)  # may block
         if lines is None:
             lines = chunk.lines(rest)
+        # Which of ``lines`` are kept (None: all), taken from them once: each take is a polars query.
+        kept: np.ndarray | None = None
         filter_ = self.parser.plain_filter
         if plain is not None and filter_ is not None and filter_.unlabeled_known() and plain.any():
             keep = self._drop_plain(plain)
-            rest, lines = rest[keep], lines.taken(keep)
+            rest, kept = rest[keep], keep
             keys = None if keys is None else keys[keep]
             blocking = None if blocking is None else blocking[keep]
             if not len(rest):
@@ -263,12 +265,16 @@ class ChunkParser:
         if self.repeats is not None and keys is not None:
             keep = self.repeats.skip(chunk.source_id, keys, self.parser.state)
             if keep is not None:
-                rest, keys, lines = rest[keep], keys[keep], lines.taken(keep)
+                rest, keys = rest[keep], keys[keep]
                 blocking = None if blocking is None else blocking[keep]
+                if kept is None:
+                    kept = keep
+                else:
+                    kept[kept] = keep
             if not len(rest):
                 return
             self._keys.append(keys)
-        self._rest.append(lines)
+        self._rest.append(lines if kept is None else lines.taken(kept))
         if blocking is not None:
             self._rest_blocks = self._rest_blocks or bool(blocking.any())
 

@@ -69,6 +69,8 @@ class CollectiveNumbering:
         self._inits: list[pl.DataFrame] = []
 
     def observe(self, comms: pl.DataFrame) -> None:
+        if comms.is_empty():  # most batches of a COLL-heavy log: no query (~0.5 ms, and the GIL twice)
+            return
         # Only the rows an instance is made of, and their columns (resolve/communicators.py): a log that
         # repeats the per-comm summary line held every such row until the end.
         comms = comms.filter(pl.col("what").is_in(INSTANCE_ROWS)).select(
