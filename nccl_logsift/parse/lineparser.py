@@ -351,7 +351,7 @@ def _cast_claims(
 ) -> pl.DataFrame | None:
     """One frame of what several patterns claimed (each its extraction, the rows it claimed and their
     matches), the fields cast in Python: the frames of :meth:`_Extraction.matched`, one after the other,
-    each column null in the rows of a pattern without it. ``schema`` is :func:`claims_schema`'s. None when
+    each column null in the rows of a pattern without it. ``schema`` is :func:`_claims_schema`'s. None when
     a captured text is not one ``kinds.cast_value`` vouches for (polars casts them then). A small batch's
     claims took a frame per pattern, a Series per column (~0.35 ms a pattern, ~25 patterns in the init
     lines of a per-rank file); a frame made from rows costs half of one made from columns."""
@@ -367,7 +367,7 @@ def _cast_claims(
     return pl.DataFrame(made, schema=schema, orient="row")
 
 
-def claims_schema(claims: list[tuple[_Extraction, pl.Series, list[regex.Match]]]) -> pl.Schema | None:
+def _claims_schema(claims: list[tuple[_Extraction, pl.Series, list[regex.Match]]]) -> pl.Schema | None:
     """The columns of :func:`_cast_claims`' frame for these claims, in order of first sight; None when two
     patterns give a column different types."""
     schema: dict[str, pl.DataType] = {}
@@ -1295,7 +1295,7 @@ class LineParser:
                 # The schema of the patterns' columns together, found once (comparing types costs ~1 µs each).
                 key = (rows.dtype, *(id(extraction) for extraction, _, _ in parts))
                 if key not in self._claims_schemas:
-                    self._claims_schemas[key] = claims_schema(parts)
+                    self._claims_schemas[key] = _claims_schema(parts)
                 schema = self._claims_schemas[key]
                 cast = _cast_claims(parts, schema) if schema is not None else None
             if cast is not None:

@@ -488,7 +488,7 @@ def test_fields_cast_in_python_are_the_fields_polars_casts():
     ``kinds.cast_value`` vouches for: on every message pattern's samples the frame is the one polars' cast
     step makes, values, columns and types; a number too large for its column is counted alike. The claims
     of several patterns of one table make one frame: the patterns' frames one after the other."""
-    from nccl_logsift.parse.lineparser import _MATCH, _cast_claims, _Extraction, claims_schema, python_regex
+    from nccl_logsift.parse.lineparser import _MATCH, _cast_claims, _claims_schema, _Extraction, python_regex
 
     grammars = load_grammars()
     cast = compared = together = 0
@@ -506,14 +506,14 @@ def test_fields_cast_in_python_are_the_fields_polars_casts():
             rows = pl.Series("row", range(len(matches)), dtype=pl.UInt32)
             want = extraction.matched(rows, matches).collect()
             claim = [(extraction, rows, matches)]
-            got = _cast_claims(claim, claims_schema(claim))
+            got = _cast_claims(claim, _claims_schema(claim))
             compared += 1
             if got is not None:
                 cast += 1
                 assert got.equals(want, null_equal=True) and got.schema == want.schema, pattern.name
                 by_table.setdefault(grammar.table, []).append((extraction, rows, matches, want))
     for claims in by_table.values():
-        schema = claims_schema([claim[:3] for claim in claims])
+        schema = _claims_schema([claim[:3] for claim in claims])
         got = _cast_claims([claim[:3] for claim in claims], schema) if schema is not None else None
         want = pl.concat([claim[3] for claim in claims], how="diagonal_relaxed")
         if got is not None:
