@@ -29,7 +29,6 @@ OP_COUNT = re.compile(r" opCount ([0-9a-fA-F]+) .* comm (0x[0-9a-fA-F]+) ")
 STEP = re.compile(r"\bstep (\d+)")
 # An NCCL line, after any launcher label: "host:pid:tid [dev] NCCL INFO|WARN|...".
 NCCL = re.compile(r"^(?:\S*?:)?\s*([\w.\-]+:\d+:\d+) \[\d+\] NCCL ")
-_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 @dataclass(frozen=True)
@@ -125,8 +124,10 @@ def extend(source: Path, size: int, out: Path) -> int:
 
 
 def size_of(text: str) -> int:
-    number, unit = re.fullmatch(r"(\d+)\s*([KMG]B)", text.strip().upper()).groups()
-    return int(number) * _UNITS[unit]
+    """A size as ``logsift simulate --size`` reads it (1GB, 500MB, 64KiB), by its own parser."""
+    from nccl_logsift.cli.simulate import ByteSize
+
+    return ByteSize().convert(text, None, None)
 
 
 def main(argv: list[str] | None = None) -> int:
