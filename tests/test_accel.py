@@ -122,7 +122,7 @@ def both(name: str, *args, columns: int | None = None):
     assert result == expected, name
     taken = result if columns is None else columns
     for got, want in zip(arrays_of(mine), arrays_of(theirs)):
-        if name == "collscan_scan" and got.ndim == 2:
+        if name in ("collscan_scan", "collscan_transports") and got.ndim == 2:
             got, want = got[:, :taken], want[:, :taken]
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     return result
@@ -395,6 +395,84 @@ def test_the_coll_scan_takes_the_same_lines_and_reads_the_same_values():
     )
     both("collscan_rehash", np.full(32, -1, np.int32), prefixes.hashes, len(prefixes))
     both("collscan_rehash", np.full(2, -1, np.int32), prefixes.hashes, len(prefixes))  # too small
+
+
+TRANSPORT = b"gpu7:31842:31899 [3] NCCL INFO Channel 02/0 : 3[3] -> 4[4] via P2P/CUMEM/read"
+TRANSPORT_LINES = [
+    TRANSPORT,
+    TRANSPORT.replace(b"02/0", b"02"),
+    TRANSPORT.replace(b"Channel", b"Ring"),
+    TRANSPORT.replace(b"3[3] -> 4[4]", b"3[1b000] -> 4[3d000]"),
+    TRANSPORT.replace(b"3[3] -> 4[4]", b"3 -> 4"),
+    TRANSPORT.replace(b"3[3] -> 4[4]", b"3[1B000] -> 4[4]"),  # the grammar's hex is lowercase
+    TRANSPORT.replace(b"3[3] -> 4[4]", b"3[] -> 4[4]"),
+    TRANSPORT.replace(b"3[3] -> 4[4]", b"3[3 -> 4[4]"),
+    TRANSPORT.replace(b"3[3] -> 4[4] via P2P/CUMEM/read", b"0[0] -> 8[0] [receive] via NET/IB/0/GDRDMA"),
+    TRANSPORT.replace(b"02/0", b"1234567890123456789"),  # 19 digits: the general parser's
+    TRANSPORT.replace(b"02/0", b"123456789012345678"),
+    TRANSPORT.replace(b"02/0", b"\xd9\xa1"),  # a digit of another script
+    TRANSPORT.replace(b"02/0 :", b"02/0:"),
+    TRANSPORT.replace(b" -> ", b" ->"),
+    TRANSPORT.replace(b"read", b"r\xc3\xa9ad"),  # not ASCII
+    TRANSPORT.replace(b"read", b"re\x1bad"),
+    TRANSPORT + b" " * 300,  # a tail longer than the scan keeps
+    TRANSPORT.replace(b" via P2P/CUMEM/read", b""),
+    TRANSPORT.replace(b" via P2P/CUMEM/read", b"via"),
+    TRANSPORT.replace(b" via P2P/CUMEM/read", b" "),
+    b"\x1b[32m" + TRANSPORT,
+    b"x NCCL INFO y" + TRANSPORT,  # the message after the first " NCCL INFO " is not one
+    TRANSPORT.replace(b"gpu7:31842:31899 [3] ", b""),
+    TRANSPORT.replace(b"Channel 02/0 : 3[3] -> 4[4]", b"Channel 00/02 :    0   1   2   3"),
+    TRANSPORT.replace(b"Channel 02/0 : 3[3] -> 4[4] via P2P/CUMEM/read", b"Ring 00 : 3 -> 0 -> 1"),
+    b" NCCL INFO Channel 0 : 0 -> 1 x",
+    b" NCCL INFO Channel 0",
+    b"",
+]
+
+
+@needs_compiled
+def test_the_transport_scan_takes_the_same_lines_and_reads_the_same_values():
+    view, starts, ends = spans(TRANSPORT_LINES)
+    tables = {"prefixes": ByteTable(slots=2), "tails": ByteTable(hash_mask=0), "devs": ByteTable()}
+    # Lines outside the data, and rows outside the lines, are skipped.
+    starts, ends = np.r_[starts, -1, 0].astype(np.int64), np.r_[ends, 5, len(view.raw) + 1].astype(np.int64)
+    rows = np.r_[np.arange(len(starts)), -1, len(starts)].astype(np.int64)
+    arrays = [table.arrays for table in tables.values()]
+    for _ in range(2):  # with empty tables, then with the strings of the first scan added
+        outputs = collscan.transport_outputs(len(rows))
+        taken = both("collscan_transports", view.raw, view.words, starts, ends, rows, *arrays, *outputs)
+        assert taken == 10  # the tails the grammar refuses too (" ", " -> 1", " x"): it reads them later
+        COMPILED.collscan_transports(view.raw, view.words, starts, ends, rows, *arrays, *outputs)
+        integers, ids = (output[:, :taken] for output in outputs)
+        lines = integers[collscan.T_LINE]
+        for table, first, last, row in (
+            (tables["prefixes"], starts[lines], integers[collscan.T_PREFIX_STOP], collscan.T_PREFIX_ID),
+            (tables["tails"], integers[collscan.T_TAIL_START], ends[lines], collscan.T_TAIL_ID),
+            (tables["devs"], integers[collscan.T_FROM_DEV_START], integers[collscan.T_FROM_DEV_STOP], 2),
+        ):
+            bracketed = first >= 0
+            first, last, found = first[bracketed], last[bracketed], ids[row][bracketed].copy()
+            missing = found < 0
+            table._reserve(int(missing.sum()), int((last - first)[missing].sum()))
+            table.add(view.raw, view.words, first, last, found)
+        arrays = [table.arrays for table in tables.values()]
+    assert list(integers[collscan.T_CONN]) == [0, -1, 0, 0, 0, 0, -1, 0, -1, -1]
+    unpadded = np.frombuffer(view.raw.tobytes(), dtype=np.uint8)  # its words view is not the data's
+    outputs = collscan.transport_outputs(len(rows))
+    both("collscan_transports", unpadded, view.words, starts, ends, rows, *arrays, *outputs, columns=0)
+    refused = both(
+        "collscan_transports",
+        view.raw,
+        view.words,
+        starts,
+        ends,
+        rows,
+        *arrays,
+        outputs[0],
+        outputs[1][:3],
+        columns=0,
+    )
+    assert refused[0] is ValueError
 
 
 # ------------------------------------------------------------------ refusals (tests/test_kernels.py's)

@@ -11,7 +11,8 @@ same inputs.
 :data:`NATIVE` says which is in use. The loops' callers import them from here only:
 
 * ``split_*``: the lines of a chunk (``io/split.py``) and the keys of their texts (``parse/chunks.py``);
-* ``collscan_*``: the COLL fast path and its table of distinct strings (``parse/collscan.py``);
+* ``collscan_*``: the COLL and transport fast paths, and their table of distinct strings
+  (``parse/collscan.py``);
 * ``keymap_*``: dense slots for 64-bit keys (``accel/keymap.py``, and numbering's table of starts);
 * ``calls_*``: call signatures and keys (``parse/calls.py``) and numbering (``resolve/progress.py``);
 * ``digest_*``: the collective digest (``resolve/digest.py``).
@@ -35,6 +36,7 @@ ENTRY_POINTS = (
     "split_next_newline",
     "split_keys",
     "collscan_scan",
+    "collscan_transports",
     "collscan_find",
     "collscan_add",
     "collscan_rehash",
@@ -84,6 +86,7 @@ split_last_newline = _loops.split_last_newline
 split_next_newline = _loops.split_next_newline
 split_keys = _loops.split_keys
 collscan_scan = _loops.collscan_scan
+collscan_transports = _loops.collscan_transports
 collscan_find = _loops.collscan_find
 collscan_add = _loops.collscan_add
 collscan_rehash = _loops.collscan_rehash

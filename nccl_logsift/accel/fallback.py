@@ -1086,6 +1086,114 @@ def _take_rows(args: tuple, function: str) -> tuple[np.ndarray, np.ndarray, np.n
     return data, starts, stops, ids
 
 
+# The transport scan (collscan.c ``read_transport``): its message, the rows of its outputs, the tail's bounds.
+_TRANSPORT = re.compile(
+    rb"(?:Channel |Ring )([0-9]+)(?:/([0-9]+))? : "
+    rb"([0-9]+)(?:\[([0-9a-f]+)\])? -> ([0-9]+)(?:\[([0-9a-f]+)\])?"
+)
+(
+    _T_LINE,
+    _T_CHANNEL,
+    _T_CONN,
+    _T_FROM,
+    _T_TO,
+    _T_PREFIX_STOP,
+    _T_TAIL_START,
+    _T_FROM_DEV_START,
+    _T_FROM_DEV_STOP,
+    _T_TO_DEV_START,
+    _T_TO_DEV_STOP,
+) = range(11)
+_T_PREFIX_ID, _T_TAIL_ID, _T_FROM_DEV_ID, _T_TO_DEV_ID = range(4)
+_NO_VALUE = -1
+_MAX_TAIL = 256
+_PRINTABLE = re.compile(rb"[\x20-\x7e]*")
+
+
+def _transport(line: bytes, at: int) -> tuple[list[int], list[tuple[int, int]], int] | None:
+    """collscan.c ``read_transport`` from ``at`` to the end of ``line``: the channel, connection, ranks (the
+    connection NO_VALUE when absent), the device brackets' bounds ((NO_VALUE, NO_VALUE) when absent) and where
+    the tail starts; None when the message is not of the form."""
+    match = _TRANSPORT.match(line, at)
+    if match is None:
+        return None
+    numbers = [match.group(n) for n in (1, 2, 3, 5)]
+    if any(n is not None and len(n) > _SHORT_DIGITS for n in numbers):
+        return None  # more digits are left to the general parser, which says whether they fit
+    tail = match.end()
+    if tail >= len(line) or line[tail] != 0x20 or len(line) - tail > _MAX_TAIL:
+        return None
+    if not _PRINTABLE.fullmatch(line, tail):
+        return None
+    values = [_NO_VALUE if n is None else int(n) for n in numbers]
+    devices = [match.span(n) if match.group(n) is not None else (_NO_VALUE, _NO_VALUE) for n in (4, 6)]
+    return values, devices, tail
+
+
+@_entry(10)
+def collscan_transports(data, words, starts, ends, rows, prefixes, tails, devs, integers, ids):
+    """Fill the outputs for each transport line among the lines ``rows``; returns how many were taken."""
+    data = _take(data, "data", _U8)
+    words = _take(words, "words", _WORDS)
+    starts = _take(starts, "starts", _I64)
+    ends = _take(ends, "ends", _I64)
+    rows = _take(rows, "rows", _I64)
+    tables = [
+        _take_strings(table, name)
+        for table, name in ((prefixes, "prefixes"), (tails, "tails"), (devs, "devs"))
+    ]
+    integers = _take(integers, "integers", _I64, ndim=2, writable=True)
+    ids = _take(ids, "ids", _I32, ndim=2, writable=True)
+    count, width = len(rows), integers.shape[1]
+    if not (len(ends) == len(starts) and len(integers) == 11 and width >= count and ids.shape == (4, width)):
+        raise _bad("collscan_transports", "the outputs must be collscan.transport_outputs(len(rows))")
+    if _address(words) != _address(data) or len(words) < len(data) + 8:
+        return 0  # not the data's words view with its padding: nothing is read
+    text, size, lines = data.tobytes(), len(data), len(starts)
+    known: list[dict[bytes, int]] = [{}, {}, {}]  # the tables are only read: each string looked up once
+
+    def find(table: int, piece: bytes) -> int:
+        if piece not in known[table]:
+            known[table][piece] = tables[table].find(piece)
+        return known[table][piece]
+
+    taken = 0
+    for line in rows.tolist():
+        if line < 0 or line >= lines:
+            continue
+        start, end = int(starts[line]), int(ends[line])
+        if start < 0 or end > size or end - start < 12:
+            continue
+        piece = text[start:end]
+        at = piece.find(_MESSAGE)
+        if at < 0 or at + len(_MESSAGE) >= len(piece):
+            continue
+        read = _transport(piece, at + len(_MESSAGE))
+        if read is None or 0x1B in piece[:at]:
+            continue
+        values, devices, tail = read
+        for row, value in zip((_T_CHANNEL, _T_CONN, _T_FROM, _T_TO), values):
+            integers[row, taken] = value
+        for (row, stop_row, id_row), (first, last) in zip(
+            (
+                (_T_FROM_DEV_START, _T_FROM_DEV_STOP, _T_FROM_DEV_ID),
+                (_T_TO_DEV_START, _T_TO_DEV_STOP, _T_TO_DEV_ID),
+            ),
+            devices,
+        ):
+            bounded = first != _NO_VALUE
+            integers[row, taken] = start + first if bounded else _NO_VALUE
+            integers[stop_row, taken] = start + last if bounded else _NO_VALUE
+            ids[id_row, taken] = find(2, piece[first:last]) if bounded else _NO_VALUE
+        integers[_T_TAIL_START, taken] = start + tail
+        integers[_T_PREFIX_STOP, taken] = start + at
+        integers[_T_LINE, taken] = line
+        ids[_T_PREFIX_ID, taken] = find(0, piece[:at])
+        ids[_T_TAIL_ID, taken] = find(1, piece[tail:])
+        taken += 1
+    return taken
+
+
 @_entry(6)
 def collscan_find(table, data, words, starts, stops, ids):
     """The id of each string data[start:stop] in the table into ids, -1 where the table lacks it."""

@@ -1,9 +1,11 @@
-"""Raw chunks into tables: the COLL fast path takes the bulk, the grammar-driven parser the rest.
+"""Raw chunks into tables: the COLL fast path takes the bulk, the transport fast path the connection lines
+of communicator inits, the grammar-driven parser the rest.
 
 The general parser (:class:`~nccl_logsift.parse.lineparser.LineParser`) costs a fixed few tens of
-milliseconds per call whatever the number of lines, so the lines the fast path leaves are gathered over
+milliseconds per call whatever the number of lines, so the lines the fast paths leave are gathered over
 several chunks and parsed together; the fast rows wait with them, so every batch comes out in line
-order with its communicator inits, as one chunk always did.
+order with its communicator inits, as one chunk always did. Transport rows go out with the leftover lines
+they were among (parse/fasttransport.py).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import polars as pl
 from nccl_logsift import accel
 from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.memory import copied
-from nccl_logsift.parse import fastcoll
+from nccl_logsift.parse import fastcoll, fasttransport
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
-from nccl_logsift.parse.lineparser import PLAIN_FAMILIES, LineParser, hosts_of
+from nccl_logsift.parse.lineparser import GLUE_MARKS, PLAIN_FAMILIES, LineParser, hosts_of
 from nccl_logsift.parse.repeats import RepeatSkip, Saturated
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.parse.sources import cut_alike, parse_sources
@@ -49,9 +51,6 @@ FIRST_ROWS = 20_000
 # The tables whose rows the calls of a batch are numbered by (communicator inits) or that hold calls: a
 # leftover line that may bring one is parsed with the fast rows around it (ChunkParser.rest_may_wait).
 NUMBERED_BY = ("comms", fastcoll.TABLE)
-# What a line must hold to be cut into glued pieces (LineParser._split_glued), where the cut depends on the
-# hosts known when it is parsed.
-GLUE_MARKS = (" NCCL ", "]:[", ".cpp:")
 SCAN_AHEAD = 6  # chunks read and scanned ahead of the batches (4 MB each)
 # Threads that scan chunks side by side: the compiled scan releases the GIL, so two keep two cores busy
 # while the batches are numbered and digested between them.
@@ -78,6 +77,8 @@ class Scanned:
     # Which of the leftover lines are skipped as repeats in any case (RepeatSkip.saturated): ``lines``,
     # ``blocking`` and ``plain`` leave them out while its generation of texts lasts.
     saturated: Saturated | None = None
+    # The transport lines the transport fast path took (parse/fasttransport.py), not among ``rest``.
+    transports: fasttransport.TransportPiece | None = None
 
 
 class ChunkParser:
@@ -105,7 +106,10 @@ class ChunkParser:
         self._scanner = self._new_scanner()
         self._fast: list[FastPiece] = []
         self._rest: list[LineChunk] = []
+        # Transport lines read by their fast path: they wait, and go out, with the leftover lines.
+        self._transports: list[fasttransport.TransportPiece] = []
         self._rest_copied = 0  # the first chunks of _rest whose text is copied out already (_copy_out_rest)
+        self._transports_copied = 0  # the same of _transports
         self._keys: list[np.ndarray] = []  # the keys of the lines in _rest, when repeats are skipped
         self._source_id = 0
         self._fast_rows = 0
@@ -121,6 +125,7 @@ class ChunkParser:
         self._held_rest: list[LineChunk] = []
         self._held_keys: list[np.ndarray] = []
         self._held_fast: list[FastPiece] = []
+        self._held_transports: list[fasttransport.TransportPiece] = []
         self._held_lines = 0  # the lines of _held_rest and the rows of _held_fast, counted as they are held
         self._held_rows = 0
         self.unparsed_lines: Counter[int] = Counter()  # by source: its enveloped lines no family claimed
@@ -234,6 +239,11 @@ class ChunkParser:
                 piece.lines = (chunk.view, chunk.starts[lines], chunk.ends[lines])
             self._fast.append(piece)
             self._fast_rows += len(piece)
+        if scanned.transports is not None:
+            self._transports.append(scanned.transports)
+            # Counted as the leftover lines they were before they had a fast path, so batches end where
+            # they did (and cut glued lines with the same hosts known).
+            self._rest_lines += len(scanned.transports)
         rest = scanned.rest
         if not len(rest):
             return
@@ -311,7 +321,7 @@ class ChunkParser:
         regex it uses (polars keeps 32 per thread), a fixed cost that a training print every 50 COLL
         lines paid 20 times per GB. The tables are the same, in the same order: only COLL calls went out
         ahead of the lines they came between."""
-        held = bool(self._held_rest or self._held_fast)
+        held = bool(self._held_rest or self._held_fast or self._held_transports)
         if not self._fast and not self._rest and not self._rest_lines and not held:
             return None
         self._flushed = True
@@ -325,11 +335,15 @@ class ChunkParser:
         parser = self.parser
         # What sources before this one held goes out whole, with this source's calls alone or its lines.
         rest, keys, pieces = self._held_rest, self._held_keys, [*self._held_fast, *self._fast]
-        self._held_rest, self._held_keys, self._held_fast = [], [], []
+        transports = self._held_transports
+        self._held_rest, self._held_keys, self._held_fast, self._held_transports = [], [], [], []
         self._held_lines = self._held_rows = 0
         if not alone:
             rest, keys = [*rest, *self._rest], [*keys, *self._keys]
+            transports = [*transports, *self._transports]
         tables = self._parse_rest(rest, keys)
+        if transports:
+            self._add_transports(tables, transports)
         general = tables.pop(fastcoll.TABLE)
         schema = parser.schemas.tables[fastcoll.TABLE]
         calls = Calls.of([*pieces, *Calls.from_frame(general, self.ops, schema).pieces], self.ops, schema)
@@ -351,8 +365,20 @@ class ChunkParser:
                 )
             parser.account_fast(fastcoll.FAMILY, fast_rows)
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
-        self._rest_copied = 0
+        self._transports = []
+        self._rest_copied = self._transports_copied = 0
         return tables, calls
+
+    def _add_transports(
+        self, tables: dict[str, pl.DataFrame], pieces: list[fasttransport.TransportPiece]
+    ) -> None:
+        """The rows of the transport lines read by their fast path into ``tables``, in line order, counted as
+        the general parser counts the lines it parses."""
+        parser = self.parser
+        transports, lines = fasttransport.tables(pieces, parser.schemas)
+        tables[fasttransport.TABLE] = fasttransport.merged(tables[fasttransport.TABLE], transports)
+        tables["lines"] = fasttransport.merged(tables["lines"], lines)
+        parser.account_fast(fasttransport.FAMILY, transports.height)
 
     def _blocks(self) -> bool:
         """Whether a waiting leftover line may change how calls are numbered or be glued (``_blocking``):
@@ -399,10 +425,12 @@ class ChunkParser:
         self._held_rest += self._rest
         self._held_keys += self._keys
         self._held_fast += self._fast
-        self._held_lines += sum(map(len, self._rest))
+        self._held_transports += self._transports
+        self._held_lines += sum(map(len, self._rest)) + sum(map(len, self._transports))
         self._held_rows += self._fast_rows
         self._fast, self._rest, self._keys, self._fast_rows, self._rest_lines = [], [], [], 0, 0
-        self._rest_copied = 0
+        self._transports = []
+        self._rest_copied = self._transports_copied = 0
         self._rest_blocks = False
         return True
 
@@ -427,18 +455,26 @@ class ChunkParser:
                 replace(c, text=text.slice(int(start), len(c))) for c, start in zip(fresh, bounds)
             ]
         self._rest_copied = len(self._rest)
+        fresh_transports = self._transports[self._transports_copied :]
+        if fresh_transports:
+            self._transports[self._transports_copied :] = [piece.detached() for piece in fresh_transports]
+        self._transports_copied = len(self._transports)
 
 
 class _Scanner:
-    """A COLL fast path and the hosts its new prefixes taught it since the last scan: one per thread. With
-    ``repeats``, it also keys the text of every line the fast path left (to skip the repeats of lines parsed
-    already, parse/repeats.py), here where the bytes are, before any of them becomes a string: those whose
-    texts were seen enough never become one (``Scanned.saturated``); and it marks those of the others not
-    known as repeats yet that an analysis may drop unparsed (``Scanned.plain``)."""
+    """A COLL fast path, a transport fast path sharing its prefixes, and the hosts its new prefixes taught it
+    since the last scan: one per thread. With ``repeats``, it also keys the text of every line the fast paths
+    left (to skip the repeats of lines parsed already, parse/repeats.py), here where the bytes are, before
+    any of them becomes a string: those whose texts were seen enough never become one
+    (``Scanned.saturated``); and it marks those of the others not known as repeats yet that an analysis may
+    drop unparsed (``Scanned.plain``)."""
 
     def __init__(self, parser: LineParser, every_line: bool, ops: Names, repeats: RepeatSkip | None = None):
         self._parser = parser  # its heads are read once between the scanning threads
         self.fast = fastcoll.CollFastPath(self._parse_prefixes, pointers=every_line, ops=ops)
+        self.transports = fasttransport.TransportFastPath(
+            self.fast.prefixes, self._tail_fields, text=parser.keep_text
+        )
         self._repeats = repeats
         self._learned: list[str] = []
 
@@ -447,12 +483,14 @@ class _Scanner:
         hold one of its literals."""
         chunk, cut = cut_long_lines(chunk)
         found = self.fast.read(chunk)
-        if len(found.index):  # the lines the fast path left: a mask, not a set difference (10x cheaper)
-            left = np.ones(len(chunk), dtype=bool)
-            left[found.index] = False
+        # The lines the fast paths left: a mask, not a set difference (10x cheaper).
+        left = np.ones(len(chunk), dtype=bool)
+        left[found.index] = False
+        rest = np.flatnonzero(left)
+        taken, transports = self.transports.read(chunk, rest)
+        if len(taken):
+            left[taken] = False
             rest = np.flatnonzero(left)
-        else:
-            rest = np.arange(len(chunk))
         keys = saturated = None
         strung = rest  # the leftovers made strings: all but those skipped in any case
         if self._repeats is not None and len(rest):
@@ -467,7 +505,7 @@ class _Scanner:
             lines = chunk.lines(strung)
             known = None if saturated is None else saturated.known[~saturated.lines]
             marks, plain = self._marks(lines, blocking, known)
-        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain, saturated)
+        return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain, saturated, transports)
 
     def _marks(
         self, lines: LineChunk, blocking: list[str] | None, known: np.ndarray | None
@@ -495,6 +533,9 @@ class _Scanner:
             return None
         codes[fresh] = tested
         return codes
+
+    def _tail_fields(self, tails: list[str]) -> pl.DataFrame:
+        return fasttransport.tail_fields(self._parser, tails)
 
     def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
         parsed = self._parser.parse_prefixes(prefixes, learn=False)

@@ -35,6 +35,25 @@ COMM, SENDBUFF, RECVBUFF, STREAM = range(4)
 OP_ID, PREFIX_ID = range(2)
 
 
+# Rows of the transport scan's outputs (collscan.c): integers (int64; NO_VALUE where a line has no /CONN or
+# no device bracket) and ids (int32).
+(
+    T_LINE,
+    T_CHANNEL,
+    T_CONN,
+    T_FROM,
+    T_TO,
+    T_PREFIX_STOP,
+    T_TAIL_START,
+    T_FROM_DEV_START,
+    T_FROM_DEV_STOP,
+    T_TO_DEV_START,
+    T_TO_DEV_STOP,
+) = range(11)
+T_PREFIX_ID, T_TAIL_ID, T_FROM_DEV_ID, T_TO_DEV_ID = range(4)
+NO_VALUE = -1
+
+
 def outputs(lines: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Arrays for :func:`scan` to fill for a chunk of ``lines`` lines: integers, addresses, nil flags, ids."""
     return (
@@ -53,6 +72,20 @@ def scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids
     ``integers[LINE]`` is its index. Runs without the GIL.
     """
     return accel.collscan_scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids)
+
+
+def transport_outputs(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays for :func:`transports` to fill for ``rows`` lines tried: integers, ids."""
+    return np.empty((11, rows), dtype=np.int64), np.empty((4, rows), dtype=np.int32)
+
+
+def transports(data, words, starts, ends, rows, prefixes, tails, devs, integers, ids) -> int:
+    """Fill the outputs for each transport line among the lines ``rows`` (int64 indices) of ``data``: those
+    whose message after the first `` NCCL INFO `` is ``(Channel|Ring) N[/N] : N[[hex]] -> N[[hex]]`` and a
+    tail of printable ASCII to the end of the line; return how many were taken. ``prefixes``, ``tails`` and
+    ``devs`` are ``ByteTable.arrays``; column ``j`` of the outputs describes the ``j``-th line taken,
+    ``integers[T_LINE]`` its index. Runs without the GIL."""
+    return accel.collscan_transports(data, words, starts, ends, rows, prefixes, tails, devs, integers, ids)
 
 
 # ---------------------------------------------------------------------- the table of distinct strings

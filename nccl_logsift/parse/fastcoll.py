@@ -103,7 +103,7 @@ class CollFastPath:
     ):
         self.pointers = pointers
         self.ops = ops or Names()
-        self._prefixes = _Prefixes(tables(), prefixes)
+        self.prefixes = Prefixes(tables(), prefixes)
         self._ops = _Ops(tables(), self.ops)
 
     def read(self, chunk: RawChunk) -> FastRows:
@@ -111,7 +111,7 @@ class CollFastPath:
         raw = chunk.view.raw
         if not lines or not len(raw):
             return _none()
-        self._prefixes.trim()
+        self.prefixes.trim()
         self._ops.trim()
         integers, addresses, nil, ids = collscan.outputs(lines)
         taken = collscan.scan(
@@ -119,7 +119,7 @@ class CollFastPath:
             chunk.view.words,
             chunk.starts,
             chunk.ends,
-            self._prefixes.table.arrays,
+            self.prefixes.table.arrays,
             self._ops.table.arrays,
             integers,
             addresses,
@@ -135,7 +135,7 @@ class CollFastPath:
             ids[:, :taken],
         )
         prefix_ids, op_ids = ids[collscan.PREFIX_ID], ids[collscan.OP_ID]
-        clean = self._prefixes.number(
+        clean = self.prefixes.number(
             chunk.view, chunk.starts[integers[collscan.LINE]], integers[collscan.PREFIX_STOP], prefix_ids
         )
         self._ops.number(chunk.view, integers[collscan.OP_START], integers[collscan.OP_STOP], op_ids)
@@ -156,13 +156,13 @@ class CollFastPath:
             values["op"], values["count"], values["datatype"], values["redop"], values["root"]
         )
         values["prefix"] = prefix_ids[pick]
-        fields, values["process"] = self._prefixes.fields(values["prefix"])
+        fields, values["process"] = self.prefixes.fields(values["prefix"])
         return FastRows(index, FastPiece(chunk.source_id, values, fields, self.ops))
 
 
-class _Prefixes:
+class Prefixes:
     """The prefix table and, by prefix id, whether the prefix is a clean envelope, its fields and the hash
-    of its (host, pid)."""
+    of its (host, pid); shared with the transport fast path (parse/fasttransport.py) of the same thread."""
 
     def __init__(self, table: ByteTable, parse: PrefixParser):
         self.table = table

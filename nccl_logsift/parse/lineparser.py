@@ -105,6 +105,9 @@ _SMALL_HEADS = 64
 _PRESENT_BYTES = 8 << 20
 # What ends the head of an NCCL INFO line (LineParser._apart_by_head): its envelope, the level and one space.
 _INFO = " NCCL INFO "
+# What a line must hold to be cut into glued pieces (LineParser._split_glued), where the cut depends on the
+# hosts known when it is parsed: another process's NCCL envelope, a PyTorch "]:[" rank tag, a c10 glog head.
+GLUE_MARKS = (" NCCL ", "]:[", ".cpp:")
 # The most distinct heads a parser keeps what the launcher and envelope steps made of (_Heads): a launcher's
 # timestamp makes every line's head new.
 _MAX_HEADS = 1 << 16
@@ -996,14 +999,8 @@ class LineParser:
             frame.filter(pl.col("producer") == "nccl")["host"].unique().drop_nulls().to_list()
         )
 
-        def glued(col: str) -> pl.Expr:
-            return (
-                pl.col(col).str.contains(" NCCL ", literal=True)
-                | pl.col(col).str.contains("]:[", literal=True)
-                | pl.col(col).str.contains(
-                    ".cpp:", literal=True
-                )  # a c10 glog head; the splitter checks the rest
-            )
+        def glued(col: str) -> pl.Expr:  # a c10 glog head (".cpp:"): the splitter checks the rest
+            return pl.any_horizontal(pl.col(col).str.contains(mark, literal=True) for mark in GLUE_MARKS)
 
         suspect = (pl.col("producer").is_not_null() & glued("msg")) | (
             pl.col("producer").is_null() & glued("rest")
@@ -1166,6 +1163,23 @@ class LineParser:
         for name, table in zip(names, merged):
             tables[name] = conform(table, self.schemas.tables[name])  # without row and __unfit
         return tables, assignments
+
+    def claim(
+        self, messages: list[str], level: str = "INFO", source: str = "nccl"
+    ) -> dict[str, pl.DataFrame]:
+        """What the message grammars of ``source`` make of ``messages`` at ``level``, as they claim a line's
+        message in :meth:`parse`: per table, the rows claimed (``row``: the message's index) with their
+        fields, ``family``, ``pattern`` and ``__unfit``. Nothing is counted; safe in the scanning threads (the
+        fast paths ask here once per distinct piece of a message)."""
+        pool = pl.DataFrame(
+            {
+                "row": pl.Series(range(len(messages)), dtype=pl.UInt32),
+                "msg": pl.Series(messages, dtype=pl.String),
+                "level": pl.Series([level] * len(messages), dtype=pl.String),
+            }
+        )
+        claimed = self._claim(pool, self.grammars.messages(source))
+        return {table: pl.concat(frames, how="diagonal_relaxed") for table, frames in claimed.items()}
 
     def _claim(self, pool: pl.DataFrame, grammars: list[Grammar]) -> dict[str, list[pl.DataFrame]]:
         """Per table, the rows of ``pool`` (``row``, ``msg``, ``level``) that a pattern of ``grammars``

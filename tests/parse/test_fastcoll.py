@@ -44,7 +44,7 @@ def streamed(path: Path) -> tuple[dict[str, pl.DataFrame], object]:
 def assert_same_tables(path: Path) -> None:
     expected, expected_state = general(path)
     got, got_state = streamed(path)
-    for name in ("lines", "collectives"):
+    for name in ("lines", "collectives", "transports"):
         want = expected[name].sort(KEY)
         have = got[name].select(want.columns).sort(KEY)
         assert have.equals(want), f"{path.name}: {name} differs"

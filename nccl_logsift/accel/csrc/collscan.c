@@ -1,5 +1,6 @@
 /* The COLL fast path (parse/collscan.py): which lines of a chunk are canonical COLL lines, and their fields;
- * and the table of distinct byte strings in which it numbers line prefixes and op names.
+ * the same for transport lines (parse/fasttransport.py, at the end); and the table of distinct byte strings
+ * in which both number line prefixes, op names, transport tails and device brackets.
  *
  * One pass per line, forwards: the loop finds " NCCL INFO " and reads the message of INFO(NCCL_COLL,
  * "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream
@@ -465,6 +466,152 @@ static int64_t scan_loop(Outputs out, const int64_t *starts, const int64_t *ends
     return taken;
 }
 
+/* ------------------------------------------------------------------------------- the transport lines */
+
+/* The message of a connection's transport line (grammar §4.1; grammars/nccl/transport.toml):
+ *   (Channel|Ring) CHANNEL[/CONN] : FROM[[DEV]] -> TO[[DEV]]TAIL
+ * where TAIL (" via P2P/CUMEM/read", " [receive] via NET/IB/0/GDRDMA", an RCCL " comm %p nRanks %02d"
+ * suffix) runs to the end of the line. The scan reads the numbers and device brackets and numbers the tail
+ * in a string table; the grammar reads each distinct tail once (parse/fasttransport.py), and says whether
+ * lines with it are transport lines at all. Rows of the outputs: */
+enum { T_LINE, T_CHANNEL, T_CONN, T_FROM, T_TO, T_PREFIX_STOP, T_TAIL_START, T_FROM_DEV_START, T_FROM_DEV_STOP,
+       T_TO_DEV_START, T_TO_DEV_STOP, T_INTEGER_ROWS };
+enum { T_PREFIX_ID, T_TAIL_ID, T_FROM_DEV_ID, T_TO_DEV_ID, T_ID_ROWS };
+#define NO_VALUE (-1)   /* no /CONN, no device bracket: the general parser's null */
+#define MAX_TAIL 256    /* longer tails are left to the general parser, not kept in the table */
+#define CHANNEL_ WORD('C', 'h', 'a', 'n', 'n', 'e', 'l', ' ')
+#define RING_ WORD('R', 'i', 'n', 'g', ' ', 0, 0, 0)
+#define ARROW WORD(' ', '-', '>', ' ', 0, 0, 0, 0)
+#define COLON WORD(' ', ':', ' ', 0, 0, 0, 0, 0)
+
+/* Where the ASCII digits from `at` stop (before `end`). */
+static inline int64_t digits_end(const uint8_t *data, int64_t at, int64_t end) {
+    while (at < end && data[at] >= '0' && data[at] <= '9')
+        at++;
+    return at;
+}
+
+/* A number of 1 to SHORT_DIGITS ASCII digits at `*at`, its end into `*at`; false otherwise (more digits
+ * than that are left to the general parser, which says whether they fit). */
+static inline bool transport_number(const uint8_t *data, const uint8_t *words, int64_t *at, int64_t end, int64_t *out) {
+    int64_t start = *at, stop = digits_end(data, start, end);
+    uint64_t value;
+    if (stop == start || stop - start > SHORT_DIGITS || !short_decimal(data, words, start, stop, &value))
+        return false;
+    *out = (int64_t)value;
+    *at = stop;
+    return true;
+}
+
+/* An optional "[hex]" at `*at` (lowercase hex digits, as the grammar's [0-9a-f]+): its digits' bounds, or
+ * NO_VALUE when there is no bracket; false when a bracket is not well formed. */
+static inline bool device(const uint8_t *data, int64_t *at, int64_t end, int64_t *start, int64_t *stop) {
+    *start = *stop = NO_VALUE;
+    if (*at >= end || data[*at] != '[')
+        return true;
+    int64_t first = *at + 1, last = first;
+    while (last < end && ((data[last] >= '0' && data[last] <= '9') || (data[last] >= 'a' && data[last] <= 'f')))
+        last++;
+    if (last == first || last >= end || data[last] != ']')
+        return false;
+    *start = first;
+    *stop = last;
+    *at = last + 1;
+    return true;
+}
+
+/* Read the message at `at` (after " NCCL INFO ") to `end` into `column`; false when it is not of the form. */
+static inline bool read_transport(const uint8_t *data, const uint8_t *words, int64_t at, int64_t end,
+                                  int64_t *integers, int64_t width, int64_t column) {
+    if (end - at >= 8 && word_at(words, at) == CHANNEL_)
+        at += 8;
+    else if (end - at >= 5 && (word_at(words, at) & mask(5)) == RING_)
+        at += 5;
+    else
+        return false;
+    int64_t value;
+    if (!transport_number(data, words, &at, end, &value))
+        return false;
+    integers[T_CHANNEL * width + column] = value;
+    integers[T_CONN * width + column] = NO_VALUE;
+    if (at < end && data[at] == '/') {
+        at++;
+        if (!transport_number(data, words, &at, end, &value))
+            return false;
+        integers[T_CONN * width + column] = value;
+    }
+    if (end - at < 3 || (word_at(words, at) & mask(3)) != COLON)
+        return false;
+    at += 3;
+    if (!transport_number(data, words, &at, end, &value))
+        return false;
+    integers[T_FROM * width + column] = value;
+    if (!device(data, &at, end, &integers[T_FROM_DEV_START * width + column], &integers[T_FROM_DEV_STOP * width + column]))
+        return false;
+    if (end - at < 4 || (word_at(words, at) & mask(4)) != ARROW)
+        return false;
+    at += 4;
+    if (!transport_number(data, words, &at, end, &value))
+        return false;
+    integers[T_TO * width + column] = value;
+    if (!device(data, &at, end, &integers[T_TO_DEV_START * width + column], &integers[T_TO_DEV_STOP * width + column]))
+        return false;
+    /* The tail: a space first, then printable ASCII only (no ESC, no byte the grammar's text may hold
+     * otherwise), to the end of the line. */
+    if (at >= end || data[at] != ' ' || end - at > MAX_TAIL)
+        return false;
+    for (int64_t i = at; i < end; i++)
+        if (data[i] < 0x20 || data[i] > 0x7E)
+            return false;
+    integers[T_TAIL_START * width + column] = at;
+    return true;
+}
+
+/* The space before the first "NCCL INFO " of [start, end), or -1. */
+static inline int64_t first_info(const uint8_t *words, int64_t start, int64_t end) {
+    for (int64_t at = start + 1; at + 10 < end; at += 8) {
+        for (uint64_t found = zero_bytes(word_at(words, at) ^ NS); found; found &= found - 1) {
+            int64_t n = at + (ctz64(found) >> 3);
+            if (n + 10 >= end)
+                return -1;
+            if (word_at(words, n - 1) == NCCL_IN && (word_at(words, n + 7) & mask(3)) == FO_)
+                return n - 1;
+        }
+    }
+    return -1;
+}
+
+/* Fill the outputs for each transport line among the lines `rows`; returns how many were taken. */
+static int64_t transport_loop(const uint8_t *data, const uint8_t *words, const int64_t *starts, const int64_t *ends,
+                              const int64_t *rows, int64_t count, int64_t lines, int64_t size, Strings prefixes,
+                              Strings tails, Strings devs, int64_t *integers, int32_t *ids, int64_t width) {
+    int64_t taken = 0;
+    for (int64_t k = 0; k < count; k++) {
+        int64_t line = rows[k];
+        if (line < 0 || line >= lines)
+            continue;
+        int64_t start = starts[line], end = ends[line];
+        if (start < 0 || end > size || end - start < 12)
+            continue;
+        /* The head is what precedes the first " NCCL INFO " (as the general parser cuts it) and holds no ESC. */
+        int64_t at = first_info(words, start, end);
+        if (at < 0 || !read_transport(data, words, at + 11, end, integers, width, taken) || has_escape(words, start, at))
+            continue;
+        int64_t tail = integers[T_TAIL_START * width + taken];
+        ids[T_PREFIX_ID * width + taken] = find(prefixes, words, start, at);
+        ids[T_TAIL_ID * width + taken] = find(tails, words, tail, end);
+        int64_t from = integers[T_FROM_DEV_START * width + taken], to = integers[T_TO_DEV_START * width + taken];
+        ids[T_FROM_DEV_ID * width + taken] =
+            from < 0 ? NO_VALUE : find(devs, words, from, integers[T_FROM_DEV_STOP * width + taken]);
+        ids[T_TO_DEV_ID * width + taken] =
+            to < 0 ? NO_VALUE : find(devs, words, to, integers[T_TO_DEV_STOP * width + taken]);
+        integers[T_PREFIX_STOP * width + taken] = at;
+        integers[T_LINE * width + taken] = line;
+        taken++;
+    }
+    return taken;
+}
+
 /* ---------------------------------------------------------------------------------- the entry points */
 
 /* collscan_scan(data, words, starts, ends, prefixes, ops, integers, addresses, nil, ids) -> lines taken */
@@ -492,6 +639,39 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t n) {
             int64_t taken;
             Py_BEGIN_ALLOW_THREADS
             taken = scan_loop(out, starts.data, ends.data, lines, data.length, prefixes, ops, ids.data);
+            Py_END_ALLOW_THREADS
+            result = PyLong_FromLongLong(taken);
+        }
+    }
+    release(&held);
+    return result;
+}
+
+/* collscan_transports(data, words, starts, ends, rows, prefixes, tails, devs, integers, ids) -> lines taken:
+ * the transport lines among the lines `rows` (int64 indices into starts/ends). */
+static PyObject *py_transports(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data, words, starts, ends, rows, integers, ids;
+    Strings prefixes, tails, devs;
+    PyObject *result = NULL;
+    if (arity(n, 10, "collscan_transports") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take(&held, args[1], "words", WORDS, 1, false, &words) && take(&held, args[2], "starts", I64, 1, false, &starts)
+        && take(&held, args[3], "ends", I64, 1, false, &ends) && take(&held, args[4], "rows", I64, 1, false, &rows)
+        && take_strings(&held, args[5], "prefixes", &prefixes) && take_strings(&held, args[6], "tails", &tails)
+        && take_strings(&held, args[7], "devs", &devs) && take(&held, args[8], "integers", I64, 2, true, &integers)
+        && take(&held, args[9], "ids", I32, 2, true, &ids)) {
+        int64_t count = rows.length, width = integers.width;
+        bool fits = ends.length == starts.length && integers.length == T_INTEGER_ROWS && width >= count
+                    && ids.length == T_ID_ROWS && ids.width == width;
+        if (!fits) {
+            bad_arguments("collscan_transports", "the outputs must be collscan.transport_outputs(len(rows))");
+        } else if (words.data != data.data || words.length < data.length + 8) {
+            result = PyLong_FromLong(0); /* not the data's words view with its padding: nothing is read */
+        } else {
+            int64_t taken;
+            Py_BEGIN_ALLOW_THREADS
+            taken = transport_loop(data.data, words.data, starts.data, ends.data, rows.data, count, starts.length,
+                                   data.length, prefixes, tails, devs, integers.data, ids.data, width);
             Py_END_ALLOW_THREADS
             result = PyLong_FromLongLong(taken);
         }
@@ -600,6 +780,7 @@ static PyObject *py_rehash(PyObject *self, PyObject *const *args, Py_ssize_t n) 
 
 PyMethodDef collscan_methods[] = {
     {"collscan_scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL, "The canonical COLL lines of a chunk."},
+    {"collscan_transports", (PyCFunction)(void (*)(void))py_transports, METH_FASTCALL, "The transport lines of a chunk."},
     {"collscan_find", (PyCFunction)(void (*)(void))py_find, METH_FASTCALL, "The ids of byte strings in a table."},
     {"collscan_add", (PyCFunction)(void (*)(void))py_add, METH_FASTCALL, "Number the strings a lookup missed."},
     {"collscan_rehash", (PyCFunction)(void (*)(void))py_rehash, METH_FASTCALL, "Slots for a grown table."},
