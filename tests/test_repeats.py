@@ -267,8 +267,7 @@ def test_repeats_skipped_before_parsing_leave_the_tables_and_counts_as_parsing_t
     if forget:
         from nccl_logsift.parse.repeats import RepeatSkip
 
-        # Fewer than the chatter's own texts (the log's transport lines take their fast path, never texts).
-        monkeypatch.setattr("nccl_logsift.parse.repeats.MAX_TEXTS", 8)
+        monkeypatch.setattr("nccl_logsift.parse.repeats.MAX_TEXTS", 16)
         skip_saturated = RepeatSkip.skip_saturated
         monkeypatch.setattr(
             RepeatSkip,

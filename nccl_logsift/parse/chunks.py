@@ -239,11 +239,17 @@ class ChunkParser:
                 piece.lines = (chunk.view, chunk.starts[lines], chunk.ends[lines])
             self._fast.append(piece)
             self._fast_rows += len(piece)
-        if scanned.transports is not None:
-            self._transports.append(scanned.transports)
-            # Counted as the leftover lines they were before they had a fast path, so batches end where
-            # they did (and cut glued lines with the same hosts known).
-            self._rest_lines += len(scanned.transports)
+        transports = scanned.transports
+        if transports is not None:
+            # Counted as the leftover lines they were before they had a fast path (before repeats are
+            # skipped), so batches end where they did and cut glued lines with the same hosts known.
+            self._rest_lines += len(transports)
+            if self.repeats is not None and transports.keys is not None:
+                keep = self.repeats.skip(chunk.source_id, transports.keys, self.parser.state)
+                if keep is not None:
+                    transports = transports.take(keep)
+            if len(transports):
+                self._transports.append(transports)
         rest = scanned.rest
         if not len(rest):
             return
@@ -376,9 +382,28 @@ class ChunkParser:
         the general parser counts the lines it parses."""
         parser = self.parser
         transports, lines = fasttransport.tables(pieces, parser.schemas)
+        if self.repeats is not None and all(piece.keys is not None for piece in pieces):
+            self._learn_transports(pieces, lines)
         tables[fasttransport.TABLE] = fasttransport.merged(tables[fasttransport.TABLE], transports)
         tables["lines"] = fasttransport.merged(tables["lines"], lines)
         parser.account_fast(fasttransport.FAMILY, transports.height)
+
+    def _learn_transports(self, pieces: list[fasttransport.TransportPiece], lines: pl.DataFrame) -> None:
+        """Let the repeats learn the texts of the transport lines of ``pieces`` (``lines``: their rows, in the
+        same order) as they learn those the general parser parsed (``_parse_rest``): their repeats are then
+        skipped before they are scanned, as were those of the lines they once were. No text is both a
+        transport line's and a leftover line's, so learning them apart learns the same. The lines are
+        numbered 1 to n, each with its source, as ``parse/sources.py`` joins sources."""
+        assert self.repeats is not None
+        count = lines.height
+        numbers = pl.Series("line_no", np.arange(1, count + 1, dtype=np.uint32))
+        sources = np.concatenate([np.full(len(piece), piece.source_id, dtype=np.uint16) for piece in pieces])
+        joined = LineChunk(
+            pieces[0].source_id, numbers, lines.get_column("byte_offset"), lines.get_column("text")
+        )
+        keys = np.concatenate([piece.keys for piece in pieces if piece.keys is not None])
+        unfit = pl.Series("line_no", [], dtype=pl.UInt32)
+        self.repeats.learn(joined, keys, lines.with_columns(numbers), unfit, sources)
 
     def _blocks(self) -> bool:
         """Whether a waiting leftover line may change how calls are numbered or be glued (``_blocking``):
@@ -483,22 +508,30 @@ class _Scanner:
         hold one of its literals."""
         chunk, cut = cut_long_lines(chunk)
         found = self.fast.read(chunk)
-        # The lines the fast paths left: a mask, not a set difference (10x cheaper).
+        # The lines the fast path left: a mask, not a set difference (10x cheaper).
         left = np.ones(len(chunk), dtype=bool)
         left[found.index] = False
         rest = np.flatnonzero(left)
-        taken, transports = self.transports.read(chunk, rest)
-        if len(taken):
-            left[taken] = False
-            rest = np.flatnonzero(left)
         keys = saturated = None
-        strung = rest  # the leftovers made strings: all but those skipped in any case
         if self._repeats is not None and len(rest):
             keys = np.empty(len(rest), dtype=np.uint64)
             accel.split_keys(chunk.view.raw, chunk.starts, chunk.ends, rest, keys)
             saturated = self._repeats.saturated(chunk.source_id, keys)
-            if saturated is not None and saturated.lines.any():
-                strung = rest[~saturated.lines]
+        skipped = saturated is not None and saturated.lines.any()
+        # The transport lines among them, but those skipped in any case; with the keys of their texts.
+        taken, transports = self.transports.read(chunk, rest[~saturated.lines] if skipped else rest)
+        if len(taken):
+            left[taken] = False
+            kept = left[rest]
+            if keys is not None:
+                transports = replace(transports, keys=keys[~kept])
+                keys = keys[kept]
+            if saturated is not None:
+                saturated = saturated.kept(kept)
+            rest = rest[kept]
+        strung = rest  # the leftovers made strings: all but those skipped in any case
+        if saturated is not None and saturated.lines.any():
+            strung = rest[~saturated.lines]
         hosts, self._learned = self._learned, []
         lines = marks = plain = None
         if len(strung):

@@ -83,9 +83,19 @@ class TransportPiece:
     tails: pl.DataFrame  # the tails' fields, by tail id
     devs: pl.Series  # the device brackets' text, by id
     text: pl.Series | None  # each line's text, when the parser keeps it (views of the chunk's bytes)
+    keys: np.ndarray | None = None  # the keys of their texts (accel.split_keys), when repeats are skipped
 
     def __len__(self) -> int:
         return len(self.values["line_no"])
+
+    def take(self, keep: np.ndarray) -> TransportPiece:
+        """The rows ``keep`` (a mask) keeps."""
+        return replace(
+            self,
+            values={name: column[keep] for name, column in self.values.items()},
+            text=None if self.text is None else self.text.filter(pl.Series(keep)),
+            keys=None if self.keys is None else self.keys[keep],
+        )
 
     def detached(self) -> TransportPiece:
         """The piece with its text copied out of the chunk it was read in (which it kept whole)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -81,6 +81,10 @@ class Saturated:
     known: np.ndarray  # bool, per leftover line
     lines: np.ndarray  # bool, per leftover line: skipped whatever comes before them
     counts: _Counts  # what those count for
+
+    def kept(self, keep: np.ndarray) -> Saturated:
+        """The same of the lines ``keep`` (a mask) keeps, none of those it drops skipped in any case."""
+        return replace(self, known=self.known[keep], lines=self.lines[keep])
 
 
 class RepeatSkip:

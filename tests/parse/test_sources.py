@@ -161,9 +161,10 @@ def test_each_file_learns_its_own_repeats_when_files_are_parsed_together(ranks, 
         return (*analysis.job(), texts)
 
     together, together_job, texts = analysed(hold=True)
-    assert learnt.count == 1  # every file's leftovers in one call, learnt in one query
+    # Every file's leftovers in one call, learnt in one query; their transport lines in another.
+    assert learnt.count == 2
     alone, alone_job, texts_alone = analysed(hold=False)
-    assert learnt.count == 1 + len(files) + 1  # and then at each file's end (and console.log's)
+    assert learnt.count == 2 + 2 * len(files) + 1  # and then twice at each file's end (once at console.log's)
     # Each file remembers its own repeated lines (its NET/IB line among them), and no file the line that
     # every file says once.
     assert texts == texts_alone
