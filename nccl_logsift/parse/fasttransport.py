@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -46,6 +47,12 @@ FAMILY = "transport"
 # these six from every line.
 CANONICAL = "Channel 0/0 : 0[0] -> 1[1]"
 SCANNED = {"channel": 0, "conn_index": 0, "from_rank": 0, "from_dev": "0", "to_rank": 1, "to_dev": "1"}
+# A chunk's lines whose heads the prefix table does not know yet are taken only when at least this many:
+# reading new heads costs ~1.2 ms a call however few (frames of ~30 columns), what the general parser
+# takes for ~300 lines, and it reads them in its batch anyway. A per-rank file's init thread prints ~50
+# transport lines (world512.per-rank: 7.7 to 8.1 s a GB when each file paid the call); a 4096-rank
+# console's chunk, thousands under a few hundred new heads.
+NEW_HEAD_LINES = 256
 
 
 def tail_fields(parser: LineParser, tails: list[str]) -> pl.DataFrame:
@@ -101,54 +108,75 @@ class TransportPiece:
         """The piece with its text copied out of the chunk it was read in (which it kept whole)."""
         return replace(self, text=None if self.text is None else copied(self.text))
 
-    def tables(self, schemas: TableSchemas) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The piece's ``transports`` and ``lines`` rows, as the general parser gives them."""
-        v = self.values
-        n = len(self)
-        location = pl.DataFrame(
-            [
-                pl.Series("source_id", np.full(n, self.source_id, dtype=np.uint16)),
-                pl.Series("line_no", v["line_no"]),
-                pl.Series("part", np.zeros(n, dtype=np.uint8)),
-                pl.Series("byte_offset", v["byte_offset"]),
-            ]
-        )
-        prefix = self.fields.frame[v["prefix"]].rename({LAUNCHER_STREAM: "stream"}, strict=False)
-        tail = self.tails[v["tail"]]
-        scanned = pl.DataFrame(
-            [
-                pl.Series("channel", v["channel"]),
-                nullable("conn_index", v["conn_index"], v["conn_index_nil"]),
-                pl.Series("from_rank", v["from_rank"]),
-                pl.Series("to_rank", v["to_rank"]),
-                self._devs("from_dev", v["from_dev"]),
-                self._devs("to_dev", v["to_dev"]),
-            ]
-        )
-        transports = conform(
-            pl.concat([location, prefix, scanned, tail], how="horizontal"), schemas.tables[TABLE]
-        )
-        lines = [location, prefix, tail.select("family", "pattern")]
-        if self.text is not None:
-            lines.append(self.text.to_frame())
-        marks = pl.DataFrame({"producer": ["nccl"] * n, "torn": np.zeros(n, dtype=bool)})
-        lines_frame = conform(pl.concat([*lines, marks], how="horizontal"), schemas.lines)
-        return transports, lines_frame
-
-    def _devs(self, name: str, ids: np.ndarray) -> pl.Series:
-        absent = ids < 0
-        if absent.all():  # 2.4's lines have no brackets (and the table may hold none)
-            return pl.Series(name, [None] * len(ids), dtype=pl.String)
-        return self.devs.gather(np.where(absent, 0, ids)).alias(name).scatter(np.flatnonzero(absent), None)
-
 
 def tables(pieces: Sequence[TransportPiece], schemas: TableSchemas) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The ``transports`` and ``lines`` rows of ``pieces``, each in line order."""
-    made = [piece.tables(schemas) for piece in pieces]
-    return (
-        pl.concat([t for t, _ in made], how="vertical_relaxed"),
-        pl.concat([lines for _, lines in made], how="vertical_relaxed"),
+    """The ``transports`` and ``lines`` rows of ``pieces``, in their order, as the general parser gives them:
+    one frame for them all (a directory of 512 per-rank files brings a piece a file, and frames made a
+    piece at a time cost ~4 ms each)."""
+    v = {name: np.concatenate([piece.values[name] for piece in pieces]) for name in pieces[0].values}
+    n = len(v["line_no"])
+    sources = np.concatenate([np.full(len(piece), piece.source_id, dtype=np.uint16) for piece in pieces])
+    location = pl.DataFrame(
+        [
+            pl.Series("source_id", sources),
+            pl.Series("line_no", v["line_no"]),
+            pl.Series("part", np.zeros(n, dtype=np.uint8)),
+            pl.Series("byte_offset", v["byte_offset"]),
+        ]
     )
+    fields, prefix_ids = _joined(pieces, lambda piece: piece.fields.frame, "prefix")
+    prefix = fields[prefix_ids].rename({LAUNCHER_STREAM: "stream"}, strict=False)
+    tails, tail_ids = _joined(pieces, lambda piece: piece.tails, "tail")
+    tail = tails[tail_ids]
+    devs = [_joined(pieces, lambda piece: piece.devs, name) for name in ("from_dev", "to_dev")]
+    scanned = pl.DataFrame(
+        [
+            pl.Series("channel", v["channel"]),
+            nullable("conn_index", v["conn_index"], v["conn_index_nil"]),
+            pl.Series("from_rank", v["from_rank"]),
+            pl.Series("to_rank", v["to_rank"]),
+            *(_devs(name, column, ids) for name, (column, ids) in zip(("from_dev", "to_dev"), devs)),
+        ]
+    )
+    transports = conform(
+        pl.concat([location, prefix, scanned, tail], how="horizontal"), schemas.tables[TABLE]
+    )
+    lines = [location, prefix, tail.select("family", "pattern")]
+    if pieces[0].text is not None:
+        lines.append(pl.concat([piece.text for piece in pieces if piece.text is not None]).to_frame())
+    marks = pl.DataFrame({"producer": ["nccl"] * n, "torn": np.zeros(n, dtype=bool)})
+    return transports, conform(pl.concat([*lines, marks], how="horizontal"), schemas.lines)
+
+
+def _joined(pieces: Sequence[TransportPiece], frame_of: Callable[[TransportPiece], Any], name: str) -> tuple:
+    """The frames (or columns) the pieces' ids ``name`` index, one after the other (one per fast path, or
+    per time its frame grew), and the ids into that; -1 (no value) stays -1. Each piece's frame is read once:
+    a scanning thread may grow its fast path's while this runs."""
+    frames = [frame_of(piece) for piece in pieces]
+    starts: dict[int, int] = {}
+    distinct = []
+    for frame in frames:
+        if id(frame) not in starts:
+            starts[id(frame)] = sum(len(f) for f in distinct)
+            distinct.append(frame)
+    ids = np.concatenate(
+        [
+            np.where(piece.values[name] < 0, -1, piece.values[name] + starts[id(frame)])
+            for piece, frame in zip(pieces, frames)
+        ]
+    )
+    if len(distinct) == 1:
+        return distinct[0], ids
+    return pl.concat(
+        distinct, how="diagonal_relaxed" if isinstance(distinct[0], pl.DataFrame) else "vertical"
+    ), ids
+
+
+def _devs(name: str, devs: pl.Series, ids: np.ndarray) -> pl.Series:
+    absent = ids < 0
+    if absent.all():  # 2.4's lines have no brackets (and the table may hold none)
+        return pl.Series(name, [None] * len(ids), dtype=pl.String)
+    return devs.gather(np.where(absent, 0, ids)).alias(name).scatter(np.flatnonzero(absent), None)
 
 
 def merged(table: pl.DataFrame, fast: pl.DataFrame) -> pl.DataFrame:
@@ -211,6 +239,11 @@ class TransportFastPath:
         if not taken:
             return none
         integers, ids = integers[:, :taken], ids[:, :taken]
+        unknown = ids[collscan.T_PREFIX_ID] < 0
+        if 0 < unknown.sum() < NEW_HEAD_LINES:  # their heads are not worth a parse of their own
+            integers, ids = integers[:, ~unknown], ids[:, ~unknown]
+            if not ids.shape[1]:
+                return none
         lines = integers[collscan.T_LINE]
         clean = self._prefixes.number(
             view, chunk.starts[lines], integers[collscan.T_PREFIX_STOP], ids[collscan.T_PREFIX_ID]

@@ -56,10 +56,9 @@ def test_the_general_parser_runs_a_bounded_number_of_times_not_once_per_file(ran
     summary, _ = parse_job([str(ranks)], OPTIONS)
     assert files == 5 and len(summary.inputs) == files
     assert sum(calls.count for calls in parses) == 1
-    # Each process's COLL lines have one prefix, and its transport lines another (its init thread's): each is
-    # met by both scanning threads and read once; the heads of the lines left to the general parser are read
-    # in its one call.
-    assert heads.count <= 2 * (files - 1) + 1
+    # Each process's COLL lines have one prefix, met by both scanning threads and read once; the heads of
+    # the lines left to the general parser (other threads' init lines) are read in its one call.
+    assert heads.count <= (files - 1) + 1
 
 
 def test_the_tables_are_those_of_parsing_each_file_on_its_own(ranks, monkeypatch):
@@ -161,10 +160,9 @@ def test_each_file_learns_its_own_repeats_when_files_are_parsed_together(ranks, 
         return (*analysis.job(), texts)
 
     together, together_job, texts = analysed(hold=True)
-    # Every file's leftovers in one call, learnt in one query; their transport lines in another.
-    assert learnt.count == 2
+    assert learnt.count == 1  # every file's leftovers in one call, learnt in one query
     alone, alone_job, texts_alone = analysed(hold=False)
-    assert learnt.count == 2 + 2 * len(files) + 1  # and then twice at each file's end (once at console.log's)
+    assert learnt.count == 1 + len(files) + 1  # and then at each file's end (and console.log's)
     # Each file remembers its own repeated lines (its NET/IB line among them), and no file the line that
     # every file says once.
     assert texts == texts_alone
