@@ -131,3 +131,23 @@ def test_a_tail_no_grammar_claims_is_refused_without_fields():
     fields = fasttransport.tail_fields(parser, [" x", " y"])
     assert fields.get_column("__taken").to_list() == [False, False]
     assert fields.height == 2 and fields.schema["pattern"] == pl.String
+
+
+def test_merged_rows_come_in_line_order_whichever_side_is_empty_or_out_of_order():
+    def rows(places: list[tuple[int, int]]) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "source_id": pl.Series([s for s, _ in places], dtype=pl.UInt16),
+                "line_no": pl.Series([n for _, n in places], dtype=pl.UInt32),
+                "part": pl.Series([0] * len(places), dtype=pl.UInt8),
+            }
+        )
+
+    general, fast = rows([(0, 2), (0, 9), (1, 1)]), rows([(0, 5), (1, 3)])
+    empty = general.clear()
+    order = fasttransport.merged(general, fast).select("source_id", "line_no").rows()
+    assert order == [(0, 2), (0, 5), (0, 9), (1, 1), (1, 3)]
+    assert fasttransport.merged(general, empty).equals(general)
+    assert fasttransport.merged(empty, fast).equals(fast)
+    backwards = rows([(1, 3), (0, 5)])
+    assert fasttransport.merged(empty, backwards).rows() == [(0, 5, 0), (1, 3, 0)]
