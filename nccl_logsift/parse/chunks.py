@@ -391,9 +391,11 @@ class ChunkParser:
     def _learn_transports(self, pieces: list[fasttransport.TransportPiece], lines: pl.DataFrame) -> None:
         """Let the repeats learn the texts of the transport lines of ``pieces`` (``lines``: their rows, in the
         same order) as they learn those the general parser parsed (``_parse_rest``): their repeats are then
-        skipped before they are scanned, as were those of the lines they once were. No text is both a
-        transport line's and a leftover line's, so learning them apart learns the same. The lines are
-        numbered 1 to n, each with its source, as ``parse/sources.py`` joins sources."""
+        skipped before they are scanned, as were those of the lines they once were. A text the other call
+        learnt is not learnt again (one under a head the prefix table lacked may have been a leftover line in
+        another chunk): its count then falls short of the lines seen, which parses a line more, never skips
+        one the fold keeps. The lines are numbered 1 to n, each with its source, as ``parse/sources.py``
+        joins sources."""
         assert self.repeats is not None
         count = lines.height
         numbers = pl.Series("line_no", np.arange(1, count + 1, dtype=np.uint32))
