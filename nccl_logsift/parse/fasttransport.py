@@ -305,10 +305,8 @@ class TransportFastPath:
         known, count = len(self._taken), len(self._tail_table)
         if count <= known:
             return
-        texts = [
-            t.decode("ascii") for t in self._tail_table.strings(known, count)
-        ]  # printable ASCII: scanned
-        fresh = self._fields(texts)
+        # Printable ASCII, as the scan checked.
+        fresh = self._fields([tail.decode("ascii") for tail in self._tail_table.strings(known, count)])
         self._taken = np.concatenate([self._taken, fresh.get_column("__taken").to_numpy()])
         fields = fresh.drop("__taken")
         self._tails = (
