@@ -520,6 +520,21 @@ static inline bool device(const uint8_t *data, int64_t *at, int64_t end, int64_t
     return true;
 }
 
+/* " : FROM[[DEV]]" or " -> TO[[DEV]]" at `*at`: the literal (`length` bytes), a rank and an optional device
+ * bracket, read into rows `rank`, `dev_start` and `dev_stop` of `column`; its end into `*at`. */
+static inline bool peer(const uint8_t *data, const uint8_t *words, int64_t *at, int64_t end, uint64_t literal_word,
+                        int64_t length, int64_t *integers, int64_t width, int64_t column, int rank, int dev_start,
+                        int dev_stop) {
+    if (end - *at < length || (word_at(words, *at) & mask(length)) != literal_word)
+        return false;
+    *at += length;
+    int64_t value;
+    if (!transport_number(data, words, at, end, &value))
+        return false;
+    integers[rank * width + column] = value;
+    return device(data, at, end, &integers[dev_start * width + column], &integers[dev_stop * width + column]);
+}
+
 /* Read the message at `at` (after " NCCL INFO ") to `end` into `column`; false when it is not of the form. */
 static inline bool read_transport(const uint8_t *data, const uint8_t *words, int64_t at, int64_t end,
                                   int64_t *integers, int64_t width, int64_t column) {
@@ -540,21 +555,8 @@ static inline bool read_transport(const uint8_t *data, const uint8_t *words, int
             return false;
         integers[T_CONN * width + column] = value;
     }
-    if (end - at < 3 || (word_at(words, at) & mask(3)) != COLON)
-        return false;
-    at += 3;
-    if (!transport_number(data, words, &at, end, &value))
-        return false;
-    integers[T_FROM * width + column] = value;
-    if (!device(data, &at, end, &integers[T_FROM_DEV_START * width + column], &integers[T_FROM_DEV_STOP * width + column]))
-        return false;
-    if (end - at < 4 || (word_at(words, at) & mask(4)) != ARROW)
-        return false;
-    at += 4;
-    if (!transport_number(data, words, &at, end, &value))
-        return false;
-    integers[T_TO * width + column] = value;
-    if (!device(data, &at, end, &integers[T_TO_DEV_START * width + column], &integers[T_TO_DEV_STOP * width + column]))
+    if (!peer(data, words, &at, end, COLON, 3, integers, width, column, T_FROM, T_FROM_DEV_START, T_FROM_DEV_STOP)
+        || !peer(data, words, &at, end, ARROW, 4, integers, width, column, T_TO, T_TO_DEV_START, T_TO_DEV_STOP))
         return false;
     /* The tail: a space first, then printable ASCII only (no ESC, no byte the grammar's text may hold
      * otherwise), to the end of the line. */
