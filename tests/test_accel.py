@@ -171,6 +171,12 @@ def test_split_gives_the_same_lines(data):
     # Equal texts, and only those, share a key.
     assert len(set(keys.tolist())) == len(set(texts))
     assert {(t, k) for t, k in zip(texts, keys.tolist())} == set(zip(texts, keys.tolist()))
+    # Every line's view, and ranges of every length from 0 to 14 (12 bytes fit in a view) at every place.
+    both("split_views", raw, starts, ends - starts, np.zeros((lines, 4), np.uint32))
+    for length in range(min(15, len(raw) + 1)):
+        places = np.arange(len(raw) - length + 1, dtype=np.int64)
+        lengths = np.full(len(places), length, dtype=np.int64)
+        both("split_views", raw, places, lengths, np.zeros((len(places), 4), np.uint32))
 
 
 def test_text_keys_tell_apart_texts_that_differ_in_length_or_trailing_zero_bytes():
@@ -508,6 +514,15 @@ def test_both_refuse_the_same_arguments_with_the_same_message():
     both("split_keys", data, np.array([3]), np.array([9]), np.array([0]), one)
     both("split_keys", data, np.array([2]), np.array([1]), np.array([0]), one)
     both("split_keys", data, np.array([0]), np.array([1]), np.array([0]), np.zeros(2, np.uint64))
+    views = np.zeros((1, 4), np.uint32)
+    both("split_views", data, np.array([0]), np.array([4]), views)
+    both("split_views", data, np.array([1]), np.array([4]), views)  # past the data
+    both("split_views", data, np.array([-1]), np.array([1]), views)
+    both("split_views", data, np.array([0]), np.array([-1]), views)
+    both("split_views", data, np.array([0]), np.array([1]), np.zeros((2, 4), np.uint32))
+    both("split_views", data, np.array([0]), np.array([1]), np.zeros((1, 3), np.uint32))
+    both("split_views", data, np.array([0]), np.array([1]), np.zeros((1, 4), np.int32))
+    both("split_views", data, np.array([0]), np.array([1]), np.zeros(4, np.uint32))
     view, starts, stops = spans([b"x" * 100])
     table = ByteTable()
     both("collscan_find", table.arrays, view.raw, view.words, starts, stops + 1, np.zeros(1, np.int32))

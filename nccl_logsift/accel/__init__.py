@@ -10,7 +10,8 @@ same inputs.
 
 :data:`NATIVE` says which is in use. The loops' callers import them from here only:
 
-* ``split_*``: the lines of a chunk (``io/split.py``) and the keys of their texts (``parse/chunks.py``);
+* ``split_*``: the lines of a chunk (``io/split.py``), the keys of their texts (``parse/chunks.py``) and
+  their Arrow string views (``io/lines.py``);
 * ``collscan_*``: the COLL and transport fast paths, and their table of distinct strings
   (``parse/collscan.py``);
 * ``keymap_*``: dense slots for 64-bit keys (``accel/keymap.py``, and numbering's table of starts);
@@ -35,6 +36,7 @@ ENTRY_POINTS = (
     "split_last_newline",
     "split_next_newline",
     "split_keys",
+    "split_views",
     "collscan_scan",
     "collscan_transports",
     "collscan_find",
@@ -85,6 +87,7 @@ split_bounds = _loops.split_bounds
 split_last_newline = _loops.split_last_newline
 split_next_newline = _loops.split_next_newline
 split_keys = _loops.split_keys
+split_views = _loops.split_views
 collscan_scan = _loops.collscan_scan
 collscan_transports = _loops.collscan_transports
 collscan_find = _loops.collscan_find

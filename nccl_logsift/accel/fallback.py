@@ -30,9 +30,10 @@ EMPTY = -1  # a free place of a key table (keymap.h), of a string table's slots 
 
 
 # ------------------------------------------------------------------ arguments (arrays.h)
-_BOOL, _U8, _I32, _I64, _U64, _WORDS = "bool", "uint8", "int32", "int64", "uint64", "uint64 words"
-_CODES = {_BOOL: "?", _U8: "B", _I32: "il", _I64: "lq", _U64: "LQ", _WORDS: "LQ"}
-_SIZES = {_BOOL: 1, _U8: 1, _I32: 4, _I64: 8, _U64: 8, _WORDS: 8}
+_BOOL, _U8, _I32, _U32, _I64, _U64 = "bool", "uint8", "int32", "uint32", "int64", "uint64"
+_WORDS = "uint64 words"
+_CODES = {_BOOL: "?", _U8: "B", _I32: "il", _U32: "IL", _I64: "lq", _U64: "LQ", _WORDS: "LQ"}
+_SIZES = {_BOOL: 1, _U8: 1, _I32: 4, _U32: 4, _I64: 8, _U64: 8, _WORDS: 8}
 
 
 def _take(value: Any, name: str, kind: str, ndim: int = 1, writable: bool = False) -> np.ndarray:
@@ -261,6 +262,36 @@ def split_keys(data, starts, ends, index, keys):
     raw = data.tobytes()
     for k, i in enumerate(index.tolist()):
         keys[k] = _text_key(raw[starts[i] : ends[i]])
+
+
+_INLINE = 12  # bytes an Arrow string view holds in itself
+
+
+@_entry(4)
+def split_views(data, starts, lengths, views):
+    """views[k] = the Arrow string view of data[starts[k]:starts[k]+lengths[k]]: its length, then its bytes
+    when they fit in 12 (zero-padded), else their first four, buffer 0 and the offset."""
+    data = _take(data, "data", _U8)
+    starts, lengths = _take(starts, "starts", _I64), _take(lengths, "lengths", _I64)
+    views = _take(views, "views", _U32, ndim=2, writable=True)
+    ok = len(starts) == len(lengths) == len(views) and views.shape[1] == 4 and len(data) <= (1 << 31) - 1
+    if ok and len(starts):
+        ok = bool((starts >= 0).all() and (lengths >= 0).all() and (lengths <= len(data) - starts).all())
+    if not ok:
+        raise _bad("split_views", "starts and lengths must name ranges of the data, one row of 4 views each")
+    if not len(starts):
+        return
+    # Each range's first 12 bytes (zeros past its end), from a copy of the data with 12 zero bytes behind it.
+    padded = np.zeros(len(data) + _INLINE, dtype=np.uint8)
+    padded[: len(data)] = data
+    head = padded[starts[:, None] + np.arange(_INLINE)]
+    head[np.arange(_INLINE) >= lengths[:, None]] = 0
+    words = head.view("<u4")
+    inline = lengths <= _INLINE
+    views[:, 0] = lengths
+    views[:, 1] = words[:, 0]
+    views[:, 2] = np.where(inline, words[:, 1], 0)
+    views[:, 3] = np.where(inline, words[:, 2], starts)
 
 
 # ------------------------------------------------------------------ keymap.h, keymap.c

@@ -26,6 +26,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from nccl_logsift import accel
 from nccl_logsift.io import split
 from nccl_logsift.io.decode import BrokenStream, DecodedStream
 from nccl_logsift.io.sources import Source
@@ -148,8 +149,9 @@ class ByteView:
         """A polars String column of the byte ranges ``data[start:start+length]``, without copying them.
 
         Arrow's string-view layout (16 bytes per value: the length, then the bytes themselves when they
-        fit in 12, else a 4-byte prefix, a buffer index and an offset) is built with numpy; polars keeps
-        strings in the same layout, so the import is zero-copy. Every range must be valid UTF-8.
+        fit in 12, else a 4-byte prefix, a buffer index and an offset) is filled by a compiled loop
+        (``accel.split_views``: ~10 ns a value, where a dozen numpy passes took ~75); polars keeps strings
+        in the same layout, so the import is zero-copy. Every range must be valid UTF-8.
         """
         return _series(self._views(starts, lengths), name)
 
@@ -159,16 +161,10 @@ class ByteView:
 
     def _views(self, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
         count = len(starts)
-        lengths = lengths.astype(np.int64)
-        low, high = self.words[starts], self.words[starts + 8]
-        inline = lengths <= 12
-        low = np.where(inline, low & _byte_mask(lengths), low)
-        high = np.where(inline, high & _byte_mask(lengths - 8), 0)
         views = np.empty((count, 4), dtype=np.uint32)
-        views[:, 0] = lengths
-        views[:, 1] = low & 0xFFFFFFFF
-        views[:, 2] = np.where(inline, low >> np.uint64(32), 0)
-        views[:, 3] = np.where(inline, high & 0xFFFFFFFF, starts)
+        accel.split_views(
+            self.raw, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), views
+        )
         return pa.Array.from_buffers(
             pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)]
         )
@@ -198,17 +194,6 @@ def _words(raw: np.ndarray) -> np.ndarray | None:
     if raw.dtype != np.uint8 or at < 0 or at + len(raw) + PADDING > owner.nbytes:
         return None
     return np.ndarray(shape=(len(raw) + 8,), dtype="<u8", buffer=owner, offset=at, strides=(1,))
-
-
-def _byte_mask(lengths: np.ndarray) -> np.ndarray:
-    """A uint64 keeping the first ``length`` bytes (0 to 8) of a little-endian word."""
-    bits = np.clip(lengths, 0, 8).astype(np.uint64) * np.uint64(8)
-    full = bits == 64
-    return np.where(
-        full,
-        np.uint64(0xFFFFFFFFFFFFFFFF),
-        (np.uint64(1) << np.where(full, np.uint64(0), bits)) - np.uint64(1),
-    )
 
 
 @dataclass(slots=True)

@@ -185,3 +185,28 @@ def test_split_lines_counts_the_nul_padding_of_a_repaired_line_once():
     chunk = split_lines(b"text\x00\x00\xff\nok\n", 0, 1, 0, stats)
     assert chunk.lines().text.to_list() == ["text", "ok"]
     assert stats.nul_bytes == 2 and stats.invalid_utf8_lines == 1
+
+
+@pytest.mark.parametrize("pure_python", [False, True])
+def test_a_views_column_reads_back_every_range_of_every_length(monkeypatch, pure_python):
+    from nccl_logsift import accel
+    from nccl_logsift.accel import fallback
+
+    if pure_python:
+        monkeypatch.setattr(accel, "split_views", fallback.split_views)
+    text = "é line ±0123456789abcdef " * 3
+    view = ByteView(text.encode())
+    starts, lengths = [], []
+    for start in range(0, len(view.raw), 3):
+        for length in (0, 1, 4, 11, 12, 13, 16, 30):
+            end = start + length
+            if end <= len(view.raw) and all(
+                (view.raw[at] & 0xC0) != 0x80 for at in (start, end) if at < len(view.raw)
+            ):
+                starts.append(start)
+                lengths.append(length)
+    starts_, lengths_ = np.array(starts), np.array(lengths)
+    expected = [bytes(view.raw[s : s + n]).decode() for s, n in zip(starts, lengths)]
+    assert view.strings(starts_, lengths_, "text").to_list() == expected
+    assert view.copied(starts_, lengths_, "text").to_list() == expected
+    assert view.strings(starts_[:0], lengths_[:0], "text").to_list() == []

@@ -40,6 +40,7 @@ typedef enum {
     BOOL,  /* numpy bool_ */
     U8,
     I32,
+    U32,
     I64,
     U64,
     WORDS, /* a 1-D uint64 view with a stride of one byte: readable bytes = length + 7 */
@@ -67,6 +68,7 @@ static inline const char *kind_name(Kind kind) {
     case BOOL: return "bool";
     case U8: return "uint8";
     case I32: return "int32";
+    case U32: return "uint32";
     case I64: return "int64";
     case U64: return "uint64";
     default: return "uint64 words";
@@ -84,6 +86,7 @@ static inline bool kind_matches(const Py_buffer *view, Kind kind) {
     case BOOL: return code == '?' && view->itemsize == 1;
     case U8: return code == 'B' && view->itemsize == 1;
     case I32: return (code == 'i' || code == 'l') && view->itemsize == 4;
+    case U32: return (code == 'I' || code == 'L') && view->itemsize == 4;
     case I64: return (code == 'l' || code == 'q') && view->itemsize == 8;
     default: return (code == 'L' || code == 'Q') && view->itemsize == 8;
     }

@@ -269,11 +269,57 @@ static PyObject *py_keys(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     return result;
 }
 
+/* split_views(data, starts, lengths, views): the Arrow string view of each range data[start:start+length]
+ * (io/lines.py ByteView.strings), one row of four uint32 per range: its length, then its bytes when they fit
+ * in 12 (zero-padded), else their first four, buffer 0 and the offset `start`. Nothing past a range is read. */
+static PyObject *py_views(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data, starts, lengths, views;
+    PyObject *result = NULL;
+    if (arity(n, 4, "split_views") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take(&held, args[1], "starts", I64, 1, false, &starts)
+        && take(&held, args[2], "lengths", I64, 1, false, &lengths)
+        && take(&held, args[3], "views", U32, 2, true, &views)) {
+        const int64_t *start = starts.data, *length = lengths.data;
+        bool ok = starts.length == lengths.length && views.length == starts.length && views.width == 4
+                  && data.length <= INT32_MAX;
+        for (int64_t k = 0; ok && k < starts.length; k++)
+            ok = 0 <= start[k] && 0 <= length[k] && length[k] <= data.length - start[k];
+        if (!ok) {
+            bad_arguments("split_views", "starts and lengths must name ranges of the data, one row of 4 views each");
+        } else {
+            const uint8_t *bytes = data.data;
+            uint32_t *out = views.data;
+            Py_BEGIN_ALLOW_THREADS
+            for (int64_t k = 0; k < starts.length; k++, out += 4) {
+                uint32_t size = (uint32_t)length[k];
+                const uint8_t *at = bytes + start[k];
+                out[0] = size;
+                if (size <= 12) {
+                    uint8_t inline_bytes[12] = {0};
+                    memcpy(inline_bytes, at, size);
+                    memcpy(out + 1, inline_bytes, 12);
+                } else {
+                    memcpy(out + 1, at, 4);
+                    out[2] = 0;
+                    out[3] = (uint32_t)start[k];
+                }
+            }
+            Py_END_ALLOW_THREADS
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+    }
+    release(&held);
+    return result;
+}
+
 PyMethodDef split_methods[] = {
     {"split_newlines", (PyCFunction)(void (*)(void))py_newlines, METH_FASTCALL, "Newline positions of a chunk."},
     {"split_bounds", (PyCFunction)(void (*)(void))py_bounds, METH_FASTCALL, "Line bounds from newline positions."},
     {"split_last_newline", (PyCFunction)(void (*)(void))py_last_newline, METH_FASTCALL, "The last newline of a range."},
     {"split_next_newline", (PyCFunction)(void (*)(void))py_next_newline, METH_FASTCALL, "The next newline from a place."},
     {"split_keys", (PyCFunction)(void (*)(void))py_keys, METH_FASTCALL, "A key for the text of each line."},
+    {"split_views", (PyCFunction)(void (*)(void))py_views, METH_FASTCALL, "Arrow string views of byte ranges."},
     {NULL, NULL, 0, NULL},
 };
