@@ -373,7 +373,8 @@ def spans(lines: list[bytes]) -> tuple[ByteView, np.ndarray, np.ndarray]:
 @needs_compiled
 def test_the_coll_scan_takes_the_same_lines_and_reads_the_same_values():
     view, starts, ends = spans(COLL_LINES)
-    prefixes, ops = ByteTable(slots=2), ByteTable(hash_mask=0)  # every op name collides
+    # Room for one string each at first (the scan adds what it meets while there is room); every op collides.
+    prefixes, ops = ByteTable(slots=2), ByteTable(slots=2, hash_mask=0)
     # Lines outside the data are skipped.
     starts, ends = np.r_[starts, -1, 0].astype(np.int64), np.r_[ends, 5, len(view.raw) + 1].astype(np.int64)
     for _ in range(2):  # with empty tables, then with the strings of the first scan added
@@ -390,7 +391,7 @@ def test_the_coll_scan_takes_the_same_lines_and_reads_the_same_values():
             (ops, integers[collscan.OP_START], integers[collscan.OP_STOP], collscan.OP_ID),
         ):
             missing = ids[row] < 0
-            table._reserve(int(missing.sum()), int((last - first)[missing].sum()))
+            table.make_room(int(missing.sum()), int((last - first)[missing].sum()))
             both("collscan_add", table.arrays, view.raw, view.words, first, last, ids[row].copy())
             both("collscan_find", table.arrays, view.raw, view.words, first, last, ids[row].copy())
             table.add(view.raw, view.words, first, last, ids[row].copy())
@@ -437,6 +438,38 @@ TRANSPORT_LINES = [
 
 
 @needs_compiled
+@pytest.mark.parametrize("room", [0, 1, 2, 100])
+def test_the_coll_scan_numbers_the_same_strings_whatever_room_its_tables_have(room):
+    """The scan adds the prefixes and op names it meets while its tables have room; collscan_add numbers the
+    rest afterwards, in line order: the ids and the tables are the same however much room there was."""
+    lines = [LINE.replace(b"gpu7:31842:31842", b"gpu7:3184%d:3184%d" % (n % 3, n % 3)) for n in range(9)]
+    lines += [line.replace(b"AllReduce", b"Send") for line in lines[::2]]
+    view, starts, ends = spans(lines)
+    found = []
+    for implementation in (fallback, COMPILED):
+        prefixes, ops = ByteTable(slots=2), ByteTable(slots=2)
+        prefixes.make_room(room, 40 * room)
+        ops.make_room(room, 10 * room)
+        outputs = collscan.outputs(len(starts))
+        taken = implementation.collscan_scan(
+            view.raw, view.words, starts, ends, prefixes.arrays, ops.arrays, *outputs
+        )
+        assert taken == len(lines)
+        integers, _, _, ids = (output[:, :taken] for output in outputs)
+        first = starts[integers[collscan.LINE]]
+        op_start, op_stop = integers[collscan.OP_START], integers[collscan.OP_STOP]
+        prefixes.add(view.raw, view.words, first, integers[collscan.PREFIX_STOP], ids[collscan.PREFIX_ID])
+        ops.add(view.raw, view.words, op_start, op_stop, ids[collscan.OP_ID])
+        found.append((ids.tolist(), prefixes.strings(0, len(prefixes)), ops.strings(0, len(ops))))
+    assert found[0] == found[1]
+    ids, prefix_texts, op_texts = found[0]
+    assert ids[collscan.PREFIX_ID] == [n % 3 for n in range(9)] + [0, 2, 1, 0, 2]
+    assert ids[collscan.OP_ID] == [0] * 9 + [1] * 5
+    assert prefix_texts == [b"gpu7:3184%d:3184%d [3]" % (n, n) for n in range(3)]
+    assert op_texts == [b"AllReduce", b"Send"]
+
+
+@needs_compiled
 def test_the_transport_scan_takes_the_same_lines_and_reads_the_same_values():
     view, starts, ends = spans(TRANSPORT_LINES)
     tables = {"prefixes": ByteTable(slots=2), "tails": ByteTable(hash_mask=0), "devs": ByteTable()}
@@ -459,7 +492,7 @@ def test_the_transport_scan_takes_the_same_lines_and_reads_the_same_values():
             bracketed = first >= 0
             first, last, found = first[bracketed], last[bracketed], ids[row][bracketed].copy()
             missing = found < 0
-            table._reserve(int(missing.sum()), int((last - first)[missing].sum()))
+            table.make_room(int(missing.sum()), int((last - first)[missing].sum()))
             table.add(view.raw, view.words, first, last, found)
         arrays = [table.arrays for table in tables.values()]
     assert list(integers[collscan.T_CONN]) == [0, -1, 0, 0, 0, 0, -1, 0, -1, -1]

@@ -944,6 +944,24 @@ class _Strings:
     def find(self, text: bytes) -> int:
         return int(self.slots[self.probe(text, _hash(text) & self.mask)])
 
+    def find_or_add(self, text: bytes) -> int:
+        """collscan.c ``find_or_add``: the id of ``text``, added as the next id when the table lacks it
+        and has room for one more string; -1 when it lacks it and has none."""
+        h = _hash(text) & self.mask
+        slot = self.probe(text, h)
+        if self.slots[slot] != EMPTY:
+            return int(self.slots[slot])
+        known, at = int(self.state[_STRINGS]), int(self.state[_USED])
+        if 2 * (known + 1) > len(self.slots) or known + 1 > self.capacity or at + len(text) > self.room:
+            return EMPTY
+        self.store[at : at + len(text)] = np.frombuffer(text, dtype=np.uint8)
+        self.hashes[known] = h
+        self.offsets[known + 1] = at + len(text)
+        self.slots[slot] = known
+        self.state[_STRINGS] = known + 1
+        self.state[_USED] = at + len(text)
+        return known
+
 
 def _take_strings(arrays: Any, name: str) -> _Strings:
     if not isinstance(arrays, tuple) or len(arrays) != 6:
@@ -1069,7 +1087,8 @@ def collscan_scan(data, words, starts, ends, prefixes, ops, integers, addresses,
     if _address(words) != _address(data) or len(words) < len(data) + 8:
         return 0  # not the data's words view with its padding: nothing is read
     text, size = data.tobytes(), len(data)
-    # The tables are only read here, so each distinct prefix or op name is looked up once.
+    # Each distinct prefix or op name is looked up (and added, while there is room) once: a string the table
+    # had no room for at its first line has none at a later one either (room only shrinks in a scan).
     prefix_ids: dict[bytes, int] = {}
     op_ids: dict[bytes, int] = {}
     taken = 0
@@ -1083,9 +1102,9 @@ def collscan_scan(data, words, starts, ends, prefixes, ops, integers, addresses,
         at, (colon, values, nils) = found
         prefix, name = line[:at], line[at + len(_MESSAGE) : colon]
         if prefix not in prefix_ids:
-            prefix_ids[prefix] = prefix_table.find(prefix)
+            prefix_ids[prefix] = prefix_table.find_or_add(prefix)
         if name not in op_ids:
-            op_ids[name] = op_table.find(name)
+            op_ids[name] = op_table.find_or_add(name)
         for (_, kind, row), value, is_nil in zip(_TEMPLATE, values, nils):
             if kind in (_HEX, _DECIMAL, _SIGNED_DECIMAL, _BRACKETED):
                 integers[row, taken] = value
@@ -1250,21 +1269,10 @@ def collscan_add(table, data, words, starts, stops, ids):
     count = int(strings.state[_STRINGS]) + int(missing.sum())
     used = int(strings.state[_USED]) + int((stops - starts)[missing].sum())
     if 2 * count > len(strings.slots) or count > strings.capacity or used > strings.room:
-        raise _bad("collscan_add", "the table has no room for the strings (ByteTable._reserve)")
+        raise _bad("collscan_add", "the table has no room for the strings (ByteTable.make_room)")
     text = data.tobytes()
     for row in np.flatnonzero(missing).tolist():
-        piece = text[int(starts[row]) : int(stops[row])]
-        h = _hash(piece) & strings.mask
-        slot = strings.probe(piece, h)
-        if strings.slots[slot] == EMPTY:  # not added for an earlier row either
-            known, at = int(strings.state[_STRINGS]), int(strings.state[_USED])
-            strings.store[at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-            strings.hashes[known] = h
-            strings.offsets[known + 1] = at + len(piece)
-            strings.slots[slot] = known
-            strings.state[_STRINGS] = known + 1
-            strings.state[_USED] = at + len(piece)
-        ids[row] = strings.slots[slot]
+        ids[row] = strings.find_or_add(text[int(starts[row]) : int(stops[row])])
 
 
 @_entry(3)

@@ -161,7 +161,7 @@ class ByteTable:
         missing = ids < 0
         if not missing.any():
             return
-        self._reserve(int(missing.sum()), int((stops - starts)[missing].sum()))
+        self.make_room(int(missing.sum()), int((stops - starts)[missing].sum()))
         accel.collscan_add(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
 
     def lookup(
@@ -172,8 +172,9 @@ class ByteTable:
         accel.collscan_find(self.arrays, data, words, starts.astype(np.int64), stops.astype(np.int64), ids)
         return ids
 
-    def _reserve(self, strings: int, nbytes: int) -> None:
-        """Room for ``strings`` more strings of ``nbytes`` in all."""
+    def make_room(self, strings: int, nbytes: int) -> None:
+        """Room for ``strings`` more strings of ``nbytes`` in all (the COLL scan adds what it meets while
+        there is room, :meth:`add` what it missed)."""
         count, used = len(self), int(self.state[_USED])
         slots = len(self.slots)
         while slots < 2 * (count + strings):

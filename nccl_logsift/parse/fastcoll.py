@@ -84,6 +84,12 @@ class FastRows:
         return self.piece.frame() if self.piece is not None else pl.DataFrame()
 
 
+# Strings (and their bytes) the COLL scan may add to the prefix and op tables in a chunk before the rest of
+# those it meets are added after it (ByteTable.make_room grows a table only when it has less).
+_NEW_PREFIXES = (64, 64 * 64)
+_NEW_OPS = (16, 16 * 32)
+
+
 class CollFastPath:
     """Reads canonical COLL lines of a chunk.
 
@@ -113,6 +119,10 @@ class CollFastPath:
             return _none()
         self.prefixes.trim()
         self._ops.trim()
+        # Room for the scan to add what it meets, while each line is in the cache (what does not fit is added
+        # after it): a new per-rank file brings a prefix or two for its thousands of lines.
+        self.prefixes.table.make_room(*_NEW_PREFIXES)
+        self._ops.table.make_room(*_NEW_OPS)
         integers, addresses, nil, ids = collscan.outputs(lines)
         taken = collscan.scan(
             raw,

@@ -15,8 +15,10 @@
  * The string table (collscan.py's ByteTable) holds its strings end to end in one byte array, with their
  * offsets and hashes; an open-addressing table of slots (linear probing, at most half full) maps a hash to
  * the ids that have it. A lookup that finds an equal hash compares the bytes too, so strings whose hashes
- * collide keep their own ids. The scan only looks strings up; the ones it missed are added afterwards
- * (collscan_add), so the scan writes nothing but its outputs.
+ * collide keep their own ids. The COLL scan adds the prefixes and op names it meets while the tables have
+ * room (ByteTable.make_room leaves some before every chunk): a new per-rank file's thousands of lines share
+ * a prefix or two, and numbering them afterwards (collscan_add) read each line's prefix again after the
+ * chunk had left the cache (~75 ns a line). What it could not add is added afterwards, in the same order.
  */
 #include "arrays.h"
 
@@ -164,27 +166,34 @@ static inline int32_t find(Strings table, const uint8_t *words, int64_t start, i
     return table.slots[probe(table, words, start, stop, hash)];
 }
 
+/* The id of the bytes data[start:stop] (`words` is data's words view), added as the next id when the table
+ * lacks them and has room for one more string (its slots at most half full); -1 when it lacks them and has
+ * none. */
+static inline int32_t find_or_add(Strings table, const uint8_t *data, const uint8_t *words, int64_t start,
+                                  int64_t stop) {
+    uint64_t hash = hash_of(words, start, stop) & (uint64_t)table.state[HASH_MASK];
+    int64_t slot = probe(table, words, start, stop, hash);
+    if (table.slots[slot] != EMPTY_ID)
+        return table.slots[slot];
+    int64_t known = table.state[STRINGS], at = table.state[USED], length = stop - start;
+    if (2 * (known + 1) > table.size || known + 1 > table.capacity || at + length > table.room)
+        return EMPTY_ID;
+    memcpy(table.store + at, data + start, length);
+    table.hashes[known] = hash;
+    table.offsets[known + 1] = at + length;
+    table.slots[slot] = (int32_t)known;
+    table.state[STRINGS] = known + 1;
+    table.state[USED] = at + length;
+    return (int32_t)known;
+}
+
 /* Number the strings data[starts[row]:stops[row]] of the rows whose id is -1, in place; the table has room
- * (ByteTable._reserve). */
+ * for all (ByteTable.make_room). */
 static void add_loop(Strings table, const uint8_t *data, const uint8_t *words, const int64_t *starts,
                      const int64_t *stops, int32_t *ids, int64_t rows) {
-    for (int64_t row = 0; row < rows; row++) {
-        if (ids[row] >= 0)
-            continue;
-        int64_t start = starts[row], stop = stops[row], length = stop - start;
-        uint64_t hash = hash_of(words, start, stop) & (uint64_t)table.state[HASH_MASK];
-        int64_t slot = probe(table, words, start, stop, hash);
-        if (table.slots[slot] == EMPTY_ID) { /* not added for an earlier row either */
-            int64_t known = table.state[STRINGS], at = table.state[USED];
-            memcpy(table.store + at, data + start, length);
-            table.hashes[known] = hash;
-            table.offsets[known + 1] = at + length;
-            table.slots[slot] = (int32_t)known;
-            table.state[STRINGS] = known + 1;
-            table.state[USED] = at + length;
-        }
-        ids[row] = table.slots[slot];
-    }
+    for (int64_t row = 0; row < rows; row++)
+        if (ids[row] < 0)
+            ids[row] = find_or_add(table, data, words, starts[row], stops[row]);
 }
 
 /* ------------------------------------------------------------------------------------- the COLL lines */
@@ -456,8 +465,8 @@ static int64_t scan_loop(Outputs out, const int64_t *starts, const int64_t *ends
         if (at < 0 || has_escape(out.words, start, at))
             continue;
         int64_t op_start = at + 11, op_stop = out.integers[OP_STOP * width + taken];
-        ids[PREFIX_ID * width + taken] = find(prefixes, out.words, start, at);
-        ids[OP_ID * width + taken] = find(ops, out.words, op_start, op_stop);
+        ids[PREFIX_ID * width + taken] = find_or_add(prefixes, out.data, out.words, start, at);
+        ids[OP_ID * width + taken] = find_or_add(ops, out.data, out.words, op_start, op_stop);
         out.integers[PREFIX_STOP * width + taken] = at;
         out.integers[OP_START * width + taken] = op_start;
         out.integers[LINE * width + taken] = line;
@@ -740,7 +749,7 @@ static PyObject *py_add(PyObject *self, PyObject *const *args, Py_ssize_t n) {
                 used += last[row] - first[row];
             }
         if (2 * strings > table.size || strings > table.capacity || used > table.room) {
-            bad_arguments("collscan_add", "the table has no room for the strings (ByteTable._reserve)");
+            bad_arguments("collscan_add", "the table has no room for the strings (ByteTable.make_room)");
         } else {
             Py_BEGIN_ALLOW_THREADS
             add_loop(table, data.data, words.data, starts.data, stops.data, ids.data, starts.length);
