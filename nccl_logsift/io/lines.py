@@ -70,15 +70,6 @@ class LineChunk:
     def __len__(self) -> int:
         return len(self.text)
 
-    def taken(self, keep: np.ndarray) -> LineChunk:
-        """The lines where ``keep`` (a boolean mask)."""
-        if keep.all():
-            return self
-        # One query for the three columns: each query lets the scanning threads take the GIL, and the
-        # thread that numbers the calls waits to get it back.
-        taken = pl.DataFrame([self.line_no, self.byte_offset, self.text]).filter(pl.Series(keep))
-        return LineChunk(self.source_id, *taken.get_columns())
-
     @staticmethod
     def concat(chunks: list[LineChunk]) -> LineChunk:
         """Consecutive chunks of one source as one."""
