@@ -336,3 +336,51 @@ def test_a_source_whose_batch_learnt_no_text_has_nothing_skipped_in_any_case():
     repeats.learn(chunk, keys, tables["lines"], unfit)
     assert repeats.saturated(3, keys) is None
     assert repeats.skip(3, keys, ParseState()) is None
+
+
+def test_transport_rows_are_learnt_as_the_general_parser_learns_their_lines():
+    """``RepeatSkip.learn_rows`` (the transport fast path's rows: no join with their ``lines`` rows) remembers
+    what ``learn`` remembers of the same lines parsed by the general parser: texts said at least twice in
+    their source, none that may be glued, none already known, each source's own, with the same counts."""
+    import numpy as np
+
+    from nccl_logsift import accel
+    from nccl_logsift.grammar.registry import load_grammars
+    from nccl_logsift.io.lines import ReadStats, split_lines
+    from nccl_logsift.parse.lineparser import LineParser
+    from nccl_logsift.parse.repeats import RepeatSkip
+    from nccl_logsift.tables import MODULE_FRAME, REPEATS_KEPT, UNFOLDED
+
+    said = [
+        "h1:10:11 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "h1:10:11 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "[1]:[2] h1:10:11 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM/read",  # may be glued
+        "h1:10:11 [0] NCCL INFO Channel 03/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA",
+    ]
+    # Source 1 says 0 and 1 twice in the first batch, 3 twice in the second; source 2 says 0 and 3 once.
+    texts = [said[n % 4] for n in range(11)] + [said[3], said[0], said[3]]
+    sources = np.array([1] * 12 + [2, 2], dtype=np.uint16)
+    grammars = load_grammars()
+    remembered = []
+    for fast in (False, True):
+        repeats = RepeatSkip(grammars, REPEATS_KEPT, UNFOLDED, MODULE_FRAME)
+        for batch in (slice(0, 6), slice(6, 14)):  # the second batch finds some texts known
+            part = texts[batch]
+            raw = split_lines("\n".join(part).encode(), 0, 1, 0, ReadStats())
+            keys = np.empty(len(part), dtype=np.uint64)
+            accel.split_keys(raw.view.raw, raw.starts, raw.ends, np.arange(len(part)), keys)
+            chunk = raw.lines()
+            if fast:
+                repeats.learn_rows(keys, sources[batch], chunk.text, "transport")
+                continue
+            tables, unfit = LineParser(grammars).parse_unfit(chunk)
+            assert set(tables["transports"].get_column("line_no")) == set(range(1, len(part) + 1))
+            repeats.learn(chunk, keys, tables["lines"], unfit, sources[batch])
+        remembered.append(
+            {
+                sid: tuple(np.asarray(getattr(t, name)).tolist() for name in t.__dataclass_fields__)[1:]
+                for sid, t in repeats._texts.items()
+            }
+        )
+    assert remembered[0] == remembered[1]
+    assert len(remembered[0][1][0]) == 3 and len(remembered[0][2][0]) == 0

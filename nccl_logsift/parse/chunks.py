@@ -391,18 +391,11 @@ class ChunkParser:
         skipped before they are scanned, as were those of the lines they once were. A text the other call
         learnt is not learnt again (one under a head the prefix table lacked may have been a leftover line in
         another chunk): its count then falls short of the lines seen, which parses a line more, never skips
-        one the fold keeps. The lines are numbered 1 to n, each with its source, as ``parse/sources.py``
-        joins sources."""
+        one the fold keeps."""
         assert self.repeats is not None
-        count = lines.height
-        numbers = pl.Series("line_no", np.arange(1, count + 1, dtype=np.uint32))
         sources = np.concatenate([np.full(len(piece), piece.source_id, dtype=np.uint16) for piece in pieces])
-        joined = LineChunk(
-            pieces[0].source_id, numbers, lines.get_column("byte_offset"), lines.get_column("text")
-        )
         keys = np.concatenate([piece.keys for piece in pieces if piece.keys is not None])
-        unfit = pl.Series("line_no", [], dtype=pl.UInt32)
-        self.repeats.learn(joined, keys, lines.with_columns(numbers), unfit, sources)
+        self.repeats.learn_rows(keys, sources, lines.get_column("text"), fasttransport.FAMILY)
 
     def _blocks(self) -> bool:
         """Whether a waiting leftover line may change how calls are numbered or be glued (``_blocking``):
