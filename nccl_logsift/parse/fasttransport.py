@@ -39,7 +39,7 @@ from nccl_logsift.parse.calls import LAUNCHER_STREAM, PrefixFields, nullable
 from nccl_logsift.parse.collscan import ByteTable
 from nccl_logsift.parse.fastcoll import Prefixes
 from nccl_logsift.parse.lineparser import GLUE_MARKS, LineParser
-from nccl_logsift.parse.schema import LOCATION, TableSchemas, conform
+from nccl_logsift.parse.schema import TableSchemas, conform
 
 TABLE = "transports"
 FAMILY = "transport"
@@ -180,19 +180,28 @@ def _devs(name: str, devs: pl.Series, ids: np.ndarray) -> pl.Series:
 
 
 def merged(table: pl.DataFrame, fast: pl.DataFrame) -> pl.DataFrame:
-    """``table`` (the general parser's) with the fast path's rows of it, in line order. (Merging the two
-    sorted frames, ``merge_sorted`` on one key, cost as much as the sort: either gathers every column.)"""
+    """``table`` (the general parser's) with the fast path's rows of it, in line order. The rows are put in
+    order by one numpy sort of their places (:func:`_places`): polars' sort on the three columns encoded
+    them as rows first (coll4096's merges: 0.21 against 0.14 s). (Merging the two sorted frames,
+    ``merge_sorted`` on one key, cost as much as the sort: either gathers every column.)"""
     if fast.is_empty():
         return table
     if table.is_empty() and _in_line_order(fast):  # as the pieces come, mostly
         return fast
-    return pl.concat([table, fast]).sort(*LOCATION)
+    both = pl.concat([table, fast])
+    return both[np.argsort(_places(both), kind="stable")]
 
 
-def _in_line_order(frame: pl.DataFrame) -> bool:
+def _places(frame: pl.DataFrame) -> np.ndarray:
+    """Each row's place as one number, in the order of (source_id, line_no, part): 16, 32 and 8 bits."""
     place = frame.get_column("source_id").to_numpy().astype(np.uint64) << np.uint64(40)
     place |= frame.get_column("line_no").to_numpy().astype(np.uint64) << np.uint64(8)
     place |= frame.get_column("part").to_numpy().astype(np.uint64)
+    return place
+
+
+def _in_line_order(frame: pl.DataFrame) -> bool:
+    place = _places(frame)
     return bool(np.all(place[1:] > place[:-1]))
 
 

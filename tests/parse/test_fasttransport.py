@@ -151,3 +151,20 @@ def test_merged_rows_come_in_line_order_whichever_side_is_empty_or_out_of_order(
     assert fasttransport.merged(empty, fast).equals(fast)
     backwards = rows([(1, 3), (0, 5)])
     assert fasttransport.merged(empty, backwards).rows() == [(0, 5, 0), (1, 3, 0)]
+    # Every bit of each column counts: the largest source and line number, a glued line's parts.
+    far = pl.DataFrame(
+        {
+            "source_id": pl.Series([65535, 65535, 0], dtype=pl.UInt16),
+            "line_no": pl.Series([4_294_967_295, 7, 7], dtype=pl.UInt32),
+            "part": pl.Series([255, 2, 1], dtype=pl.UInt8),
+        }
+    )
+    near = far.with_columns(pl.col("part") - 1)
+    assert fasttransport.merged(far, near).rows() == [
+        (0, 7, 0),
+        (0, 7, 1),
+        (65535, 7, 1),
+        (65535, 7, 2),
+        (65535, 4_294_967_295, 254),
+        (65535, 4_294_967_295, 255),
+    ]
