@@ -153,9 +153,9 @@ class ByteView:
     def _views(self, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
         count = len(starts)
         views = np.empty((count, 4), dtype=np.uint32)
-        accel.split_views(
-            self.raw, starts.astype(np.int64, copy=False), lengths.astype(np.int64, copy=False), views
-        )
+        # Any integer arrays, strided or not (a row of the scans' outputs): the loop reads C-contiguous int64.
+        starts, lengths = (np.ascontiguousarray(a, dtype=np.int64) for a in (starts, lengths))
+        accel.split_views(self.raw, starts, lengths, views)
         return pa.Array.from_buffers(
             pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(self.raw)]
         )

@@ -210,3 +210,6 @@ def test_a_views_column_reads_back_every_range_of_every_length(monkeypatch, pure
     assert view.strings(starts_, lengths_, "text").to_list() == expected
     assert view.copied(starts_, lengths_, "text").to_list() == expected
     assert view.strings(starts_[:0], lengths_[:0], "text").to_list() == []
+    # Strided and narrower integer arrays, as the scans' outputs give them.
+    pairs = np.stack([starts_, lengths_]).astype(np.int32)
+    assert view.strings(pairs[0, ::2], pairs[1, ::2], "text").to_list() == expected[::2]
