@@ -126,7 +126,7 @@ def process_keys(frame: pl.DataFrame) -> np.ndarray:
         else pl.repeat(None, n, dtype=pl.Int64, eager=True)
     )
     if n <= _FEW_PROCESS_ROWS:
-        return np.array([_process_key(h, p) for h, p in zip(host.to_list(), pid.to_list())], dtype=np.uint64)
+        return pair_keys(host.to_list(), pid.to_list())
     pairs = pl.DataFrame([host.alias("host"), pid.alias("pid")])
     distinct = pairs.unique(maintain_order=True)
     keys = pl.Series("key", [_process_key(h, p) for h, p in distinct.iter_rows()], dtype=pl.UInt64)
@@ -137,6 +137,11 @@ def process_keys(frame: pl.DataFrame) -> np.ndarray:
 
 
 _FEW_PROCESS_ROWS = 64
+
+
+def pair_keys(hosts: list[str | None], pids: list[int | None]) -> np.ndarray:
+    """:func:`process_keys` of a few (host, pid) pairs, hashed in Python."""
+    return np.array([_process_key(h, p) for h, p in zip(hosts, pids)], dtype=np.uint64)
 
 
 def _process_key(host: str | None, pid: int | None) -> int:
@@ -196,8 +201,9 @@ class PrefixFields:
         self._added: list[pl.DataFrame] = []
         self._lock = threading.Lock()
 
-    def add(self, rows: pl.DataFrame) -> None:
-        """Add ``rows`` at the end (the same columns as the frame)."""
+    def add(self, rows: pl.DataFrame | list[tuple]) -> None:
+        """Add ``rows`` at the end: a frame of the same columns, or tuples in their order (made a frame,
+        with the tuples added next to them, when the frame is read)."""
         with self._lock:
             self._added.append(rows)
 
@@ -205,7 +211,19 @@ class PrefixFields:
     def frame(self) -> pl.DataFrame:
         with self._lock:
             if self._added:
-                self._frame = pl.concat([self._frame, *self._added], how="vertical_relaxed").rechunk()
+                schema = self._frame.schema
+                frames, tuples = [self._frame], []
+                for rows in self._added:
+                    if isinstance(rows, list):
+                        tuples += rows
+                        continue
+                    if tuples:
+                        frames.append(pl.DataFrame(tuples, schema=schema, orient="row"))
+                        tuples = []
+                    frames.append(rows)
+                if tuples:
+                    frames.append(pl.DataFrame(tuples, schema=schema, orient="row"))
+                self._frame = pl.concat(frames, how="vertical_relaxed").rechunk()
                 self._added = []
             return self._frame
 

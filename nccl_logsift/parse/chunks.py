@@ -26,7 +26,7 @@ from nccl_logsift.io.lines import MAX_LINE_BYTES, LineChunk, RawChunk
 from nccl_logsift.memory import copied
 from nccl_logsift.parse import fastcoll, fasttransport
 from nccl_logsift.parse.calls import LAUNCHER_STREAM, Calls, FastPiece, Names
-from nccl_logsift.parse.lineparser import GLUE_MARKS, PLAIN_FAMILIES, LineParser, hosts_of
+from nccl_logsift.parse.lineparser import GLUE_MARKS, PLAIN_FAMILIES, LineParser, ParsedPrefixes
 from nccl_logsift.parse.repeats import RepeatSkip, Saturated
 from nccl_logsift.parse.schema import conform
 from nccl_logsift.parse.sources import cut_alike, parse_sources
@@ -562,9 +562,9 @@ class _Scanner:
     def _tail_fields(self, tails: list[str]) -> pl.DataFrame:
         return fasttransport.tail_fields(self._parser, tails)
 
-    def _parse_prefixes(self, prefixes: list[str]) -> pl.DataFrame:
+    def _parse_prefixes(self, prefixes: list[str]) -> ParsedPrefixes:
         parsed = self._parser.parse_prefixes(prefixes, learn=False)
-        self._learned += hosts_of(parsed)
+        self._learned += parsed.hosts()
         return parsed
 
 

@@ -33,10 +33,11 @@ from nccl_logsift.parse.calls import (
     FastPiece,
     Names,
     PrefixFields,
-    process_keys,
+    pair_keys,
     signatures,
 )
 from nccl_logsift.parse.collscan import ByteTable
+from nccl_logsift.parse.lineparser import ParsedPrefixes
 
 __all__ = ["COLL_FIELDS", "FAMILY", "LAUNCHER_STREAM", "PATTERN", "TABLE", "CollFastPath", "FastRows"]
 
@@ -68,7 +69,7 @@ _NUMBERS = {
 # What the prefix parser returns for distinct prefixes: a "prefix" column, "producer" ("nccl" when the
 # prefix is exactly one clean NCCL INFO envelope, else null: the line goes to the general parser) and
 # the envelope and launcher fields.
-PrefixParser = Callable[[list[str]], pl.DataFrame]
+PrefixParser = Callable[[list[str]], ParsedPrefixes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,27 +197,16 @@ class Prefixes:
         if count > known:
             texts = [text.decode("utf-8", errors="replace") for text in self.table.strings(known, count)]
             parsed = self._parse(texts)
-            if parsed.get_column("prefix").to_list() != texts:  # by id: the rows in the order of the texts
-                parsed = pl.DataFrame({"prefix": pl.Series(texts, dtype=pl.String)}).join(
-                    parsed, on="prefix", how="left", maintain_order="left"
-                )
-            # From the column's values, not by a query (~0.1 ms, and every new per-rank file brings a prefix).
-            good = [producer is not None for producer in parsed.get_column("producer").to_list()]
-            self._good = np.concatenate([self._good, np.array(good, dtype=bool)])
-            # One frame of the Series, the launcher's stream renamed: a query (or a frame per step) costs
-            # ~0.1 to 0.3 ms, and every new per-rank file brings a prefix.
-            fields = pl.DataFrame(
-                [
-                    c.alias(LAUNCHER_STREAM) if c.name == "stream" else c
-                    for c in parsed.get_columns()
-                    if c.name not in ("prefix", "producer")
-                ]
+            self._good = np.concatenate([self._good, np.array(parsed.clean, dtype=bool)])
+            self._process = np.concatenate(
+                [self._process, pair_keys(parsed.column("host"), parsed.column("pid"))]
             )
-            self._process = np.concatenate([self._process, process_keys(fields)])
-            if self._fields is None:
-                self._fields = PrefixFields(fields)
-            else:  # grown at the end, in place: the pieces that index it still find their rows
-                self._fields.add(fields)
+            if self._fields is None:  # the launcher's stream renamed, as in the calls' frame
+                names = {LAUNCHER_STREAM if n == "stream" else n: t for n, t in parsed.columns.items()}
+                self._fields = PrefixFields(pl.DataFrame(schema=names))
+            # Tuples, made a frame by the main thread when it reads the fields (a frame per new per-rank
+            # file's prefix cost its scanning thread ~1 ms).
+            self._fields.add(parsed.fields)
         return self._good[ids]
 
     def fields(self, ids: np.ndarray) -> tuple[PrefixFields, np.ndarray]:

@@ -105,6 +105,8 @@ _SMALL_HEADS = 64
 _PRESENT_BYTES = 8 << 20
 # What ends the head of an NCCL INFO line (LineParser._apart_by_head): its envelope, the level and one space.
 _INFO = " NCCL INFO "
+# The columns of a read head (``LineParser._read_heads``) before the launcher and envelope fields.
+_HEAD_META = {"__head": pl.String, "__clean": pl.Boolean, "__start": pl.UInt32, "__msg": pl.UInt32}
 # What a line must hold to be cut into glued pieces (LineParser._split_glued), where the cut depends on the
 # hosts known when it is parsed: another process's NCCL envelope, a PyTorch "]:[" rank tag, a c10 glog head.
 GLUE_MARKS = (" NCCL ", "]:[", ".cpp:")
@@ -542,14 +544,14 @@ class _HeadReader:
     def __init__(self, launchers: _Prefixes, envelopes: _Prefixes, columns: Mapping[str, pl.DataType]):
         self.launchers, self.envelopes = launchers.patterns, envelopes.patterns
         self.columns = dict(columns)
-        self._nulls: dict[tuple[str, int], pl.Series] = {}  # (column, heads) → a column of nulls
+        self.schema = {**_HEAD_META, **self.columns}
         # Usable when every field and constant has an output column (the producer aside).
         every = (*self.launchers, *self.envelopes)
         self.usable = all(name in self.columns for prefix in every for name in prefix.fields) and all(
             key == "producer" or key in self.columns for prefix in every for key, _ in prefix.constants
         )
 
-    def read(self, heads: list[str]) -> pl.DataFrame | None:
+    def read(self, heads: list[str]) -> HeadRows | None:
         """The rows ``_read_heads`` gives ``heads``; None when a head is longer than _SMALL_BYTES (Python's
         engine backtracks, Rust's is linear), the searches ran past _SMALL_SECONDS or a field's text is
         not one ``cast_value`` vouches for: the polars steps read them then."""
@@ -600,34 +602,67 @@ class _HeadReader:
         except (TimeoutError, Unsure):
             return None
         info = len(_INFO.rstrip())
-        clean = [
-            p == "nccl" and v.get("level") == "INFO" and m == "" and fit
-            for p, v, m, fit in zip(producer, values, msg, fits)
+        names = list(self.columns)
+        rows = [
+            (
+                head,
+                p == "nccl" and v.get("level") == "INFO" and m == "" and fit,
+                len(head) + info - len(rest),
+                len(head) + len(_INFO),
+                *(v.get(name) for name in names),
+            )
+            for head, rest, p, v, m, fit in zip(heads, rests, producer, values, msg, fits)
         ]
+        return HeadRows(self.schema, rows)
+
+
+@dataclass(frozen=True)
+class HeadRows:
+    """What the launcher and envelope steps make of a few line heads, read in Python (:class:`_HeadReader`):
+    a tuple per head, in the order of ``schema`` (the columns of ``LineParser._read_heads``). A frame is
+    made only when one is asked for: a scanning thread meets a new head with every per-rank file, and the
+    frame of one head (28 columns) cost more than reading it."""
+
+    schema: dict[str, pl.DataType]
+    rows: list[tuple]
+
+    def frame(self) -> pl.DataFrame:
+        return pl.DataFrame(self.rows, schema=self.schema, orient="row")
+
+
+@dataclass(frozen=True)
+class ParsedPrefixes:
+    """Launcher and envelope fields of line heads that stop right before `` NCCL INFO ``
+    (:meth:`LineParser.parse_prefixes`), in the order asked: each head's fields as a tuple in the order of
+    ``columns``, and whether the head is exactly one clean INFO envelope (the fast paths take only those
+    lines; the others go to the general parser)."""
+
+    heads: list[str]
+    clean: list[bool]
+    columns: dict[str, pl.DataType]
+    fields: list[tuple]
+
+    def frame(self) -> pl.DataFrame:
+        """``prefix``, ``producer`` ("nccl" for a clean head, else null) and the columns, a row per head."""
         return pl.DataFrame(
             [
-                pl.Series("__head", heads, dtype=pl.String),
-                pl.Series("__clean", clean, dtype=pl.Boolean),
-                pl.Series("__start", [len(h) + info - len(r) for h, r in zip(heads, rests)], dtype=pl.UInt32),
-                pl.Series("__msg", [len(h) + len(_INFO) for h in heads], dtype=pl.UInt32),
-                *(
-                    self._column(name, dtype, [v.get(name) for v in values])
-                    for name, dtype in self.columns.items()
-                ),
-            ]
+                (head, "nccl" if clean else None, *row)
+                for head, clean, row in zip(self.heads, self.clean, self.fields)
+            ],
+            schema={"prefix": pl.String, "producer": pl.String, **self.columns},
+            orient="row",
         )
 
-    def _column(self, name: str, dtype: pl.DataType, values: list) -> pl.Series:
-        """A column of the frame: most are null for every head (the fields of the launchers not used), and
-        those are made once for each number of heads (a Series made from a list costs ~5 µs, the frame's 28
-        made anew cost as much as the rest of a read)."""
-        if any(value is not None for value in values):
-            return pl.Series(name, values, dtype=dtype)
-        key = (name, len(values))
-        null = self._nulls.get(key)
-        if null is None:
-            null = self._nulls[key] = pl.Series(name, values, dtype=dtype)
-        return null
+    def column(self, name: str) -> list:
+        """The values of column ``name``, one per head (each None when the grammars have no such field)."""
+        if name not in self.columns:
+            return [None] * len(self.heads)
+        at = list(self.columns).index(name)
+        return [row[at] for row in self.fields]
+
+    def hosts(self) -> list[str]:
+        """The hosts of the clean heads."""
+        return [h for c, h in zip(self.clean, self.column("host")) if c and h is not None]
 
 
 class _Heads:
@@ -635,18 +670,30 @@ class _Heads:
     the columns of ``LineParser._read_heads``), kept across batches and shared by the threads that ask:
     a thread's lines share their head, the COLL fast path's scanning threads meet the same new heads (a
     directory of per-rank files brings new ones with every file), and reading heads costs a few ms however
-    few they are. Emptied past _MAX_HEADS heads (a launcher's timestamp makes every line's head new)."""
+    few they are. Emptied past _MAX_HEADS heads (a launcher's timestamp makes every line's head new).
 
-    def __init__(self, read: Callable[[pl.Series], pl.DataFrame]):
+    Heads are asked for as a frame (:meth:`rows`, the general parser's) or as tuples (:meth:`tuples`, the
+    fast paths', which ask for a file's new head or two and want no frame of them)."""
+
+    def __init__(self, read: Callable[[pl.Series], pl.DataFrame | HeadRows]):
         self._read = read
         self._lock = threading.Lock()
         # The rows read, in order, joined only when a gather reads them: a directory of per-rank files brings
         # a head or two with every file, most of them asked for only as they are read.
         self._known: PrefixFields | None = None
         self._row: dict[str, int] = {}  # head → its row of _known
+        self._tuple: dict[str, tuple] = {}  # head → its row as read in Python (HeadRows), while known
         self._reading: dict[str, threading.Event] = {}  # heads being read, set when their read is done
 
     def rows(self, heads: list[str]) -> pl.DataFrame:
+        """The rows of ``heads``, in their order, as a frame."""
+        return self._fetch(heads, as_tuples=False)
+
+    def tuples(self, heads: list[str]) -> list[tuple]:
+        """The rows of ``heads``, in their order, as tuples in the order of the frame's columns."""
+        return self._fetch(heads, as_tuples=True)
+
+    def _fetch(self, heads: list[str], as_tuples: bool):
         """The rows of ``heads``, in their order.
 
         New heads are read outside the lock, so that a thread reading heads does not hold up another that
@@ -657,7 +704,7 @@ class _Heads:
             with self._lock:
                 missing = list(dict.fromkeys(head for head in heads if head not in self._row))
                 if not missing:
-                    return self._gather(heads)
+                    return self._gather(heads, as_tuples)
                 waits = {self._reading[head] for head in missing if head in self._reading}
                 new = [head for head in missing if head not in self._reading]
                 full = len(self._row) + len(missing) > _MAX_HEADS
@@ -672,9 +719,9 @@ class _Heads:
                     with self._lock:
                         self._add(new, read, full and not waits)
                         if not waits and new == heads:  # the rows asked for, as read (a new file's head)
-                            return read
+                            return _shaped(read, as_tuples)
                         if not waits and all(head in self._row for head in heads):
-                            return self._gather(heads)  # as added: another thread may forget them next
+                            return self._gather(heads, as_tuples)  # as added: another thread may forget them
                 finally:
                     with self._lock:
                         for head in new:
@@ -684,26 +731,39 @@ class _Heads:
             for wait in waits:
                 wait.wait()
 
-    def _add(self, new: list[str], read: pl.DataFrame, forget: bool) -> None:
+    def _add(self, new: list[str], read: pl.DataFrame | HeadRows, forget: bool) -> None:
         """Keep the rows ``read`` of heads ``new`` (with the lock held): all that were known are forgotten
         first when ``forget`` or when they would be too many."""
         if forget or len(self._row) + len(new) > _MAX_HEADS:
-            self._known, self._row = None, {}
+            self._known, self._row, self._tuple = None, {}, {}
         fresh = [n for n, head in enumerate(new) if head not in self._row]
         if fresh:
-            added = read[fresh] if len(fresh) < len(new) else read
-            if self._known is None:
-                self._known = PrefixFields(added)
+            if isinstance(read, HeadRows):
+                added: pl.DataFrame | list[tuple] = [read.rows[n] for n in fresh]
+                self._tuple.update((new[n], read.rows[n]) for n in fresh)
+                schema = read.schema
             else:
-                self._known.add(added)
+                added = read[fresh] if len(fresh) < len(new) else read
+                schema = read.schema
+            if self._known is None:
+                self._known = PrefixFields(pl.DataFrame(schema=schema))
+            self._known.add(added)
             start = len(self._row)
             self._row.update((new[n], start + k) for k, n in enumerate(fresh))
 
-    def _gather(self, heads: list[str]) -> pl.DataFrame:
+    def _gather(self, heads: list[str], as_tuples: bool) -> pl.DataFrame | list[tuple]:
         """The rows of ``heads``, every one known (with the lock held)."""
         assert self._known is not None
+        if as_tuples and all(head in self._tuple for head in heads):
+            return [self._tuple[head] for head in heads]
         row = self._row
-        return self._known.frame[[row[head] for head in heads]]
+        return _shaped(self._known.frame[[row[head] for head in heads]], as_tuples)
+
+
+def _shaped(read: pl.DataFrame | HeadRows, as_tuples: bool) -> pl.DataFrame | list[tuple]:
+    if isinstance(read, HeadRows):
+        return read.rows if as_tuples else read.frame()
+    return read.rows() if as_tuples else read
 
 
 class LineParser:
@@ -880,35 +940,29 @@ class LineParser:
         state.family_counts[family] += rows
 
     # ------------------------------------------------------------------ prefixes
-    def parse_prefixes(self, prefixes: list[str], learn: bool = True) -> pl.DataFrame:
+    def parse_prefixes(self, prefixes: list[str], learn: bool = True) -> ParsedPrefixes:
         """Launcher and envelope fields of line heads that stop right before `` NCCL INFO ``, in their order.
 
-        The fast paths cut a line there and ask once per distinct head. ``producer`` is "nccl" only when
-        the head is exactly one INFO envelope with nothing left over; otherwise it is null and the line
-        goes to :meth:`parse`. Each head is read once per parser (:class:`_Heads`); ``learn`` adds the
-        hosts of the clean ones to what the parser knows.
+        The fast paths cut a line there and ask once per distinct head. A head is clean only when it is
+        exactly one INFO envelope with nothing left over; otherwise its lines go to :meth:`parse`. Each head
+        is read once per parser (:class:`_Heads`); ``learn`` adds the hosts of the clean ones to what the
+        parser knows. No frame is made: a scanning thread asks for every per-rank file's new head.
         """
-        frame = self._heads.rows(prefixes)
-        # Built from the frame's columns, not by a query (~0.3 ms each, and every new per-rank file asks).
-        clean = frame.get_column("__clean")
-        producer = pl.Series("producer", ["nccl" if c else None for c in clean.to_list()], dtype=pl.String)
-        parsed = pl.DataFrame(
-            [
-                frame.get_column("__head").alias("prefix"),
-                producer,
-                *(frame.get_column(name) for name in self.schemas.prefix_columns),
-            ]
+        rows = self._heads.tuples(prefixes)
+        start = len(_HEAD_META)
+        parsed = ParsedPrefixes(
+            prefixes, [row[1] for row in rows], self.schemas.prefix_columns, [row[start:] for row in rows]
         )
         if learn:
-            self.state.known_hosts.update(hosts_of(parsed))
+            self.state.known_hosts.update(parsed.hosts())
         return parsed
 
-    def _read_heads(self, heads: pl.Series) -> pl.DataFrame:
+    def _read_heads(self, heads: pl.Series) -> pl.DataFrame | HeadRows:
         """What the launcher and envelope steps make of line heads that stop right before `` NCCL INFO ``
         (``__head``): the launcher and envelope fields, whether the head is exactly one INFO envelope with
         nothing left over and no number too large for its column (``__clean``), and how many characters
         of it the launcher prefixes take (``__start``: the line's ``rest`` starts there) and where the
-        message starts (``__msg``)."""
+        message starts (``__msg``). A few heads are read in Python, as tuples (:class:`HeadRows`)."""
         if len(heads) <= _SMALL_HEADS:
             read = self._head_reader.read(heads.to_list())
             if read is not None:
@@ -1424,9 +1478,3 @@ def shape_of(msg: pl.Expr) -> pl.Expr:
         .str.replace_all(r"\b[0-9a-f]*\d[0-9a-f]*\b", "<n>")
         .str.slice(0, 160)
     )
-
-
-def hosts_of(prefixes: pl.DataFrame) -> list[str]:
-    """The hosts of the clean NCCL envelopes among parsed prefixes (``LineParser.parse_prefixes``)."""
-    producer, host = prefixes.get_column("producer").to_list(), prefixes.get_column("host").to_list()
-    return [h for p, h in zip(producer, host) if p is not None and h is not None]

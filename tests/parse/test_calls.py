@@ -219,8 +219,9 @@ def test_process_keys_tell_every_host_and_pid_apart_alike_for_few_rows_and_many(
 
 
 def test_prefix_fields_added_by_one_thread_are_read_whole_by_another():
-    """A scanning thread adds a file's prefix rows (``PrefixFields.add``); they join the frame when it is
-    read, so a piece that indexes them finds them, while the thread goes on adding."""
+    """A scanning thread adds a file's prefix rows (``PrefixFields.add``, a frame or tuples); they join the
+    frame when it is read, in the order added, so a piece that indexes them finds them, while the thread
+    goes on adding."""
     import threading
 
     from nccl_logsift.parse.calls import PrefixFields
@@ -228,9 +229,12 @@ def test_prefix_fields_added_by_one_thread_are_read_whole_by_another():
     fields = PrefixFields(pl.DataFrame({"host": ["h0"], "pid": [0]}))
     done = threading.Event()
 
-    def add() -> None:
+    def add() -> None:  # frames and tuples (a fast path's new prefixes), in turns of a few
         for n in range(1, 2001):
-            fields.add(pl.DataFrame({"host": [f"h{n}"], "pid": [n]}))
+            if n // 3 % 2:
+                fields.add([(f"h{n}", n)])
+            else:
+                fields.add(pl.DataFrame({"host": [f"h{n}"], "pid": [n]}))
         done.set()
 
     thread = threading.Thread(target=add)
@@ -240,4 +244,6 @@ def test_prefix_fields_added_by_one_thread_are_read_whole_by_another():
         assert frame["pid"].to_list() == list(range(frame.height))
     thread.join()
     assert fields.frame["pid"].to_list() == list(range(2001))
+    assert fields.frame["host"].to_list() == [f"h{n}" for n in range(2001)]
+    assert fields.frame.schema == {"host": pl.String, "pid": pl.Int64}
     assert fields.frame.n_chunks() == 1

@@ -369,7 +369,7 @@ def test_the_heads_a_parser_read_are_kept_until_there_are_too_many(monkeypatch):
     heads = [f"gpu-node-{n}:12:12 [0]" for n in range(5)]
     asked = [heads[:2], heads[1:3], heads[:3], heads[2:5] + heads[2:3]]
     for some in asked:
-        rows = parser.parse_prefixes(some)
+        rows = parser.parse_prefixes(some).frame()
         assert rows["prefix"].to_list() == some
         assert rows["host"].to_list() == [head.split(":")[0] for head in some]
     assert read == [heads[:2], heads[2:3], heads[2:5]]
@@ -403,7 +403,7 @@ def test_threads_reading_heads_at_once_each_get_the_rows_of_their_heads(monkeypa
 
     def ask(some: list[list[str]]) -> None:
         for wanted in some:
-            rows = parser.parse_prefixes(wanted)
+            rows = parser.parse_prefixes(wanted).frame()
             if rows["host"].to_list() != [head.split(":")[0] for head in wanted]:
                 failures.append(f"{wanted}: {rows['host'].to_list()}")
 
@@ -474,13 +474,40 @@ def test_heads_read_in_python_are_read_as_the_launcher_and_envelope_steps_read_t
         steps = parser._read_heads(pl.Series([head], dtype=pl.String))
         monkeypatch.setattr(lineparser, "_SMALL_HEADS", 64)
         if python is not None:
-            assert python.equals(steps, null_equal=True), head
-            assert python.schema == steps.schema
+            assert python.frame().equals(steps, null_equal=True), head
+            assert python.frame().schema == steps.schema
     assert sum(read_in_python) >= len(heads) - 6  # the long one, +5, and the few Python leaves to polars
     assert parser._head_reader.read(["gpu-node-1:12:12 [0]", "a" * 300]) is None
     vouched = [head for head, ok in zip(heads, read_in_python) if ok]
     together = parser._head_reader.read(vouched)
-    assert together is not None and together["__head"].to_list() == vouched
+    assert together is not None and [row[0] for row in together.rows] == vouched
+
+
+@pytest.mark.parametrize("small_heads", [0, 64])
+def test_parsed_prefixes_are_the_heads_rows_however_they_were_read(monkeypatch, small_heads):
+    """The fast paths get a head's fields as tuples (``parse_prefixes``), read in Python or, past
+    _SMALL_HEADS, by the steps in polars: either way ``frame()`` holds the rows the general parser's frame
+    of the same heads holds, asked for once or again once known, and ``hosts()`` the hosts of the clean
+    ones only."""
+    from nccl_logsift.parse import lineparser
+
+    monkeypatch.setattr(lineparser, "_SMALL_HEADS", small_heads)
+    heads = list(dict.fromkeys(_heads_of_lines(HEADED + UNHEADED) + ODD_HEADS))
+    expected = LineParser(load_grammars())._heads.rows(heads)
+    parser = LineParser(load_grammars())
+    for ask in ([heads[0]], heads, heads[::-1]):  # new, then partly known, then known
+        parsed = parser.parse_prefixes(ask)
+        rows = expected[[heads.index(head) for head in ask]]
+        frame = parsed.frame()
+        assert frame["prefix"].to_list() == ask
+        assert frame["producer"].to_list() == ["nccl" if c else None for c in rows["__clean"].to_list()]
+        columns = list(parser.schemas.prefix_columns)
+        assert frame.select(columns).equals(rows.select(columns), null_equal=True)
+        assert parsed.hosts() == [
+            h for c, h in rows.select("__clean", "host").iter_rows() if c and h is not None
+        ]
+    assert any(parsed.clean) and not all(parsed.clean)
+    assert parsed.column("no such field") == [None] * len(heads)
 
 
 def test_fields_cast_in_python_are_the_fields_polars_casts():
