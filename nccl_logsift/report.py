@@ -85,6 +85,10 @@ def summarize_job(job: Job) -> JobSummary:
     )
 
 
+# The columns of a rank's last call that its state shows, in the order rank_states reads them.
+_STATE_COLUMNS = ("global_rank", "rank", "comm_uid", "ordinal", "source_id", "line_no", "host", "pid", "op")
+
+
 def rank_states(job: Job) -> tuple[RankState, ...]:
     """Where every rank stopped, per communicator: its last COLL line, or PyTorch's view of its work."""
     coll = job.table("collectives")
@@ -118,19 +122,23 @@ def rank_states(job: Job) -> tuple[RankState, ...]:
             (e.line, e.path): e
             for e in job.evidence(last.select("source_id", "line_no", "part"), limit=last.height)
         }
-        for row in last.iter_rows(named=True):
-            rank = row["global_rank"] if row["global_rank"] is not None else row["rank"]
-            path = job.paths[row["source_id"]] if row["source_id"] < len(job.paths) else "?"
+        # By columns, not a dict per row: a 4096-rank job has 16k states.
+        paths = job.paths
+        for global_rank, member, comm, ordinal, source, line, host, pid, op in zip(
+            *(last.get_column(name).to_list() for name in _STATE_COLUMNS)
+        ):
+            rank = global_rank if global_rank is not None else member
+            path = paths[source] if source < len(paths) else "?"
             states.append(
                 RankState(
                     rank=rank,
-                    host=row["host"],
-                    pid=row["pid"],
-                    comm=row["comm_uid"],
-                    last_op=row["op"],
-                    last_seq=row["ordinal"] + 1,
+                    host=host,
+                    pid=pid,
+                    comm=comm,
+                    last_op=op,
+                    last_seq=ordinal + 1,
                     last_completed_seq=completed.get(rank),
-                    last_line=evidence.get((row["line_no"], path)),
+                    last_line=evidence.get((line, path)),
                 )
             )
         return tuple(states)

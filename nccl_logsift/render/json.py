@@ -112,7 +112,8 @@ def render_json(report: Report) -> str:
     data = to_dict(report)
     ranks = data.pop("ranks")
     head = json.dumps(data, indent=2, ensure_ascii=False)  # ends with "\n}"
-    lines = ",\n".join("    " + json.dumps(rank, ensure_ascii=False) for rank in ranks)
+    encode = json.JSONEncoder(ensure_ascii=False).encode  # one encoder for them all, not one a rank
+    lines = ",\n".join("    " + encode(rank) for rank in ranks)
     return head[:-2] + ',\n  "ranks": ' + (f"[\n{lines}\n  ]" if ranks else "[]") + "\n}\n"
 
 
