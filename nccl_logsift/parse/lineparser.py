@@ -101,6 +101,8 @@ _SMALL_ROWS = 5000
 _CAST_ROWS = 256
 # The most heads read in Python, not in polars (_HeadReader).
 _SMALL_HEADS = 64
+# Up to this many lines are tested for literals in Python (LineParser.marked).
+_FEW_MARKED = 256
 # The most bytes of messages searched for anchors at once (LineParser._present).
 _PRESENT_BYTES = 8 << 20
 # What ends the head of an NCCL INFO line (LineParser._apart_by_head): its envelope, the level and one space.
@@ -824,6 +826,11 @@ class LineParser:
         ``plain``, their :meth:`unlabeled_plain` codes (None without a plain test), in one query: a
         scanning thread asks both of every chunk's leftovers, and a per-rank file is a chunk."""
         code = self._plain_code() if plain else None
+        if code is None and marks is not None and len(text) <= _FEW_MARKED:
+            # In Python: a query (handed to polars' threads) cost ~1 ms however few the lines, and a per-rank
+            # file leaves a few dozen.
+            found = [t is not None and any(mark in t for mark in marks) for t in text.to_list()]
+            return np.array(found, dtype=bool), None
         columns = [] if marks is None else [pl.col("rest").str.contains_any(marks).alias("marked")]
         columns += [] if code is None else [code.alias("plain")]
         if not columns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -508,6 +509,41 @@ def test_parsed_prefixes_are_the_heads_rows_however_they_were_read(monkeypatch, 
         ]
     assert any(parsed.clean) and not all(parsed.clean)
     assert parsed.column("no such field") == [None] * len(heads)
+
+
+def test_lines_marked_in_python_are_those_polars_marks(monkeypatch):
+    """A few lines are tested for literals in Python (``LineParser.marked``, a per-rank file's leftovers),
+    more in polars: both mark the same lines, whatever where the literal is, or is not, in them."""
+    from nccl_logsift.parse import lineparser
+
+    marks = [" NCCL ", "]:[", "- Init ", "opCount "]
+    texts = [
+        "",
+        "x",
+        " NCCL ",
+        "host:1:1 [0] NCCL INFO opCount 1",
+        "step 3 | loss 2.0",
+        "[rank0]:[W1126 ProcessGroupNCCL.cpp:1] x",
+        "ncclCommInitRank comm 0x1 - Init COMPLETE",
+        "opCount",
+        "NCCL INFO",
+        "nœud NCCL x",
+        "nœud  NCCL x",
+        "- Init",
+        " -  Init ",
+        "a]:[b",
+        "]:",
+    ]
+    text = pl.Series("text", texts * 3, dtype=pl.String)
+    parser = LineParser(load_grammars())
+    monkeypatch.setattr(lineparser, "_FEW_MARKED", 0)
+    in_polars, _ = parser.marked(text, marks, plain=False)
+    monkeypatch.setattr(lineparser, "_FEW_MARKED", len(text))
+    in_python, plain = parser.marked(text, marks, plain=False)
+    assert plain is None and in_python.dtype == np.bool_
+    assert in_python.tolist() == in_polars.tolist()
+    assert in_python.tolist()[: len(texts)] == [any(mark in t for mark in marks) for t in texts]
+    assert 0 < sum(in_python) < len(text)
 
 
 def test_fields_cast_in_python_are_the_fields_polars_casts():
