@@ -36,6 +36,21 @@ static inline int ctz64(uint64_t word) {
 
 #define MAX_ARRAYS 32
 
+/* A loop over fewer elements than this keeps the GIL. Letting it go costs nothing, but taking it back while
+ * another thread runs Python waits until that thread lets go: up to the switch interval (5 ms), for a loop of
+ * microseconds. A scanning thread ran a handful of such loops a chunk. */
+#define GIL_FREE_ELEMENTS 65536
+
+/* The GIL let go for a loop over `elements` (NULL: kept); give the result to gil_back() after the loop. */
+static inline PyThreadState *gil_off(int64_t elements) {
+    return elements >= GIL_FREE_ELEMENTS ? PyEval_SaveThread() : NULL;
+}
+
+static inline void gil_back(PyThreadState *saved) {
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
+}
+
 typedef enum {
     BOOL,  /* numpy bool_ */
     U8,

@@ -26,14 +26,14 @@ static PyObject *py_signatures(PyObject *self, PyObject *const *args, Py_ssize_t
         const int32_t *o = op.data;
         const int64_t *c = count.data, *d = datatype.data, *r = redop.data, *t = root.data;
         int64_t *signature = out.data;
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(op.length);
         for (int64_t i = 0; i < op.length; i++) {
             uint64_t h = mix((uint64_t)(int64_t)o[i], (uint64_t)c[i]);
             h = mix(h, (uint64_t)d[i]);
             h = mix(h, (uint64_t)r[i]);
             signature[i] = (int64_t)mix(h, (uint64_t)t[i]);
         }
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);
@@ -51,10 +51,10 @@ static PyObject *py_instance_keys(PyObject *self, PyObject *const *args, Py_ssiz
             || bad_arguments("calls_instance_keys", "the columns must be as long"))) {
         const uint64_t *p = process.data, *c = comm.data;
         uint64_t *key = out.data;
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(process.length);
         for (int64_t i = 0; i < process.length; i++)
             key[i] = mix(p[i], c[i]);
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);
@@ -69,10 +69,10 @@ static PyObject *py_ascending(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (arity(n, 1, "calls_ascending") && take(&held, args[0], "seq", I64, 1, false, &seq)) {
         const int64_t *s = seq.data;
         int64_t i = 1;
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(seq.length);
         while (i < seq.length && s[i] >= s[i - 1])
             i++;
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = PyBool_FromLong(i >= seq.length);
     }
     release(&held);

@@ -680,10 +680,10 @@ static PyObject *py_transports(PyObject *self, PyObject *const *args, Py_ssize_t
             result = PyLong_FromLong(0); /* not the data's words view with its padding: nothing is read */
         } else {
             int64_t taken;
-            Py_BEGIN_ALLOW_THREADS
+            PyThreadState *saved = gil_off(count);
             taken = transport_loop(data.data, words.data, starts.data, ends.data, rows.data, count, starts.length,
                                    data.length, prefixes, tails, devs, integers.data, ids.data, width);
-            Py_END_ALLOW_THREADS
+            gil_back(saved);
             result = PyLong_FromLongLong(taken);
         }
     }
@@ -720,10 +720,10 @@ static PyObject *py_find(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         && take_rows(&held, args + 1, "collscan_find", &data, &words, &starts, &stops, &ids)) {
         const int64_t *first = starts.data, *last = stops.data;
         int32_t *out = ids.data;
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(starts.length);
         for (int64_t row = 0; row < starts.length; row++)
             out[row] = find(table, words.data, first[row], last[row]);
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);
@@ -751,9 +751,9 @@ static PyObject *py_add(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         if (2 * strings > table.size || strings > table.capacity || used > table.room) {
             bad_arguments("collscan_add", "the table has no room for the strings (ByteTable.make_room)");
         } else {
-            Py_BEGIN_ALLOW_THREADS
+            PyThreadState *saved = gil_off(starts.length);
             add_loop(table, data.data, words.data, starts.data, stops.data, ids.data, starts.length);
-            Py_END_ALLOW_THREADS
+            gil_back(saved);
             result = Py_NewRef(Py_None);
         }
     }
@@ -775,14 +775,14 @@ static PyObject *py_rehash(PyObject *self, PyObject *const *args, Py_ssize_t n) 
         int32_t *slot_of = slots.data;
         const uint64_t *hash = hashes.data;
         int64_t size = slots.length;
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(count);
         for (int64_t i = 0; i < count; i++) {
             int64_t slot = home(hash[i], size);
             while (slot_of[slot] != EMPTY_ID)
                 slot = (slot + 1) & (size - 1);
             slot_of[slot] = (int32_t)i;
         }
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);

@@ -495,9 +495,9 @@ static PyObject *py_alive(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         && take(&held, args[6], "alive", BOOL, 1, true, &alive)
         && ((row.length == slot.length && alive.length == slot.length)
             || bad_arguments("digest_alive", "slot, row and alive must have the same length"))) {
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(slot.length);
         alive_loop(slot.data, row.data, slot.length, total, recent, r, alive.data);
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);

@@ -30,9 +30,9 @@ static PyObject *py_ids(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         && take(&held, args[2], "batch", U64, 1, false, &batch) && take_int(args[3], "count", &count)
         && take(&held, args[4], "out", I64, 1, true, &out) && take_int(args[5], "done", &done)
         && ((out.length >= batch.length && done >= 0) || bad_arguments("keymap_ids", "out is shorter than the batch"))) {
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(batch.length);
         done = ids_loop(table, batch.data, batch.length, &count, out.data, done);
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_BuildValue("LL", (long long)done, (long long)count);
     }
     release(&held);
@@ -47,11 +47,11 @@ static PyObject *py_rehash(PyObject *self, PyObject *const *args, Py_ssize_t n) 
     if (arity(n, 4, "keymap_rehash") && take_table(&held, args[0], args[1], "old", &old)
         && take_table(&held, args[2], args[3], "new", &table)
         && (table.size >= old.size || bad_arguments("keymap_rehash", "the new table is smaller"))) {
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(old.size);
         for (int64_t i = 0; i < old.size; i++)
             if (old.slots[i] != EMPTY)
                 keymap_find_or_add(table, old.keys[i], old.slots[i]);
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);
@@ -68,10 +68,10 @@ static PyObject *py_fill(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         && take(&held, args[2], "distinct", U64, 1, false, &distinct)
         && (2 * distinct.length <= table.size || bad_arguments("keymap_fill", "the table has no room for the keys"))) {
         const uint64_t *keys = distinct.data;
-        Py_BEGIN_ALLOW_THREADS
+        PyThreadState *saved = gil_off(distinct.length);
         for (int64_t g = 0; g < distinct.length; g++)
             keymap_find_or_add(table, keys[g], g);
-        Py_END_ALLOW_THREADS
+        gil_back(saved);
         result = Py_NewRef(Py_None);
     }
     release(&held);

@@ -169,6 +169,9 @@ static PyObject *py_bounds(PyObject *self, PyObject *const *args, Py_ssize_t n) 
     return result;
 }
 
+/* The bytes searched for a newline with the GIL held, before the rest is searched without it (arrays.h). */
+#define NEAR_BYTES 4096
+
 /* split_last_newline(data, start, stop) -> where the last "\n" of data[start:stop] is, or -1 */
 static PyObject *py_last_newline(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     Held held = {.count = 0};
@@ -179,11 +182,15 @@ static PyObject *py_last_newline(PyObject *self, PyObject *const *args, Py_ssize
         && take_int(args[1], "start", &start) && take_int(args[2], "stop", &stop)
         && ((0 <= start && stop <= data.length) || bad_arguments("split_last_newline", "the range is outside the data"))) {
         const uint8_t *bytes = data.data;
-        int64_t at = stop - 1;
-        Py_BEGIN_ALLOW_THREADS
-        while (at >= start && bytes[at] != '\n')
+        int64_t at = stop - 1, near = stop - NEAR_BYTES > start ? stop - NEAR_BYTES : start;
+        while (at >= near && bytes[at] != '\n') /* a line's length from the end, mostly: the GIL kept */
             at--;
-        Py_END_ALLOW_THREADS
+        if (at < near && at >= start) {
+            Py_BEGIN_ALLOW_THREADS
+            while (at >= start && bytes[at] != '\n')
+                at--;
+            Py_END_ALLOW_THREADS
+        }
         result = PyLong_FromLongLong(at >= start ? at : -1);
     }
     release(&held);
@@ -198,11 +205,15 @@ static PyObject *py_next_newline(PyObject *self, PyObject *const *args, Py_ssize
     PyObject *result = NULL;
     if (arity(n, 2, "split_next_newline") && take(&held, args[0], "data", U8, 1, false, &data)
         && take_int(args[1], "start", &start) && (start >= 0 || bad_arguments("split_next_newline", "start is negative"))) {
-        const uint8_t *found = NULL;
-        if (start < data.length) {
-            Py_BEGIN_ALLOW_THREADS
-            found = memchr((const uint8_t *)data.data + start, '\n', data.length - start);
-            Py_END_ALLOW_THREADS
+        const uint8_t *found = NULL, *bytes = data.data;
+        if (start < data.length) { /* a line's length from start, mostly: the GIL kept */
+            int64_t near = data.length - start < NEAR_BYTES ? data.length - start : NEAR_BYTES;
+            found = memchr(bytes + start, '\n', (size_t)near);
+            if (found == NULL && start + near < data.length) {
+                Py_BEGIN_ALLOW_THREADS
+                found = memchr(bytes + start + near, '\n', (size_t)(data.length - start - near));
+                Py_END_ALLOW_THREADS
+            }
         }
         result = PyLong_FromLongLong(found ? found - (const uint8_t *)data.data : -1);
     }
@@ -257,10 +268,10 @@ static PyObject *py_keys(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         if (!ok) {
             bad_arguments("split_keys", "index, starts and ends must name ranges of the data, one key each");
         } else {
-            Py_BEGIN_ALLOW_THREADS
+            PyThreadState *saved = gil_off(index.length);
             for (int64_t k = 0; k < index.length; k++)
                 out[k] = text_key(bytes + start[at[k]], end[at[k]] - start[at[k]]);
-            Py_END_ALLOW_THREADS
+            gil_back(saved);
             Py_INCREF(Py_None);
             result = Py_None;
         }
@@ -290,7 +301,7 @@ static PyObject *py_views(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         } else {
             const uint8_t *bytes = data.data;
             uint32_t *out = views.data;
-            Py_BEGIN_ALLOW_THREADS
+            PyThreadState *saved = gil_off(starts.length);
             for (int64_t k = 0; k < starts.length; k++, out += 4) {
                 uint32_t size = (uint32_t)length[k];
                 const uint8_t *at = bytes + start[k];
@@ -305,7 +316,7 @@ static PyObject *py_views(PyObject *self, PyObject *const *args, Py_ssize_t n) {
                     out[3] = (uint32_t)start[k];
                 }
             }
-            Py_END_ALLOW_THREADS
+            gil_back(saved);
             Py_INCREF(Py_None);
             result = Py_None;
         }
