@@ -47,12 +47,6 @@ FAMILY = "transport"
 # these six from every line.
 CANONICAL = "Channel 0/0 : 0[0] -> 1[1]"
 SCANNED = {"channel": 0, "conn_index": 0, "from_rank": 0, "from_dev": "0", "to_rank": 1, "to_dev": "1"}
-# A chunk's lines whose heads the prefix table does not know yet are taken only when at least this many:
-# reading new heads costs ~1.2 ms a call however few (frames of ~30 columns), what the general parser
-# takes for ~300 lines, and it reads them in its batch anyway. A per-rank file's init thread prints ~50
-# transport lines (world512.per-rank: 7.7 to 8.1 s a GB when each file paid the call); a 4096-rank
-# console's chunk, thousands under a few hundred new heads.
-NEW_HEAD_LINES = 256
 
 
 def tail_fields(parser: LineParser, tails: list[str]) -> pl.DataFrame:
@@ -257,11 +251,6 @@ class TransportFastPath:
         if not taken:
             return none
         integers, ids = integers[:, :taken], ids[:, :taken]
-        unknown = ids[collscan.T_PREFIX_ID] < 0
-        if 0 < unknown.sum() < NEW_HEAD_LINES:  # their heads are not worth a parse of their own
-            integers, ids = integers[:, ~unknown], ids[:, ~unknown]
-            if not ids.shape[1]:
-                return none
         lines = integers[collscan.T_LINE]
         clean = self._prefixes.number(
             view, chunk.starts[lines], integers[collscan.T_PREFIX_STOP], ids[collscan.T_PREFIX_ID]

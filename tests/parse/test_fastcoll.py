@@ -24,13 +24,6 @@ GRAMMARS = load_grammars()
 KEY = ["source_id", "line_no", "part"]
 
 
-@pytest.fixture(autouse=True)
-def every_transport_line_fast(monkeypatch):
-    """The transport fast path takes every line it can, however few a chunk holds: held to the general
-    parser on every log, not only on those with hundreds of transport lines a chunk."""
-    monkeypatch.setattr("nccl_logsift.parse.fasttransport.NEW_HEAD_LINES", 0)
-
-
 def general(path: Path) -> tuple[dict[str, pl.DataFrame], object]:
     """Every line through LineParser.parse only: the reference."""
     parser, tables = parse_each_chunk(path)

@@ -16,7 +16,7 @@ from nccl_logsift.io.sources import expand_paths
 from nccl_logsift.parse import fasttransport
 from nccl_logsift.parse.fastcoll import CollFastPath
 from nccl_logsift.parse.lineparser import LineParser
-from tests.parse.test_fastcoll import assert_same_tables, every_transport_line_fast  # noqa: F401 (autouse)
+from tests.parse.test_fastcoll import assert_same_tables
 
 GRAMMARS = load_grammars()
 HEAD = "gpu-node-3:4120:4188 [2] NCCL INFO "
@@ -102,12 +102,16 @@ def test_lines_of_every_kind_between_transport_lines_keep_their_order_and_heads(
     assert_same_tables(path)
 
 
-def test_a_chunk_with_few_lines_under_new_heads_leaves_them_to_the_general_parser(tmp_path, monkeypatch):
-    monkeypatch.setattr("nccl_logsift.parse.fasttransport.NEW_HEAD_LINES", 4)
-    lines = [HEAD + "Channel 02/0 : 2[2] -> 3[3] via P2P/CUMEM/read"] * 3
-    assert taken(_log(tmp_path, lines)) == 0
-    assert taken(_log(tmp_path, lines + lines[:1])) == 4
-    assert_same_tables(_log(tmp_path, lines))
+def test_a_few_lines_under_a_new_head_take_the_fast_path(tmp_path):
+    """A per-rank file's init thread prints a few dozen transport lines under a head no line before had:
+    the head is read for them (as tuples, ``LineParser.parse_prefixes``), not left to the general parser."""
+    lines = [HEAD + "Channel 02/0 : 2[2] -> 3[3] via P2P/CUMEM/read"]
+    assert taken(_log(tmp_path, lines)) == 1
+    other = HEAD.replace(":4188 ", ":4189 ")
+    assert other != HEAD
+    mixed = lines * 2 + [other + "Channel 03/0 : 2[2] -> 3[3] via P2P/CUMEM/read"]
+    assert taken(_log(tmp_path, mixed)) == 3
+    assert_same_tables(_log(tmp_path, mixed))
 
 
 def test_tail_fields_take_a_tail_only_when_the_grammar_reads_the_scanned_values():

@@ -53,12 +53,22 @@ def test_the_general_parser_runs_a_bounded_number_of_times_not_once_per_file(ran
     files = len(list(ranks.iterdir()))
     parses = [Calls(monkeypatch, LineParser, name) for name in ("parse", "parse_unfit")]
     heads = Calls(monkeypatch, LineParser, "_read_heads")
+    read: list[str] = []
+    read_heads = LineParser._read_heads  # counted above
+
+    def recorded(self: LineParser, asked: pl.Series):
+        read.extend(asked.to_list())
+        return read_heads(self, asked)
+
+    monkeypatch.setattr(LineParser, "_read_heads", recorded)
     summary, _ = parse_job([str(ranks)], OPTIONS)
     assert files == 5 and len(summary.inputs) == files
     assert sum(calls.count for calls in parses) == 1
-    # Each process's COLL lines have one prefix, met by both scanning threads and read once; the heads of
-    # the lines left to the general parser (other threads' init lines) are read in its one call.
-    assert heads.count <= (files - 1) + 1
+    # Each process's COLL lines (its main thread) and transport lines (its init thread) have a head each,
+    # met by both scanning threads and read once; the heads of the other lines left to the general parser
+    # are read in its one call.
+    assert heads.count <= 2 * (files - 1) + 1
+    assert len(read) == len(set(read)), "a head was read twice"
 
 
 def test_the_tables_are_those_of_parsing_each_file_on_its_own(ranks, monkeypatch):
