@@ -198,7 +198,7 @@ class PrefixFields:
 
     def __init__(self, frame: pl.DataFrame):
         self._frame = frame
-        self._added: list[pl.DataFrame] = []
+        self._added: list[pl.DataFrame | list[tuple]] = []
         self._lock = threading.Lock()
 
     def add(self, rows: pl.DataFrame | list[tuple]) -> None:

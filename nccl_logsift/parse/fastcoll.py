@@ -66,9 +66,8 @@ _NUMBERS = {
     "nranks": collscan.NRANKS,
 }
 
-# What the prefix parser returns for distinct prefixes: a "prefix" column, "producer" ("nccl" when the
-# prefix is exactly one clean NCCL INFO envelope, else null: the line goes to the general parser) and
-# the envelope and launcher fields.
+# What parses distinct prefixes (LineParser.parse_prefixes): each one's envelope and launcher fields, and
+# whether it is exactly one clean NCCL INFO envelope (else its lines go to the general parser).
 PrefixParser = Callable[[list[str]], ParsedPrefixes]
 
 

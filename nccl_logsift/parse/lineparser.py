@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -695,7 +695,7 @@ class _Heads:
         """The rows of ``heads``, in their order, as tuples in the order of the frame's columns."""
         return self._fetch(heads, as_tuples=True)
 
-    def _fetch(self, heads: list[str], as_tuples: bool):
+    def _fetch(self, heads: list[str], as_tuples: bool) -> Any:
         """The rows of ``heads``, in their order.
 
         New heads are read outside the lock, so that a thread reading heads does not hold up another that
@@ -743,12 +743,10 @@ class _Heads:
             if isinstance(read, HeadRows):
                 added: pl.DataFrame | list[tuple] = [read.rows[n] for n in fresh]
                 self._tuple.update((new[n], read.rows[n]) for n in fresh)
-                schema = read.schema
             else:
                 added = read[fresh] if len(fresh) < len(new) else read
-                schema = read.schema
             if self._known is None:
-                self._known = PrefixFields(pl.DataFrame(schema=schema))
+                self._known = PrefixFields(pl.DataFrame(schema=read.schema))
             self._known.add(added)
             start = len(self._row)
             self._row.update((new[n], start + k) for k, n in enumerate(fresh))
