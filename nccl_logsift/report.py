@@ -97,18 +97,7 @@ def rank_states(job: Job) -> tuple[RankState, ...]:
     if not coll.is_empty() and coll["comm_uid"].drop_nulls().len():
         # The columns a rank's state shows, first: a sort of every column of a 4096-rank job's window of
         # calls held ~60 MB more than anything before it.
-        shown = [
-            "comm_uid",
-            "rank",
-            "ordinal",
-            "global_rank",
-            "source_id",
-            "line_no",
-            "part",
-            "host",
-            "pid",
-            "op",
-        ]
+        shown = [*_STATE_COLUMNS, "part"]  # and the line's part, which its evidence is looked up by
         last = (
             coll.select(shown)
             .filter(pl.col("comm_uid").is_not_null())
