@@ -9,7 +9,8 @@ mean, the fastest and the slowest wall time, the mean CPU seconds and the larges
 
 Each checkout runs from its own directory: `python -m nccl_logsift` imports the package of the working
 directory before `PYTHONPATH`, and a script that ran two checkouts from one directory timed the same code
-twice (benchmarks/README.md, sixth pass). The package each run imported is checked before the first run.
+twice (benchmarks/README.md, sixth pass). The package each run imported is checked before the first run,
+and each checkout is warmed up as `run.py` warms it (`warm_up`: byte-compiled, the grammar cache filled).
 Options after `--` go to `analyze` (default: `--format json`).
 """
 
@@ -22,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run import describe, is_checkout, run_measured
+from run import describe, is_checkout, run_measured, warm_up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     checkouts = [Path(c).resolve() for c in args.checkouts]
     for checkout in checkouts:
         _check_imports(checkout)
+    warm_up(*checkouts)  # byte-compiled as an install is, the grammar cache filled, before the first run
     labels = [describe(checkout) for checkout in checkouts]
     labels = [f"{label} ({n + 1})" if labels.count(label) > 1 else label for n, label in enumerate(labels)]
     runs: dict[str, list] = {label: [] for label in labels}
