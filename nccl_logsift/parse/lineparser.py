@@ -103,7 +103,7 @@ _CAST_ROWS = 256
 _SMALL_HEADS = 64
 # Up to this many lines are tested for literals in Python (LineParser.marked).
 _FEW_MARKED = 256
-# The most bytes of messages searched for anchors at once (LineParser._present).
+# The most bytes of messages searched for anchors at once (_routes).
 _PRESENT_BYTES = 8 << 20
 # What ends the head of an NCCL INFO line (LineParser._apart_by_head): its envelope, the level and one space.
 _INFO = " NCCL INFO "
@@ -1246,14 +1246,14 @@ class LineParser:
         their column (``__unfit``). A row belongs to the first pattern, in the grammars' order, whose
         literal anchor it has, at its level (if any), and whose regex matches it.
 
-        Two queries say which anchors the batch has at all (_present). Grammar by grammar, each
-        pattern whose anchor the batch has captures over the rows with that anchor, and the rows a grammar
-        claimed leave the pool before the next grammar looks. Over a pool of up to _TOGETHER_ROWS rows the
-        patterns capture in one query (polars runs them side by side) and each row keeps its first
-        pattern's capture; over a larger pool, one after the other, each over the rows the patterns before
-        it left (capturing a row again costs more there than a query). A batch used to spend ten eager
-        queries on each pattern that matched (~0.3 ms each, whatever the rows), and compiled its regex
-        twice.
+        Two queries say which anchors the batch has at all, and over a large pool in which messages
+        (:func:`_routes`). Over a pool of up to _TOGETHER_ROWS rows, grammar by grammar, the patterns whose
+        anchor the batch has capture in one query (polars runs them side by side), each row keeps its first
+        pattern's capture, and the rows a grammar claimed leave the pool before the next grammar looks. Over
+        a larger pool the patterns capture one after the other, each over the messages with its anchor that
+        no pattern before it claimed (:meth:`_claim_routed`): capturing a row again costs more there than a
+        query. A batch used to spend ten eager queries on each pattern that matched (~0.3 ms each, whatever
+        the rows), and compiled its regex twice.
 
         In a pool of at most _SMALL_ROWS rows, the messages of at most _SMALL_BYTES are matched in Python
         (:meth:`_claim_small`) and the longer ones in polars; all of them in polars when the Python
@@ -1267,43 +1267,47 @@ class LineParser:
                 claimed, pool = small, pool.filter(~short)
             if pool.is_empty():
                 return claimed
-        present = self._present(pool, grammars)
+        routes = _routes(pool, grammars, places=pool.height > _TOGETHER_ROWS)
+        if routes.places is not None:
+            return self._claim_routed(pool, grammars, routes, claimed)
         for grammar in grammars:
-            candidates = [n for n in range(len(grammar.patterns)) if (grammar.family, n) in present]
+            candidates = routes.patterns(grammar)
             if not candidates or pool.is_empty():
                 continue
-            if pool.height > _TOGETHER_ROWS:
-                frames, pool = self._claim_in_turn(pool, grammar, candidates)
-            else:
-                frames = self._claim_together(pool, grammar, candidates)
-                if frames:
-                    rows = pl.concat([f.get_column("row") for f in frames])
-                    pool = pool.filter(~pl.col("row").is_in(rows.implode()))
+            frames = self._claim_together(pool, grammar, candidates)
             if frames:
+                rows = pl.concat([f.get_column("row") for f in frames])
+                pool = pool.filter(~pl.col("row").is_in(rows.implode()))
                 claimed.setdefault(grammar.table, []).extend(frames)
         return claimed
 
-    def _present(self, pool: pl.DataFrame, grammars: list[Grammar]) -> set[tuple[str, int]]:
-        """The patterns (family, number) whose literal anchor some message of ``pool`` has, at the pattern's
-        level if it has one. Anchors of one or two characters (" ", ":") are looked for one by one, in one
-        query; the others in an Aho-Corasick pass that lists every anchor found at every place, over slices
-        of the pool of at most _PRESENT_BYTES of text: over a batch of lines of a million spaces, a list of
-        every short anchor found would have outgrown memory."""
-        patterns = [(g.family, n, p) for g in grammars for n, p in enumerate(g.patterns)]
-        msg = pl.col("msg")
-        short = sorted({p.anchor for _, _, p in patterns if len(p.anchor) <= 2})
-        long = sorted({p.anchor for _, _, p in patterns if len(p.anchor) > 2})
-        tests = [pl.col("level").unique().implode().alias("__levels")]
-        tests += [(msg.str.contains(a, literal=True).any() if a else pl.lit(True)).alias(a) for a in short]
-        first = pool.select(tests).row(0, named=True)
-        levels = set(first.pop("__levels"))
-        found = {a for a, has in first.items() if has}
-        if long:
-            anchors = msg.str.extract_many(long, overlapping=True).explode().unique().drop_nulls()
-            sliced = pool.select("msg", (msg.str.len_bytes().cum_sum() // _PRESENT_BYTES).alias("__slice"))
-            for part in sliced.partition_by("__slice") if sliced["__slice"][-1] else [sliced]:
-                found.update(part.select(anchors).to_series().to_list())
-        return {(f, n) for f, n, p in patterns if p.anchor in found and (not p.level or p.level in levels)}
+    def _claim_routed(
+        self,
+        pool: pl.DataFrame,
+        grammars: list[Grammar],
+        routes: _Routes,
+        claimed: dict[str, list[pl.DataFrame]],
+    ) -> dict[str, list[pl.DataFrame]]:
+        """:meth:`_claim` over a large pool, into ``claimed``: pattern after pattern, each captures over the
+        rows of ``pool`` that hold its anchor (``routes``) and that no pattern before it claimed, gathered
+        by their place in the pool. The init lines of 4096 ranks leave ~40k distinct messages, most of them
+        communicator inits, which the comm_init grammar claims after topology and network: each of the ~30
+        patterns before it searched all of them for its anchor (~8 ms a query) to claim a few or none."""
+        taken = np.zeros(pool.height, dtype=bool)
+        rows = pool.get_column("row").to_numpy()
+        order = np.argsort(rows, kind="stable")  # a row's place in the pool, from its number
+        for grammar in grammars:
+            for n in routes.patterns(grammar):
+                places = routes.places_of(grammar.patterns[n].anchor)
+                at = np.flatnonzero(~taken) if places is None else places[~taken[places]]
+                if not len(at):
+                    continue
+                frame = self._extraction(grammar, n).captured(pool[at].lazy()).collect(engine=ENGINE)
+                if frame.height:
+                    claimed.setdefault(grammar.table, []).append(frame)
+                    found = frame.get_column("row").to_numpy()
+                    taken[order[np.searchsorted(rows, found, sorter=order)]] = True
+        return claimed
 
     def _claim_small(
         self, pool: pl.DataFrame, grammars: list[Grammar]
@@ -1387,19 +1391,6 @@ class LineParser:
             extraction = self._extractions[grammar.family, n] = _Extraction.of(grammar, grammar.patterns[n])
         return extraction
 
-    def _claim_in_turn(
-        self, pool: pl.DataFrame, grammar: Grammar, candidates: list[int]
-    ) -> tuple[list[pl.DataFrame], pl.DataFrame]:
-        """What each pattern of ``candidates`` (their numbers in ``grammar``) claims of the rows the patterns
-        before it left, one after the other, and the rows left."""
-        frames = []
-        for n in candidates:
-            frame = self._extraction(grammar, n).captured(pool.lazy()).collect(engine=ENGINE)
-            if frame.height:
-                frames.append(frame)
-                pool = pool.filter(~pl.col("row").is_in(frame.get_column("row").implode()))
-        return frames, pool
-
     def _claim_together(
         self, pool: pl.DataFrame, grammar: Grammar, candidates: list[int]
     ) -> list[pl.DataFrame]:
@@ -1474,6 +1465,74 @@ def _candidate(pattern: Pattern) -> pl.Expr:
     if pattern.level:
         candidate = candidate & (pl.col("level") == pattern.level)
     return candidate
+
+
+@dataclass(frozen=True)
+class _Routes:
+    """Which patterns of a pool's grammars are worth trying, and on which of its messages."""
+
+    present: frozenset[tuple[str, int]]  # (family, number): the anchor is in some message, at the level
+    # By anchor longer than two characters, the places in the pool of the messages that hold it (ascending);
+    # None when not asked for.
+    places: dict[str, np.ndarray] | None
+
+    def patterns(self, grammar: Grammar) -> list[int]:
+        return [n for n in range(len(grammar.patterns)) if (grammar.family, n) in self.present]
+
+    def places_of(self, anchor: str) -> np.ndarray | None:
+        """The places of the messages a pattern with ``anchor`` may match; None for every message (an anchor
+        of one or two characters, looked for by the pattern's own query)."""
+        assert self.places is not None
+        return self.places.get(anchor, _NOWHERE) if len(anchor) > 2 else None
+
+
+_NOWHERE = np.zeros(0, dtype=np.int64)
+
+
+def _routes(pool: pl.DataFrame, grammars: list[Grammar], places: bool) -> _Routes:
+    """The patterns (family, number) whose literal anchor some message of ``pool`` has, at the pattern's
+    level if it has one; with ``places``, by anchor, which messages have it.
+
+    Anchors of one or two characters (" ", ":") are looked for one by one, in one query; the others in an
+    Aho-Corasick pass that lists every anchor found at every place, over slices of the pool of at most
+    _PRESENT_BYTES of text: over a batch of lines of a million spaces, a list of every short anchor found
+    would have outgrown memory. Each slice keeps each (message, anchor) pair once."""
+    patterns = [(g.family, n, p) for g in grammars for n, p in enumerate(g.patterns)]
+    msg = pl.col("msg")
+    short = sorted({p.anchor for _, _, p in patterns if len(p.anchor) <= 2})
+    long = sorted({p.anchor for _, _, p in patterns if len(p.anchor) > 2})
+    tests = [pl.col("level").unique().implode().alias("__levels")]
+    tests += [(msg.str.contains(a, literal=True).any() if a else pl.lit(True)).alias(a) for a in short]
+    first = pool.select(tests).row(0, named=True)
+    levels = set(first.pop("__levels"))
+    found = {a for a, has in first.items() if has}
+    by_anchor: dict[str, np.ndarray] | None = {} if places else None
+    if long:
+        anchors = msg.str.extract_many(long, overlapping=True).alias("__anchor")
+        sliced = pool.select(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("__place"),
+            msg,
+            (msg.str.len_bytes().cum_sum() // _PRESENT_BYTES).alias("__slice"),
+        )
+        pairs = []
+        for part in sliced.partition_by("__slice") if sliced["__slice"][-1] else [sliced]:
+            if places:
+                pairs.append(part.select("__place", anchors).explode("__anchor").drop_nulls().unique())
+            else:
+                found.update(part.select(anchors.explode().unique().drop_nulls()).to_series().to_list())
+        if places and pairs:
+            table = pl.concat(pairs).sort("__anchor", "__place")
+            anchor, at = table.get_column("__anchor"), table.get_column("__place").to_numpy()
+            runs = anchor.rle_id().to_numpy()
+            starts = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]]) if len(runs) else _NOWHERE
+            bounds = [*starts.tolist(), len(at)]
+            for name, start, stop in zip(anchor.gather(starts).to_list(), bounds, bounds[1:]):
+                by_anchor[name] = at[start:stop]
+            found.update(by_anchor)
+    present = frozenset(
+        (f, n) for f, n, p in patterns if p.anchor in found and (not p.level or p.level in levels)
+    )
+    return _Routes(present, by_anchor)
 
 
 def shape_of(msg: pl.Expr) -> pl.Expr:

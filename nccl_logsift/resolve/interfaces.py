@@ -65,7 +65,9 @@ def interfaces(job: Job) -> list[Iface]:
         for i, (name, at) in enumerate(pairs):
             # Old NCCL lists every interface in the Bootstrap line; bootstrap itself uses the first one.
             this_role = role if not (role == "bootstrap" and i > 0) else "listed"
-            out.append(Iface(host, int(pid), name, at, this_role, int(source_id), int(line_no), int(part or 0)))
+            out.append(
+                Iface(host, int(pid), name, at, this_role, int(source_id), int(line_no), int(part or 0))
+            )
     return out
 
 

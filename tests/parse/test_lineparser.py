@@ -203,6 +203,40 @@ def test_patterns_matched_in_python_side_by_side_or_in_turn_claim_the_same_rows(
         assert state == other_state
 
 
+def test_a_large_pool_claims_what_a_small_one_does_whatever_its_row_numbers(monkeypatch):
+    """Over a large pool each pattern captures over the messages that hold its anchor, found by their place
+    in the pool (LineParser._claim_routed); over a small one a grammar's patterns capture side by side. The
+    messages of every grammar's samples, numbered out of order and apart (as a pool is after its short
+    messages went to Python), are claimed alike either way, by the same patterns with the same fields."""
+    from nccl_logsift.parse import lineparser
+
+    grammars = load_grammars()
+    parser = LineParser(grammars)
+    samples = [s.line for g in grammars.grammars for s in g.samples]
+    texts = [*samples, *(f"{line} and more" for line in samples), "nothing a grammar knows", ""]
+    chunk = LineChunk(
+        0,
+        pl.Series("line_no", range(1, len(texts) + 1), dtype=pl.UInt32),
+        pl.Series("byte_offset", [0] * len(texts), dtype=pl.UInt64),
+        pl.Series("text", texts),
+    )
+    _, frame = parser.parse_frame(chunk)
+    messages = frame.filter(pl.col("producer") == "nccl").select("msg", "level").unique(maintain_order=True)
+    rows = pl.Series("row", [7 * (messages.height - n) + 3 for n in range(messages.height)], dtype=pl.UInt32)
+    pool = messages.with_columns(rows).select("row", "msg", "level")
+    monkeypatch.setattr(lineparser, "_SMALL_ROWS", 0)
+    claims = []
+    for together in (1 << 30, 0):
+        monkeypatch.setattr(lineparser, "_TOGETHER_ROWS", together)
+        claimed = parser._claim(pool, grammars.messages("nccl"))
+        claims.append({t: pl.concat(f, how="diagonal_relaxed").sort("row") for t, f in claimed.items()})
+    side_by_side, routed = claims
+    assert sum(t.height for t in side_by_side.values()) > messages.height // 2
+    assert side_by_side.keys() == routed.keys()
+    for table, claimed in side_by_side.items():
+        assert claimed.equals(routed[table].select(claimed.columns)), table
+
+
 def test_parsers_of_one_grammar_set_share_what_is_built_from_it():
     """What a parser builds from its grammars (schemas, steps, capture steps) is built once per process for
     each grammar set and keep_text; a parser of another set, or keeping no text, builds its own."""
