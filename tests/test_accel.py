@@ -179,6 +179,37 @@ def test_split_gives_the_same_lines(data):
         both("split_views", raw, places, lengths, np.zeros((len(places), 4), np.uint32))
 
 
+@needs_compiled
+@pytest.mark.parametrize("data", SPLIT_CASES, ids=range(len(SPLIT_CASES)))
+def test_split_marks_the_same_lines(data):
+    """Both implementations mark the lines that hold a needle: at either end of a line, never across two, a
+    needle longer than some lines, one of several bytes, and the empty one, which every line holds."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    newlines = np.flatnonzero(raw == 10).astype(np.int64)
+    count = len(newlines)
+    lines = count + (1 if (newlines[-1] + 1 if count else 0) < len(raw) else 0)
+    starts, ends = np.zeros(lines, np.int64), np.zeros(lines, np.int64)
+    accel.split_bounds(raw, newlines, count, starts, ends)
+    every = np.arange(lines, dtype=np.int64)
+    texts = [data[a:b] for a, b in zip(starts, ends)]
+    for needles in (
+        [b"a"],
+        [b"line 2", b"\xc3\xa9t", b"y" * 41],
+        [b"\n"],
+        [b"xb", b"b\x00"],
+        [b"zz", b""],
+        [],
+    ):
+        blob = np.frombuffer(b"".join(needles), dtype=np.uint8)
+        offsets = np.cumsum([0, *map(len, needles)], dtype=np.int64)
+        for index in (every, every[::-1].copy(), every[1::3].copy()):
+            marked = both("split_marked", raw, starts, ends, index, blob, offsets, np.zeros(len(index), bool))
+            assert marked is None
+            found = np.zeros(len(index), bool)
+            accel.split_marked(raw, starts, ends, index, blob, offsets, found)
+            assert found.tolist() == [any(n in texts[i] for n in needles) for i in index.tolist()]
+
+
 def test_text_keys_tell_apart_texts_that_differ_in_length_or_trailing_zero_bytes():
     data = np.frombuffer(b"abcdefgh" + b"abcdefgh\0" + b"abcdefgh\0\0" + b"\0" * 9, dtype=np.uint8)
     starts = np.array([0, 8, 17, 0, 27, 27, 20], dtype=np.int64)
@@ -547,6 +578,45 @@ def test_both_refuse_the_same_arguments_with_the_same_message():
     both("split_keys", data, np.array([3]), np.array([9]), np.array([0]), one)
     both("split_keys", data, np.array([2]), np.array([1]), np.array([0]), one)
     both("split_keys", data, np.array([0]), np.array([1]), np.array([0]), np.zeros(2, np.uint64))
+    needles, offsets, mark = np.frombuffer(b"ab", np.uint8), np.array([0, 1, 2]), np.zeros(1, bool)
+    both("split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, offsets, mark)
+    both("split_marked", data, np.array([0]), np.array([1]), np.array([1]), needles, offsets, mark)
+    both("split_marked", data, np.array([3]), np.array([9]), np.array([0]), needles, offsets, mark)
+    both("split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, np.array([0, 1]), mark)
+    both(
+        "split_marked",
+        data,
+        np.array([0]),
+        np.array([1]),
+        np.array([0]),
+        needles,
+        np.array([0, 2, 1, 2]),
+        mark,
+    )
+    both("split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, np.array([1, 2]), mark)
+    both(
+        "split_marked",
+        data,
+        np.array([0]),
+        np.array([1]),
+        np.array([0]),
+        needles,
+        np.zeros(0, np.int64),
+        mark,
+    )
+    both(
+        "split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, offsets, np.zeros(2, bool)
+    )
+    both(
+        "split_marked",
+        data,
+        np.array([0]),
+        np.array([1]),
+        np.array([0]),
+        needles,
+        offsets,
+        np.zeros(1, np.uint8),
+    )
     views = np.zeros((1, 4), np.uint32)
     both("split_views", data, np.array([0]), np.array([4]), views)
     both("split_views", data, np.array([1]), np.array([4]), views)  # past the data

@@ -292,27 +292,18 @@ def test_the_lines_marked_plain_unparsed_are_exactly_the_unlabelled_plain_lines_
     assert missed.filter(pl.col("collector_ts").is_null() & ~pl.col("text").str.contains("\x1b")).is_empty()
 
 
-def test_a_scans_marks_and_plain_codes_in_one_query_are_those_of_each_alone():
-    """``LineParser.marked`` tests the lines for the blocking literals and the plain codes in one query (a
-    per-rank file's leftovers): the same marks as ``contains_any`` alone, the same codes as
-    ``unlabeled_plain`` alone."""
+def test_the_plain_codes_of_lines_as_read_need_a_plain_filter():
+    """``LineParser.unlabeled_plain`` gives a code per line once the parser has a plain filter (the
+    scanning threads ask it of their leftover lines), none before, and an empty array for no lines."""
     from nccl_logsift.grammar.registry import load_grammars
-    from nccl_logsift.parse.chunks import GLUE_MARKS
     from nccl_logsift.parse.lineparser import LineParser
 
     texts = list(_TRICKY)
     for path in sorted(FIXTURES.rglob("*.log")):
         texts += path.read_text(errors="replace").splitlines()
-    text = pl.Series("text", texts)
     parser = LineParser(load_grammars())
+    assert parser.unlabeled_plain(pl.Series("text", texts)) is None
     parser.plain_filter = PlainLines()
-    marks = [*GLUE_MARKS, "Init COMPLETE", "commId"]
-    marked, codes = parser.marked(text, marks, plain=True)
-    assert marked is not None and codes is not None
-    assert marked.tolist() == text.str.contains_any(marks).to_list()
-    assert marked.any() and not marked.all()
-    assert codes.tolist() == parser.unlabeled_plain(text).tolist()
-    assert parser.marked(text, None, plain=True)[0] is None
-    assert parser.marked(text, marks, plain=False)[1] is None
-    empty = parser.marked(text.clear(), marks, plain=True)
-    assert [len(found) for found in empty] == [0, 0]
+    codes = parser.unlabeled_plain(pl.Series("text", texts))
+    assert codes is not None and len(codes) == len(texts) and codes.any() and not codes.all()
+    assert len(parser.unlabeled_plain(pl.Series("text", [], dtype=pl.String))) == 0

@@ -37,6 +37,7 @@ ENTRY_POINTS = (
     "split_next_newline",
     "split_keys",
     "split_views",
+    "split_marked",
     "collscan_scan",
     "collscan_transports",
     "collscan_find",
@@ -88,6 +89,7 @@ split_last_newline = _loops.split_last_newline
 split_next_newline = _loops.split_next_newline
 split_keys = _loops.split_keys
 split_views = _loops.split_views
+split_marked = _loops.split_marked
 collscan_scan = _loops.collscan_scan
 collscan_transports = _loops.collscan_transports
 collscan_find = _loops.collscan_find

@@ -264,6 +264,34 @@ def split_keys(data, starts, ends, index, keys):
         keys[k] = _text_key(raw[starts[i] : ends[i]])
 
 
+@_entry(7)
+def split_marked(data, starts, ends, index, needles, offsets, marked):
+    """marked[k] = whether data[starts[i]:ends[i]], i = index[k], holds one of the needles
+    needles[offsets[j]:offsets[j+1]] (an empty one is in every line)."""
+    data = _take(data, "data", _U8)
+    starts, ends = _take(starts, "starts", _I64), _take(ends, "ends", _I64)
+    index, needles = _take(index, "index", _I64), _take(needles, "needles", _U8)
+    offsets, marked = _take(offsets, "offsets", _I64), _take(marked, "marked", _BOOL, writable=True)
+    ok = len(starts) == len(ends) and len(marked) == len(index) and len(offsets) >= 1
+    ok = ok and offsets[0] == 0 and offsets[-1] == len(needles) and bool((np.diff(offsets) >= 0).all())
+    if ok and len(index):
+        ok = bool(index.min() >= 0 and index.max() < len(starts))
+        if ok:
+            s, e = starts[index], ends[index]
+            ok = bool((s >= 0).all() and (s <= e).all() and (e <= len(data)).all())
+    if not ok:
+        raise _bad(
+            "split_marked",
+            "index, starts and ends must name ranges of the data, one mark each, and offsets the needles'"
+            " bounds",
+        )
+    raw, blob = data.tobytes(), needles.tobytes()
+    found = [blob[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    for k, i in enumerate(index.tolist()):
+        line = raw[starts[i] : ends[i]]
+        marked[k] = any(needle in line for needle in found)
+
+
 _INLINE = 12  # bytes an Arrow string view holds in itself
 
 

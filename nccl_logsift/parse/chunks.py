@@ -81,6 +81,30 @@ class Scanned:
     transports: fasttransport.TransportPiece | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Literals:
+    """Literals that lines are searched for as bytes (``accel.split_marked``), end to end with their bounds:
+    in the scanning threads, with the GIL released, where a polars ``contains_any`` over each chunk's
+    leftovers waited for polars' threads, busy with the batches (mixed32: 0.4 s of CPU, 3 s of wall)."""
+
+    texts: tuple[str, ...]
+    needles: np.ndarray  # uint8
+    offsets: np.ndarray  # int64, one more than the texts
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> Literals:
+        texts = tuple(texts)
+        encoded = [text.encode() for text in texts]
+        offsets = np.cumsum([0, *map(len, encoded)], dtype=np.int64)
+        return cls(texts, np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
+
+    def marked(self, chunk: RawChunk, rows: np.ndarray) -> np.ndarray:
+        """Which of the lines ``rows`` of ``chunk`` hold one of the literals."""
+        found = np.zeros(len(rows), dtype=bool)
+        accel.split_marked(chunk.view.raw, chunk.starts, chunk.ends, rows, self.needles, self.offsets, found)
+        return found
+
+
 class ChunkParser:
     """Feed raw chunks with :meth:`add`; :meth:`flush` returns the tables of everything added since, and
     :meth:`flush_calls` the same with the COLL calls as :class:`~nccl_logsift.parse.calls.Calls`.
@@ -129,9 +153,11 @@ class ChunkParser:
         self._held_lines = 0  # the lines of _held_rest and the rows of _held_fast, counted as they are held
         self._held_rows = 0
         self.unparsed_lines: Counter[int] = Counter()  # by source: its enveloped lines no family claimed
-        self._blocking = sorted(
-            {p.anchor for g in parser.grammars.grammars if g.table in NUMBERED_BY for p in g.patterns}
-            | set(GLUE_MARKS)
+        self._blocking = Literals.of(
+            sorted(
+                {p.anchor for g in parser.grammars.grammars if g.table in NUMBERED_BY for p in g.patterns}
+                | set(GLUE_MARKS)
+            )
         )
 
     @property
@@ -147,7 +173,7 @@ class ChunkParser:
         """The fast path's part of :meth:`add`, which may run in another thread (:meth:`scan_ahead`)."""
         return self._scanner.scan(chunk, self._blocking_marks())
 
-    def _blocking_marks(self) -> list[str] | None:
+    def _blocking_marks(self) -> Literals | None:
         """What a scan looks for in the leftover lines (``Scanned.blocking``); None when they never wait."""
         return self._blocking if self.rest_may_wait else None
 
@@ -495,7 +521,7 @@ class _Scanner:
         self._repeats = repeats
         self._learned: list[str] = []
 
-    def scan(self, chunk: RawChunk, blocking: list[str] | None = None) -> Scanned:
+    def scan(self, chunk: RawChunk, blocking: Literals | None = None) -> Scanned:
         """What the fast path takes of ``chunk``, and the lines it leaves; with ``blocking``, which of those
         hold one of its literals."""
         chunk, cut = cut_long_lines(chunk)
@@ -529,26 +555,19 @@ class _Scanner:
         if len(strung):
             lines = chunk.lines(strung)
             known = None if saturated is None else saturated.known[~saturated.lines]
-            marks, plain = self._marks(lines, blocking, known)
+            marks = None if blocking is None else blocking.marked(chunk, strung)
+            plain = self._plain(lines, known)
         return Scanned(chunk, found, rest, keys, hosts, cut, lines, marks, plain, saturated, transports)
 
-    def _marks(
-        self, lines: LineChunk, blocking: list[str] | None, known: np.ndarray | None
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """``Scanned.blocking`` and ``Scanned.plain`` of ``lines``: in one query when every line is tested
-        for both (a per-rank file's leftovers), else apart (:meth:`_plain`)."""
-        parser = self._parser
-        test = parser.plain_filter is not None and parser.plain_filter.unlabeled_known()
-        if known is None or not known.any():
-            return parser.marked(lines.text, blocking, plain=test)
-        marks = None if blocking is None else parser.marked(lines.text, blocking, plain=False)[0]
-        return marks, self._plain(lines, known) if test else None
-
-    def _plain(self, lines: LineChunk, known: np.ndarray) -> np.ndarray | None:
+    def _plain(self, lines: LineChunk, known: np.ndarray | None) -> np.ndarray | None:
         """``Scanned.plain`` of ``lines``, tested only once an analysis drops unlabeled plain lines, and only
         on the lines whose texts are not ``known`` as repeats (most of a log's leftovers, which are
         skipped in any case). A line left unmarked is parsed, so a stale view only costs time."""
         parser = self._parser
+        if parser.plain_filter is None or not parser.plain_filter.unlabeled_known():
+            return None
+        if known is None or not known.any():
+            return parser.unlabeled_plain(lines.text)
         fresh = ~known
         if not fresh.any():
             return None

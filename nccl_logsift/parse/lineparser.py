@@ -101,8 +101,6 @@ _SMALL_ROWS = 5000
 _CAST_ROWS = 256
 # The most heads read in Python, not in polars (_HeadReader).
 _SMALL_HEADS = 64
-# Up to this many lines are tested for literals in Python (LineParser.marked).
-_FEW_MARKED = 256
 # The most bytes of messages searched for anchors at once (_routes).
 _PRESENT_BYTES = 8 << 20
 # The messages in which _routes looks for the short anchors in Python first.
@@ -832,32 +830,12 @@ class LineParser:
 
         A line that none of the launcher and envelope heads starts has no launcher prefix to strip, so its
         ``rest`` is its text and :meth:`_plain_rows`' test reads the same bytes here."""
-        return self.marked(text, None, plain=True)[1]
-
-    def marked(
-        self, text: pl.Series, marks: list[str] | None, plain: bool
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Of lines as read, which hold one of the literals ``marks`` (None without marks) and, with
-        ``plain``, their :meth:`unlabeled_plain` codes (None without a plain test), in one query: a
-        scanning thread asks both of every chunk's leftovers, and a per-rank file is a chunk."""
-        code = self._plain_code() if plain else None
-        if code is None and marks is not None and len(text) <= _FEW_MARKED:
-            # In Python: a query (handed to polars' threads) cost ~1 ms however few the lines, and a per-rank
-            # file leaves a few dozen.
-            found = [t is not None and any(mark in t for mark in marks) for t in text.to_list()]
-            return np.array(found, dtype=bool), None
-        columns = [] if marks is None else [pl.col("rest").str.contains_any(marks).alias("marked")]
-        columns += [] if code is None else [code.alias("plain")]
-        if not columns:
-            return None, None
+        code = self._plain_code()
+        if code is None:
+            return None
         if text.is_empty():
-            found = pl.DataFrame(schema={"marked": pl.Boolean, "plain": pl.UInt8})
-        else:
-            found = text.to_frame("rest").select(columns)
-        return (
-            None if marks is None else found.get_column("marked").to_numpy(),
-            None if code is None else found.get_column("plain").to_numpy(),
-        )
+            return np.zeros(0, dtype=np.uint8)
+        return text.to_frame("rest").select(code).to_series().to_numpy()
 
     def _plain_code(self) -> pl.Expr | None:
         if self._plain_test is None or self.plain_filter is None:

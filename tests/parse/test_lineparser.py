@@ -545,39 +545,36 @@ def test_parsed_prefixes_are_the_heads_rows_however_they_were_read(monkeypatch, 
     assert parsed.column("no such field") == [None] * len(heads)
 
 
-def test_lines_marked_in_python_are_those_polars_marks(monkeypatch):
-    """A few lines are tested for literals in Python (``LineParser.marked``, a per-rank file's leftovers),
-    more in polars: both mark the same lines, whatever where the literal is, or is not, in them."""
-    from nccl_logsift.parse import lineparser
+def test_literals_mark_the_lines_polars_finds_them_in():
+    """The scanning threads look for literals in their leftover lines' bytes (``chunks.Literals``,
+    ``ChunkParser._blocking``): the lines marked are those whose text ``contains_any`` finds one in,
+    wherever the literal is, or is not, in them (at either end, a line that is one, one cut short of it,
+    characters of several bytes), over every line or some of them."""
+    from nccl_logsift.io.lines import ByteView, RawChunk
+    from nccl_logsift.parse.chunks import GLUE_MARKS, Literals
+    from tests.conftest import FIXTURES
 
-    marks = [" NCCL ", "]:[", "- Init ", "opCount "]
+    marks = [*GLUE_MARKS, "- Init ", "opCount ", "commId", "→"]
     texts = [
-        "",
-        "x",
-        " NCCL ",
-        "host:1:1 [0] NCCL INFO opCount 1",
-        "step 3 | loss 2.0",
-        "[rank0]:[W1126 ProcessGroupNCCL.cpp:1] x",
-        "ncclCommInitRank comm 0x1 - Init COMPLETE",
-        "opCount",
-        "NCCL INFO",
-        "nœud NCCL x",
-        "nœud  NCCL x",
-        "- Init",
-        " -  Init ",
-        "a]:[b",
-        "]:",
+        *("", "x", " NCCL ", "host:1:1 [0] NCCL INFO opCount 1", "step 3 | loss 2.0", "opCount", "NCCL INFO"),
+        *("[rank0]:[W1126 ProcessGroupNCCL.cpp:1] x", "ncclCommInitRank comm 0x1 - Init COMPLETE", "]:"),
+        *("nœud NCCL x", "nœud  NCCL x", "- Init", " -  Init ", "a]:[b", "ends with commId", "é→", "x.cpp"),
     ]
-    text = pl.Series("text", texts * 3, dtype=pl.String)
-    parser = LineParser(load_grammars())
-    monkeypatch.setattr(lineparser, "_FEW_MARKED", 0)
-    in_polars, _ = parser.marked(text, marks, plain=False)
-    monkeypatch.setattr(lineparser, "_FEW_MARKED", len(text))
-    in_python, plain = parser.marked(text, marks, plain=False)
-    assert plain is None and in_python.dtype == np.bool_
-    assert in_python.tolist() == in_polars.tolist()
-    assert in_python.tolist()[: len(texts)] == [any(mark in t for mark in marks) for t in texts]
-    assert 0 < sum(in_python) < len(text)
+    for path in sorted(FIXTURES.rglob("*.log")):
+        texts += path.read_text(errors="replace").splitlines()
+    lengths = np.array([len(t.encode()) for t in texts], dtype=np.int64)
+    starts = np.r_[0, np.cumsum(lengths + 1)[:-1]].astype(np.int64)
+    chunk = RawChunk(
+        0, 1, ByteView("\n".join(texts).encode()), starts, starts + lengths, starts.astype(np.uint64)
+    )
+    every = np.arange(len(texts), dtype=np.int64)
+    for rows in (every, every[1::2].copy(), every[:0]):
+        marked = Literals.of(marks).marked(chunk, rows)
+        expected = (
+            pl.Series("text", [texts[i] for i in rows], dtype=pl.String).str.contains_any(marks).to_list()
+        )
+        assert marked.dtype == np.bool_ and marked.tolist() == expected
+        assert not len(rows) or (any(expected) and not all(expected))
 
 
 def test_fields_cast_in_python_are_the_fields_polars_casts():

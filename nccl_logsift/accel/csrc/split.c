@@ -325,6 +325,65 @@ static PyObject *py_views(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     return result;
 }
 
+/* Whether `needle` (`length` bytes, at least one) occurs in [at, end). */
+static inline bool holds(const uint8_t *at, const uint8_t *end, const uint8_t *needle, int64_t length) {
+    while (end - at >= length) {
+        const uint8_t *first = memchr(at, needle[0], (size_t)(end - at - length + 1));
+        if (first == NULL)
+            return false;
+        if (memcmp(first + 1, needle + 1, (size_t)(length - 1)) == 0)
+            return true;
+        at = first + 1;
+    }
+    return false;
+}
+
+/* split_marked(data, starts, ends, index, needles, offsets, marked): marked[k] = whether the line
+ * data[starts[i]:ends[i]], i = index[k], holds one of the needles needles[offsets[j]:offsets[j+1]] (an empty
+ * one is in every line). The scanning threads ask it of their leftover lines (parse/chunks.py), which are
+ * valid UTF-8: a needle's bytes occur in a line's exactly where its characters do. */
+static PyObject *py_marked(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    Held held = {.count = 0};
+    Array data, starts, ends, index, needles, offsets, marked;
+    PyObject *result = NULL;
+    if (arity(n, 7, "split_marked") && take(&held, args[0], "data", U8, 1, false, &data)
+        && take(&held, args[1], "starts", I64, 1, false, &starts) && take(&held, args[2], "ends", I64, 1, false, &ends)
+        && take(&held, args[3], "index", I64, 1, false, &index) && take(&held, args[4], "needles", U8, 1, false, &needles)
+        && take(&held, args[5], "offsets", I64, 1, false, &offsets)
+        && take(&held, args[6], "marked", BOOL, 1, true, &marked)) {
+        const int64_t *start = starts.data, *end = ends.data, *at = index.data, *offset = offsets.data;
+        bool ok = starts.length == ends.length && marked.length == index.length && offsets.length >= 1
+                  && offset[0] == 0 && offset[offsets.length - 1] == needles.length;
+        for (int64_t j = 1; ok && j < offsets.length; j++)
+            ok = offset[j - 1] <= offset[j];
+        for (int64_t k = 0; ok && k < index.length; k++) {
+            int64_t i = at[k];
+            ok = 0 <= i && i < starts.length && 0 <= start[i] && start[i] <= end[i] && end[i] <= data.length;
+        }
+        if (!ok) {
+            bad_arguments("split_marked", "index, starts and ends must name ranges of the data, one mark each, and "
+                                          "offsets the needles' bounds");
+        } else {
+            const uint8_t *bytes = data.data, *needle = needles.data;
+            bool *out = marked.data;
+            int64_t count = offsets.length - 1;
+            PyThreadState *saved = gil_off(index.length);
+            for (int64_t k = 0; k < index.length; k++) {
+                const uint8_t *line = bytes + start[at[k]], *stop = bytes + end[at[k]];
+                bool found = false;
+                for (int64_t j = 0; !found && j < count; j++)
+                    found = offset[j] == offset[j + 1] || holds(line, stop, needle + offset[j], offset[j + 1] - offset[j]);
+                out[k] = found;
+            }
+            gil_back(saved);
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+    }
+    release(&held);
+    return result;
+}
+
 PyMethodDef split_methods[] = {
     {"split_newlines", (PyCFunction)(void (*)(void))py_newlines, METH_FASTCALL, "Newline positions of a chunk."},
     {"split_bounds", (PyCFunction)(void (*)(void))py_bounds, METH_FASTCALL, "Line bounds from newline positions."},
@@ -332,5 +391,6 @@ PyMethodDef split_methods[] = {
     {"split_next_newline", (PyCFunction)(void (*)(void))py_next_newline, METH_FASTCALL, "The next newline from a place."},
     {"split_keys", (PyCFunction)(void (*)(void))py_keys, METH_FASTCALL, "A key for the text of each line."},
     {"split_views", (PyCFunction)(void (*)(void))py_views, METH_FASTCALL, "Arrow string views of byte ranges."},
+    {"split_marked", (PyCFunction)(void (*)(void))py_marked, METH_FASTCALL, "Which lines hold one of some literals."},
     {NULL, NULL, 0, NULL},
 };
