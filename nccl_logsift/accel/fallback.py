@@ -762,14 +762,24 @@ def digest_fold_calls(
     return added, instances, communicators
 
 
+_BUCKET_BITS = 11  # digest.c BUCKET_BITS
+
+
 def _open_key(comm: int, position: int) -> int:
     return ((comm << _POSITION_BITS) | position) & M64
 
 
 def _keep_open(table: _KeyTable, position: np.ndarray, aggregate: np.ndarray, kept: int) -> None:
-    """Key the positions 0 to kept - 1 (moved down already) in the emptied table, in order."""
-    for slot, (comm, at) in enumerate(zip(aggregate[:kept, _COMM].tolist(), position[:kept].tolist())):
-        table.find_or_add(_open_key(comm & M64, at & M64), slot)
+    """Key the positions 0 to kept - 1 (moved down already) in the emptied table, bucket by bucket of their
+    home places (digest.c ``key_open``: at most 2**11 buckets), each bucket's in slot order."""
+    shift = max((table.size - 1).bit_length() - _BUCKET_BITS, 0)
+    keys = [
+        _open_key(comm & M64, at & M64)
+        for comm, at in zip(aggregate[:kept, _COMM].tolist(), position[:kept].tolist())
+    ]
+    buckets = np.array([_home(key, table.mask) >> shift for key in keys], dtype=np.int64)
+    for slot in np.argsort(buckets, kind="stable").tolist():
+        table.find_or_add(keys[slot], slot)
 
 
 @_entry(25)

@@ -162,21 +162,54 @@ typedef struct {
     Py_ssize_t length;  /* of position and aggregate */
 } Open;
 
-/* Empty the open table, for the positions to be added again as they move down (keep_open). */
+/* Empty the open table, for the positions to be keyed again once they moved down (key_open). */
 static void clear_open(Open open) {
     for (int64_t at = 0; at < open.table.size; at++)
         open.table.slots[at] = EMPTY;
 }
 
-/* Move open position `p` to slot `kept` (at most p: nothing still to be read is overwritten) and key it
- * there in the emptied table. */
-static inline void keep_open(Open open, int64_t p, int64_t kept) {
+/* Move open position `p` to slot `kept` (at most p: nothing still to be read is overwritten). */
+static inline void move_open(Open open, int64_t p, int64_t kept) {
     int64_t *to = open.aggregate + kept * AGGREGATES;
     const int64_t *from = open.aggregate + p * AGGREGATES;
     open.position[kept] = open.position[p];
     for (int k = 0; k < AGGREGATES; k++)
         to[k] = from[k];
-    keymap_find_or_add(open.table, open_key(to[COMM], open.position[kept]), kept);
+}
+
+/* key_open sorts the keys into at most 2**BUCKET_BITS buckets of consecutive home places. */
+#define BUCKET_BITS 11
+
+/* How far a home place of a table of `size` places is shifted to give its bucket (key_open). */
+static inline int bucket_shift(int64_t size) {
+    int bits = 0;
+    while (((int64_t)1 << bits) < size)
+        bits++;
+    return bits > BUCKET_BITS ? bits - BUCKET_BITS : 0;
+}
+
+/* Key the open positions 0 to kept - 1 (moved down already) in the emptied table, bucket by bucket of their
+ * home places, each bucket's in slot order (`counts`: room for 2**BUCKET_BITS + 1; `records`: for 2 * kept).
+ * A bucket's keys land in a few kB of the table: keyed in slot order, every position wrote a random place
+ * of a table of tens of MB (a directory of four 250 MB per-rank files keyed 500,000 again at every batch,
+ * most of the fold's time). */
+static void key_open(Open open, int64_t kept, int shift, int64_t *counts, uint64_t *records) {
+    uint64_t mask = (uint64_t)open.table.size - 1;
+    int64_t buckets = open.table.size >> shift;
+    for (int64_t b = 0; b <= buckets; b++)
+        counts[b] = 0;
+    for (int64_t k = 0; k < kept; k++)
+        counts[(keymap_home(open_key(open.aggregate[k * AGGREGATES + COMM], open.position[k]), mask) >> shift) + 1]++;
+    for (int64_t b = 0; b < buckets; b++)
+        counts[b + 1] += counts[b];
+    for (int64_t k = 0; k < kept; k++) {
+        uint64_t key = open_key(open.aggregate[k * AGGREGATES + COMM], open.position[k]);
+        int64_t at = counts[keymap_home(key, mask) >> shift]++;
+        records[2 * at] = key;
+        records[2 * at + 1] = (uint64_t)k;
+    }
+    for (int64_t i = 0; i < kept; i++)
+        keymap_find_or_add(open.table, records[2 * i], (int64_t)records[2 * i + 1]);
 }
 
 /* The columns of a batch that digest_fold_positions reads. */
@@ -240,9 +273,16 @@ static int64_t select_rank(int64_t *values, int64_t n, int64_t k) {
 static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, int64_t communicators, int64_t total,
                                    int64_t recent, int64_t limit, Open open, const int64_t *comm_of, Rings r,
                                    Comms comms, bool *window, bool *keep, uint64_t *diverged, int64_t *still_open) {
+    int shift = bucket_shift(open.table.size);
     int64_t *first = malloc((communicators > 0 ? communicators : 1) * sizeof *first);
-    if (!first)
+    int64_t *counts = malloc((((int64_t)1 << BUCKET_BITS) + 1) * sizeof *counts);
+    uint64_t *records = malloc(2 * (positions > 0 ? positions : 1) * sizeof *records);
+    if (!first || !counts || !records) {
+        free(first);
+        free(counts);
+        free(records);
         return -1;
+    }
     int64_t n = b.n, *position = open.position;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = b.at[i];
@@ -286,6 +326,8 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
         int64_t *values = malloc((stay > 0 ? stay : 1) * sizeof *values), m = 0, above = 0, at_cut = 0;
         if (!values) {
             free(first);
+            free(counts);
+            free(records);
             return -1;
         }
         for (int64_t p = 0; p < positions; p++) {
@@ -315,8 +357,9 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
                 skip--;
                 continue;
             }
-            keep_open(open, p, kept++);
+            move_open(open, p, kept++);
         }
+        key_open(open, kept, shift, counts, records);
     }
     int64_t found = 0;
     for (int64_t c = 0; c < communicators; c++) {
@@ -335,6 +378,8 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
         window[i] = still_kept(r, s, total - n + i, total, recent);
     }
     free(first);
+    free(counts);
+    free(records);
     *still_open = kept;
     return found;
 }
