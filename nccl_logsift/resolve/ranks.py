@@ -129,7 +129,11 @@ def with_job_rank(job: Job, frame: pl.DataFrame, provenance: bool = False) -> pl
         by_process = process_ranks(job).select(
             *PROCESS, _known=pl.col("rank"), _known_source=pl.col("rank_source")
         )
-        frame = frame.join(by_process, on=PROCESS, how="left", maintain_order="left")
+        # Joined on the key columns alone and set beside the frame: process_ranks has one row per (host,
+        # pid), so the left join keeps the frame's rows in order, and a join of the whole frame copied every
+        # column (a 4096-rank job's 321k connection lines, 31 columns).
+        found = frame.select(PROCESS).join(by_process, on=PROCESS, how="left", maintain_order="left")
+        frame = frame.with_columns(found.get_column("_known"), found.get_column("_known_source"))
     candidates = _candidates(job, frame)
     out = frame.with_columns(
         job_rank=pl.coalesce([rank for rank, _ in candidates]) if candidates else pl.lit(None, pl.Int64)
