@@ -52,10 +52,12 @@ class Job:
             .head(limit)
         )
         found = keys.join(_named(self.lines, keys, "text"), on=["source_id", "line_no", "part"], how="left")
-        found = self._read_back(found)
+        found = self._read_back(found).sort("source_id", "line_no", "part")
+        # By columns, not a tuple per row: a 4096-rank report quotes ~16k lines.
+        paths, known = self.paths, len(self.paths)
         return tuple(
-            Evidence(self.paths[s] if s < len(self.paths) else "?", int(n), t or "")
-            for s, n, _, t in found.sort("source_id", "line_no", "part").iter_rows()
+            Evidence(paths[s] if s < known else "?", n, t or "")
+            for s, n, t in zip(*(found.get_column(c).to_list() for c in ("source_id", "line_no", "text")))
         )
 
     def _read_back(self, found: pl.DataFrame) -> pl.DataFrame:
