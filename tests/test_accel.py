@@ -579,44 +579,19 @@ def test_both_refuse_the_same_arguments_with_the_same_message():
     both("split_keys", data, np.array([2]), np.array([1]), np.array([0]), one)
     both("split_keys", data, np.array([0]), np.array([1]), np.array([0]), np.zeros(2, np.uint64))
     needles, offsets, mark = np.frombuffer(b"ab", np.uint8), np.array([0, 1, 2]), np.zeros(1, bool)
-    both("split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, offsets, mark)
-    both("split_marked", data, np.array([0]), np.array([1]), np.array([1]), needles, offsets, mark)
-    both("split_marked", data, np.array([3]), np.array([9]), np.array([0]), needles, offsets, mark)
-    both("split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, np.array([0, 1]), mark)
-    both(
-        "split_marked",
-        data,
-        np.array([0]),
-        np.array([1]),
-        np.array([0]),
-        needles,
-        np.array([0, 2, 1, 2]),
-        mark,
-    )
-    both("split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, np.array([1, 2]), mark)
-    both(
-        "split_marked",
-        data,
-        np.array([0]),
-        np.array([1]),
-        np.array([0]),
-        needles,
-        np.zeros(0, np.int64),
-        mark,
-    )
-    both(
-        "split_marked", data, np.array([0]), np.array([1]), np.array([0]), needles, offsets, np.zeros(2, bool)
-    )
-    both(
-        "split_marked",
-        data,
-        np.array([0]),
-        np.array([1]),
-        np.array([0]),
-        needles,
-        offsets,
-        np.zeros(1, np.uint8),
-    )
+    line = (np.array([0]), np.array([1]), np.array([0]))
+    for starts, ends, index, bounds, marked in (
+        (*line, offsets, mark),
+        (np.array([0]), np.array([1]), np.array([1]), offsets, mark),  # no such line
+        (np.array([3]), np.array([9]), np.array([0]), offsets, mark),  # past the data
+        (*line, np.array([0, 1]), mark),  # bounds short of the needles
+        (*line, np.array([0, 2, 1, 2]), mark),  # bounds out of order
+        (*line, np.array([1, 2]), mark),  # not from 0
+        (*line, np.zeros(0, np.int64), mark),
+        (*line, offsets, np.zeros(2, bool)),
+        (*line, offsets, np.zeros(1, np.uint8)),
+    ):
+        both("split_marked", data, starts, ends, index, needles, bounds, marked)
     views = np.zeros((1, 4), np.uint32)
     both("split_views", data, np.array([0]), np.array([4]), views)
     both("split_views", data, np.array([1]), np.array([4]), views)  # past the data

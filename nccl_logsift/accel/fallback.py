@@ -245,19 +245,26 @@ def _text_key(text: bytes) -> int:
     return state ^ (state >> 33)
 
 
+def _ranges_named(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, index: np.ndarray) -> bool:
+    """Whether ``starts`` and ``ends`` pair up and each line ``index`` names is a range of ``data``
+    (split.c ``ranges_named``)."""
+    if len(starts) != len(ends):
+        return False
+    if not len(index):
+        return True
+    if not (index.min() >= 0 and index.max() < len(starts)):
+        return False
+    s, e = starts[index], ends[index]
+    return bool((s >= 0).all() and (s <= e).all() and (e <= len(data)).all())
+
+
 @_entry(5)
 def split_keys(data, starts, ends, index, keys):
     """keys[k] = the key of data[starts[i]:ends[i]], i = index[k]."""
     data = _take(data, "data", _U8)
     starts, ends = _take(starts, "starts", _I64), _take(ends, "ends", _I64)
     index, keys = _take(index, "index", _I64), _take(keys, "keys", _U64, writable=True)
-    ok = len(starts) == len(ends) and len(keys) == len(index)
-    if ok and len(index):
-        ok = bool(index.min() >= 0 and index.max() < len(starts))
-        if ok:
-            s, e = starts[index], ends[index]
-            ok = bool((s >= 0).all() and (s <= e).all() and (e <= len(data)).all())
-    if not ok:
+    if not (len(keys) == len(index) and _ranges_named(data, starts, ends, index)):
         raise _bad("split_keys", "index, starts and ends must name ranges of the data, one key each")
     raw = data.tobytes()
     for k, i in enumerate(index.tolist()):
@@ -272,14 +279,9 @@ def split_marked(data, starts, ends, index, needles, offsets, marked):
     starts, ends = _take(starts, "starts", _I64), _take(ends, "ends", _I64)
     index, needles = _take(index, "index", _I64), _take(needles, "needles", _U8)
     offsets, marked = _take(offsets, "offsets", _I64), _take(marked, "marked", _BOOL, writable=True)
-    ok = len(starts) == len(ends) and len(marked) == len(index) and len(offsets) >= 1
+    ok = len(marked) == len(index) and len(offsets) >= 1
     ok = ok and offsets[0] == 0 and offsets[-1] == len(needles) and bool((np.diff(offsets) >= 0).all())
-    if ok and len(index):
-        ok = bool(index.min() >= 0 and index.max() < len(starts))
-        if ok:
-            s, e = starts[index], ends[index]
-            ok = bool((s >= 0).all() and (s <= e).all() and (e <= len(data)).all())
-    if not ok:
+    if not (ok and _ranges_named(data, starts, ends, index)):
         raise _bad(
             "split_marked",
             "index, starts and ends must name ranges of the data, one mark each, and offsets the needles'"

@@ -249,6 +249,17 @@ static inline uint64_t text_key(const uint8_t *bytes, int64_t length) {
     return state;
 }
 
+/* Whether `starts` and `ends` pair up and each line that `index` names is a range of `data`. */
+static bool ranges_named(Array data, Array starts, Array ends, Array index) {
+    const int64_t *start = starts.data, *end = ends.data, *at = index.data;
+    bool ok = starts.length == ends.length;
+    for (int64_t k = 0; ok && k < index.length; k++) {
+        int64_t i = at[k];
+        ok = 0 <= i && i < starts.length && 0 <= start[i] && start[i] <= end[i] && end[i] <= data.length;
+    }
+    return ok;
+}
+
 /* split_keys(data, starts, ends, index, keys): keys[k] = the key of data[starts[i]:ends[i]], i = index[k] */
 static PyObject *py_keys(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     Held held = {.count = 0};
@@ -260,12 +271,7 @@ static PyObject *py_keys(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         const int64_t *start = starts.data, *end = ends.data, *at = index.data;
         const uint8_t *bytes = data.data;
         uint64_t *out = keys.data;
-        bool ok = starts.length == ends.length && keys.length == index.length;
-        for (int64_t k = 0; ok && k < index.length; k++) {
-            int64_t i = at[k];
-            ok = 0 <= i && i < starts.length && 0 <= start[i] && start[i] <= end[i] && end[i] <= data.length;
-        }
-        if (!ok) {
+        if (keys.length != index.length || !ranges_named(data, starts, ends, index)) {
             bad_arguments("split_keys", "index, starts and ends must name ranges of the data, one key each");
         } else {
             PyThreadState *saved = gil_off(index.length);
@@ -352,15 +358,11 @@ static PyObject *py_marked(PyObject *self, PyObject *const *args, Py_ssize_t n) 
         && take(&held, args[5], "offsets", I64, 1, false, &offsets)
         && take(&held, args[6], "marked", BOOL, 1, true, &marked)) {
         const int64_t *start = starts.data, *end = ends.data, *at = index.data, *offset = offsets.data;
-        bool ok = starts.length == ends.length && marked.length == index.length && offsets.length >= 1
-                  && offset[0] == 0 && offset[offsets.length - 1] == needles.length;
+        bool ok = marked.length == index.length && offsets.length >= 1 && offset[0] == 0
+                  && offset[offsets.length - 1] == needles.length;
         for (int64_t j = 1; ok && j < offsets.length; j++)
             ok = offset[j - 1] <= offset[j];
-        for (int64_t k = 0; ok && k < index.length; k++) {
-            int64_t i = at[k];
-            ok = 0 <= i && i < starts.length && 0 <= start[i] && start[i] <= end[i] && end[i] <= data.length;
-        }
-        if (!ok) {
+        if (!ok || !ranges_named(data, starts, ends, index)) {
             bad_arguments("split_marked", "index, starts and ends must name ranges of the data, one mark each, and "
                                           "offsets the needles' bounds");
         } else {
