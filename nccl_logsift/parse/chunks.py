@@ -87,16 +87,14 @@ class Literals:
     in the scanning threads, with the GIL released, where a polars ``contains_any`` over each chunk's
     leftovers waited for polars' threads, busy with the batches (mixed32: 0.4 s of CPU, 3 s of wall)."""
 
-    texts: tuple[str, ...]
-    needles: np.ndarray  # uint8
-    offsets: np.ndarray  # int64, one more than the texts
+    needles: np.ndarray  # uint8: the literals' UTF-8 bytes, end to end
+    offsets: np.ndarray  # int64: where each starts, and the end
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> Literals:
-        texts = tuple(texts)
         encoded = [text.encode() for text in texts]
         offsets = np.cumsum([0, *map(len, encoded)], dtype=np.int64)
-        return cls(texts, np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
+        return cls(np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
 
     def marked(self, chunk: RawChunk, rows: np.ndarray) -> np.ndarray:
         """Which of the lines ``rows`` of ``chunk`` hold one of the literals."""

@@ -1582,8 +1582,8 @@ def _routes(pool: pl.DataFrame, grammars: list[Grammar], places: bool) -> _Route
             ids, at = ids[keep], at[keep]
             starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else _NOWHERE
             bounds = [*starts.tolist(), len(at)]
-            for number_, start, stop in zip(ids[starts].tolist(), bounds, bounds[1:]):
-                by_anchor[long[number_]] = at[start:stop]
+            for anchor_id, start, stop in zip(ids[starts].tolist(), bounds, bounds[1:]):
+                by_anchor[long[anchor_id]] = at[start:stop]
             found.update(by_anchor)
     present = frozenset(
         (f, n) for f, n, p in patterns if p.anchor in found and (not p.level or p.level in levels)
