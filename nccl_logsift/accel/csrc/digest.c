@@ -273,16 +273,9 @@ static int64_t select_rank(int64_t *values, int64_t n, int64_t k) {
 static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, int64_t communicators, int64_t total,
                                    int64_t recent, int64_t limit, Open open, const int64_t *comm_of, Rings r,
                                    Comms comms, bool *window, bool *keep, uint64_t *diverged, int64_t *still_open) {
-    int shift = bucket_shift(open.table.size);
     int64_t *first = malloc((communicators > 0 ? communicators : 1) * sizeof *first);
-    int64_t *counts = malloc((((int64_t)1 << BUCKET_BITS) + 1) * sizeof *counts);
-    uint64_t *records = malloc(2 * (positions > 0 ? positions : 1) * sizeof *records);
-    if (!first || !counts || !records) {
-        free(first);
-        free(counts);
-        free(records);
+    if (!first)
         return -1;
-    }
     int64_t n = b.n, *position = open.position;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = b.at[i];
@@ -326,8 +319,6 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
         int64_t *values = malloc((stay > 0 ? stay : 1) * sizeof *values), m = 0, above = 0, at_cut = 0;
         if (!values) {
             free(first);
-            free(counts);
-            free(records);
             return -1;
         }
         for (int64_t p = 0; p < positions; p++) {
@@ -347,6 +338,15 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
      * is rebuilt for them; when every position stays, slots and table are as they were. */
     int64_t kept = positions;
     if (stay < positions || stay > limit) {
+        /* key_open's scratch, taken before the table is emptied (only a fold that rebuilds it needs it). */
+        int64_t *counts = malloc((((int64_t)1 << BUCKET_BITS) + 1) * sizeof *counts);
+        uint64_t *records = malloc(2 * (stay > 0 ? stay : 1) * sizeof *records);
+        if (!counts || !records) {
+            free(counts);
+            free(records);
+            free(first);
+            return -1;
+        }
         clear_open(open);
         kept = 0;
         for (int64_t p = 0; p < positions; p++) {
@@ -359,7 +359,9 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
             }
             move_open(open, p, kept++);
         }
-        key_open(open, kept, shift, counts, records);
+        key_open(open, kept, bucket_shift(open.table.size), counts, records);
+        free(counts);
+        free(records);
     }
     int64_t found = 0;
     for (int64_t c = 0; c < communicators; c++) {
@@ -378,8 +380,6 @@ static int64_t fold_positions_loop(Placed b, int64_t opened, int64_t positions, 
         window[i] = still_kept(r, s, total - n + i, total, recent);
     }
     free(first);
-    free(counts);
-    free(records);
     *still_open = kept;
     return found;
 }
