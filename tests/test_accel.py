@@ -152,7 +152,7 @@ def test_split_gives_the_same_lines(data):
     for room in (0, 40, 1 << 14, (1 << 14) + 64):  # room for no block, the tail only, one block, all
         newlines = np.zeros(room, dtype=np.int64)
         for at, count in ((0, 0), (32, 0), (64, 3)):
-            both("split_newlines", raw, newlines, at, min(count, room), 0)
+            both("split_newlines", raw, newlines, at, min(count, room), 0, False)
     newlines = np.flatnonzero(raw == 10).astype(np.int64)
     count = len(newlines)
     lines = count + (1 if (newlines[-1] + 1 if count else 0) < len(raw) else 0)
@@ -571,8 +571,8 @@ def test_both_refuse_the_same_arguments_with_the_same_message():
     both("split_last_newline", data, np.uint32(0), np.int16(3))
     both("split_next_newline", data, np.int64(2))
     both("split_next_newline", b"a\nb\n", -1)
-    both("split_newlines", data, np.zeros(64, np.int64), 3, 0, 0)
-    both("split_newlines", data, np.zeros(64, np.int64), 0, 0, -1)
+    both("split_newlines", data, np.zeros(64, np.int64), 3, 0, 0, False)
+    both("split_newlines", data, np.zeros(64, np.int64), 0, 0, -1, False)
     one = np.zeros(1, np.uint64)
     both("split_keys", data, np.array([0]), np.array([1]), np.array([1]), one)
     both("split_keys", data, np.array([3]), np.array([9]), np.array([0]), one)

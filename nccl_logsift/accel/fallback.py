@@ -118,13 +118,13 @@ def _or_words(block: np.ndarray) -> int:
     return int.from_bytes(np.bitwise_or.reduce(block.reshape(-1, 8), axis=0).tobytes(), "little")
 
 
-@_entry(5)
-def split_newlines(data, newlines, at, count, high):
-    """(at, count, high): the newlines of data[at:] into newlines[count:], stopping at a block that might
-    not fit."""
+@_entry(6)
+def split_newlines(data, newlines, at, count, high, nul):
+    """(at, count, high, nul): the newlines of data[at:] into newlines[count:], stopping at a block that
+    might not fit; ``high`` ORs every byte in, ``nul`` says whether one is NUL."""
     data = _take(data, "data", _U8)
     newlines = _take(newlines, "newlines", _I64, writable=True)
-    at, count, high = _int(at, "at"), _int(count, "count"), _uint(high, "high")
+    at, count, high, nul = _int(at, "at"), _int(count, "count"), _uint(high, "high"), bool(_int(nul, "nul"))
     if not (at >= 0 and at % _STEP == 0 and 0 <= count <= len(newlines)):
         raise _bad("split_newlines", "at must be a multiple of 32 and count within newlines")
     size, room = len(data), len(newlines)
@@ -136,6 +136,7 @@ def split_newlines(data, newlines, at, count, high):
         newlines[count : count + len(found)] = found + at
         count += len(found)
         high |= _or_words(block)
+        nul = nul or not block.all()
         at = stop
     if at >= whole and count + _STEP <= room:
         tail = data[at:size]
@@ -144,8 +145,9 @@ def split_newlines(data, newlines, at, count, high):
         count += len(found)
         if len(tail):
             high |= int(np.bitwise_or.reduce(tail))
+            nul = nul or not tail.all()
         at = max(at, size)
-    return at, count, high
+    return at, count, high, nul
 
 
 @_entry(5)

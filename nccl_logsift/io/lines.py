@@ -401,12 +401,11 @@ def split_lines(
     reads without a copy. Lines whose bytes were repaired are counted in ``stats.invalid_utf8_lines``.
     """
     view = ByteView(data)
-    starts, ends, ascii, nul_bytes = split.find_lines(view.raw)
+    starts, ends, ascii, nul_bytes, has_nul = split.find_lines(view.raw)
     byte_offset = starts.astype(np.uint64) + np.uint64(first_offset)
     if not ascii and not _is_utf8(view.raw):
-        view, starts, ends, nul_bytes = _repaired(view, starts, stats)
-    # NUL bytes inside lines (a pass of the chunk, only counted when its least byte is one).
-    has_nul = len(view.raw) and view.raw.min() == 0
+        view, starts, ends, nul_bytes = _repaired(view, starts, stats)  # NUL is valid UTF-8: it stays
+    # NUL bytes inside lines (counted only when the split saw a NUL byte).
     inside = int(np.count_nonzero(view.raw == 0)) - nul_bytes if has_nul else 0
     if inside > 0:
         view, starts, ends = _without_nul(view, starts, ends)
@@ -455,7 +454,7 @@ def _repaired(
     A newline is never part of an invalid sequence, so the chunk keeps its lines.
     """
     fixed = ByteView(str(view.data, "utf-8", errors="replace").encode("utf-8"))
-    fixed_starts, fixed_ends, _, nul_bytes = split.find_lines(fixed.raw)
+    fixed_starts, fixed_ends, _, nul_bytes, _ = split.find_lines(fixed.raw)
     before = pl.Series(_binary_lines(view.raw, np.append(starts, len(view.raw))))
     after = pl.Series(_binary_lines(fixed.raw, np.append(fixed_starts, len(fixed.raw))))
     stats.invalid_utf8_lines += int((before != after).sum())

@@ -17,18 +17,20 @@ _BLOCK = 1 << 14
 _HIGH = 0x8080808080808080
 
 
-def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int]:
-    """``(starts, ends, ascii, nul_bytes)`` of the lines of ``data`` (a uint8 array).
+def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int, bool]:
+    """``(starts, ends, ascii, nul_bytes, has_nul)`` of the lines of ``data`` (a uint8 array).
 
     ``starts`` and ``ends`` are int64 arrays, one entry per line (none for empty data), a last line without
     "\\n" included. A line's text leaves out what trails it ("\\r", spaces, tabs, NUL bytes, U+FFFD) and
     the NUL bytes it starts with, so every line ending and crash padding reads as a clean line; ``nul_bytes``
-    counts the NUL bytes left out. ``ascii`` says that no byte is 128 or more.
+    counts the NUL bytes left out. ``ascii`` says that no byte is 128 or more, ``has_nul`` that some byte is
+    NUL (inside a line or left out).
     """
     newlines = np.empty(len(data) // 64 + _BLOCK, dtype=np.int64)
     at = count = high = 0
+    nul = False
     while True:
-        at, count, high = accel.split_newlines(data, newlines, at, count, high)
+        at, count, high, nul = accel.split_newlines(data, newlines, at, count, high, nul)
         if at == len(data):
             break
         bigger = np.empty(2 * len(newlines), dtype=np.int64)
@@ -38,7 +40,7 @@ def find_lines(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, int]:
     lines = count + (1 if after_last < len(data) else 0)  # a last line without "\n"
     starts, ends = np.empty(lines, dtype=np.int64), np.empty(lines, dtype=np.int64)
     nul_bytes = accel.split_bounds(data, newlines, count, starts, ends)
-    return starts, ends, not high & _HIGH, nul_bytes
+    return starts, ends, not high & _HIGH, nul_bytes, nul
 
 
 def last_newline(data, start: int, stop: int) -> int:

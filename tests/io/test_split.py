@@ -48,8 +48,9 @@ def left_out_nul(data: bytes) -> int:
 
 def found(data: bytes) -> tuple[list[tuple[int, int]], bool]:
     view = ByteView(data)
-    starts, ends, ascii, nul_bytes = split.find_lines(view.raw)
+    starts, ends, ascii, nul_bytes, has_nul = split.find_lines(view.raw)
     assert nul_bytes == left_out_nul(data)
+    assert has_nul == (0 in data)
     return list(zip(starts.tolist(), ends.tolist())), ascii
 
 
@@ -74,14 +75,23 @@ def test_find_lines_drops_the_crs_that_end_a_line_and_keeps_those_inside():
 def test_find_lines_gives_the_same_text_whatever_ends_the_line(ending):
     data = b"a NCCL INFO line" + ending + b"b" + ending
     view = ByteView(data)
-    starts, ends, _, _ = split.find_lines(view.raw)
+    starts, ends, _, _, _ = split.find_lines(view.raw)
     assert [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())] == [b"a NCCL INFO line", b"b"]
+
+
+@pytest.mark.parametrize("at", [0, 7, 15, 16, 31, 32, 33, 63, 64, 100, 1000, 1023, 1026])
+def test_find_lines_says_whether_a_byte_is_nul_wherever_it_is(at):
+    # In either 16-byte half of a 32-byte step, in a later step, and in the last bytes, read one at a time.
+    data = bytearray(b"abc def\n" * 128 + b"tail\n")
+    assert found(bytes(data)) == (reference(bytes(data)), True)
+    data[at] = 0
+    found(bytes(data))  # asserts has_nul
 
 
 def test_find_lines_leaves_out_nul_padding_at_both_ends_of_a_line_and_counts_it():
     data = b"text\x00\x00\n\x00\x00\x00more\n\x00\x00"
     view = ByteView(data)
-    starts, ends, _, nul_bytes = split.find_lines(view.raw)
+    starts, ends, _, nul_bytes, _ = split.find_lines(view.raw)
     assert [data[s:e] for s, e in zip(starts.tolist(), ends.tolist())] == [b"text", b"more", b""]
     assert nul_bytes == 7
 
@@ -128,7 +138,7 @@ def test_find_lines_reads_a_slice_of_a_buffer_from_any_offset():
     for start in range(40):
         stop = len(text) - int(rng.integers(0, 40))
         piece = buffer[start:stop]
-        starts, ends, ascii, _ = split.find_lines(piece)
+        starts, ends, ascii, _, _ = split.find_lines(piece)
         assert list(zip(starts.tolist(), ends.tolist())) == reference(text[start:stop]) and ascii
 
 
