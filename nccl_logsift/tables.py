@@ -390,17 +390,13 @@ class PlainLines:
         return self._unlabeled_seen
 
     @staticmethod
-    def unread_expr(text: pl.Expr) -> pl.Expr:
-        """True for the texts of plain lines that no rule reads."""
-        return ~_reads(text)
+    def read_pattern() -> str:
+        """The regex of the texts of plain lines a rule reads."""
+        return MODULE_FRAME
 
 
-def _reads(text: pl.Expr) -> pl.Expr:
-    """True for the texts of plain lines a rule reads."""
-    return text.str.contains(MODULE_FRAME)
-
-
-_READ = _reads(pl.col("text"))
+# True for the texts of plain lines a rule reads.
+_READ = pl.col("text").str.contains(MODULE_FRAME)
 
 
 def _labels(lines: pl.DataFrame) -> list[str]:
