@@ -210,6 +210,41 @@ def test_split_marks_the_same_lines(data):
             assert found.tolist() == [any(n in texts[i] for n in needles) for i in index.tolist()]
 
 
+@needs_compiled
+def test_split_marks_a_needle_by_its_least_common_byte_at_either_end_of_a_line():
+    """The compiled search looks for a needle by its least common byte (an uppercase letter or punctuation
+    before a lowercase letter before a space), not its first: that byte near the line's start or end, where
+    the needle cannot fit, never marks it, and the needle at either end does."""
+    needles = [b" NCCL ", b"ab:", b"- Init "]
+    lines = [
+        b"NCCL x",  # the pivot byte where the needle would start before the line
+        b"x NCCL",  # the needle cut at the end
+        b" NCCL x",  # at the start
+        b"a NCCL b",
+        b":ab",  # the pivot byte first, the rest after it
+        b"xxab:",  # at the end
+        b"ab",
+        b"- Ini",
+        b"- Init x",
+        b"",
+        b"plain print, nothing: here",
+    ]
+    data = b"\n".join(lines) + b"\n"
+    raw = np.frombuffer(data, dtype=np.uint8)
+    newlines = np.flatnonzero(raw == 10).astype(np.int64)
+    starts, ends = np.zeros(len(lines), np.int64), np.zeros(len(lines), np.int64)
+    accel.split_bounds(raw, newlines, len(newlines), starts, ends)
+    blob = np.frombuffer(b"".join(needles), dtype=np.uint8)
+    offsets = np.cumsum([0, *map(len, needles)], dtype=np.int64)
+    index = np.arange(len(lines), dtype=np.int64)
+    both("split_marked", raw, starts, ends, index, blob, offsets, np.zeros(len(lines), bool))
+    found = np.zeros(len(lines), bool)
+    accel.split_marked(raw, starts, ends, index, blob, offsets, found)
+    texts = [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    assert found.tolist() == [any(n in text for n in needles) for text in texts]
+    assert found.tolist() == [False, False, True, True, False, True, False, False, True, False, False]
+
+
 def test_text_keys_tell_apart_texts_that_differ_in_length_or_trailing_zero_bytes():
     data = np.frombuffer(b"abcdefgh" + b"abcdefgh\0" + b"abcdefgh\0\0" + b"\0" * 9, dtype=np.uint8)
     starts = np.array([0, 8, 17, 0, 27, 27, 20], dtype=np.int64)

@@ -343,15 +343,41 @@ static PyObject *py_views(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     return result;
 }
 
-/* Whether `needle` (`length` bytes, at least one) occurs in [at, end). */
-static inline bool holds(const uint8_t *at, const uint8_t *end, const uint8_t *needle, int64_t length) {
-    while (end - at >= length) {
-        const uint8_t *first = memchr(at, needle[0], (size_t)(end - at - length + 1));
-        if (first == NULL)
+/* How common a byte is in what lines say, from 0 (uppercase letters, punctuation) to 3 (the space): a needle
+ * is looked for by its least common byte, not its first. Four of the blocking literals start with a space,
+ * which a training print has a dozen of, each a memcmp (~350 ns a leftover line on mixed32). */
+static inline int commonness(uint8_t byte) {
+    if (byte == ' ')
+        return 3;
+    if (byte >= 'a' && byte <= 'z')
+        return strchr("etaoinsrhl", byte) != NULL ? 2 : 1;
+    return byte >= '0' && byte <= '9' ? 1 : 0;
+}
+
+/* Where in `needle` (`length` bytes, at least one) its least common byte is (the first such). */
+static int64_t pivot_of(const uint8_t *needle, int64_t length) {
+    int64_t pivot = 0;
+    for (int64_t i = 1; i < length; i++)
+        if (commonness(needle[i]) < commonness(needle[pivot]))
+            pivot = i;
+    return pivot;
+}
+
+/* Whether `needle` (`length` bytes, at least one; `pivot` its byte looked for) occurs in [at, end). */
+static inline bool holds(const uint8_t *at, const uint8_t *end, const uint8_t *needle, int64_t length,
+                         int64_t pivot) {
+    int64_t size = end - at;
+    if (size < length)
+        return false;
+    /* The needle starts at most at at + size - length, so its pivot byte is at most `pivot` past that. */
+    const uint8_t *from = at + pivot, *last = at + (size - length) + pivot;
+    while (from <= last) {
+        const uint8_t *found = memchr(from, needle[pivot], (size_t)(last - from + 1));
+        if (found == NULL)
             return false;
-        if (memcmp(first + 1, needle + 1, (size_t)(length - 1)) == 0)
+        if (memcmp(found - pivot, needle, (size_t)length) == 0)
             return true;
-        at = first + 1;
+        from = found + 1;
     }
     return false;
 }
@@ -381,17 +407,26 @@ static PyObject *py_marked(PyObject *self, PyObject *const *args, Py_ssize_t n) 
             const uint8_t *bytes = data.data, *needle = needles.data;
             bool *out = marked.data;
             int64_t count = offsets.length - 1;
-            PyThreadState *saved = gil_off(index.length);
-            for (int64_t k = 0; k < index.length; k++) {
-                const uint8_t *line = bytes + start[at[k]], *stop = bytes + end[at[k]];
-                bool found = false;
-                for (int64_t j = 0; !found && j < count; j++)
-                    found = offset[j] == offset[j + 1] || holds(line, stop, needle + offset[j], offset[j + 1] - offset[j]);
-                out[k] = found;
+            int64_t *pivots = PyMem_Malloc((size_t)(count > 0 ? count : 1) * sizeof *pivots);
+            if (pivots == NULL) {
+                PyErr_NoMemory();
+            } else {
+                for (int64_t j = 0; j < count; j++)
+                    pivots[j] = offset[j] < offset[j + 1] ? pivot_of(needle + offset[j], offset[j + 1] - offset[j]) : 0;
+                PyThreadState *saved = gil_off(index.length);
+                for (int64_t k = 0; k < index.length; k++) {
+                    const uint8_t *line = bytes + start[at[k]], *stop = bytes + end[at[k]];
+                    bool found = false;
+                    for (int64_t j = 0; !found && j < count; j++)
+                        found = offset[j] == offset[j + 1]
+                                || holds(line, stop, needle + offset[j], offset[j + 1] - offset[j], pivots[j]);
+                    out[k] = found;
+                }
+                gil_back(saved);
+                PyMem_Free(pivots);
+                Py_INCREF(Py_None);
+                result = Py_None;
             }
-            gil_back(saved);
-            Py_INCREF(Py_None);
-            result = Py_None;
         }
     }
     release(&held);
