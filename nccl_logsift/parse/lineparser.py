@@ -495,6 +495,7 @@ _COMPILED_SETS = 8
 # What no plain line holds: an ANSI escape (the parser strips it first) and the literals
 # ``LineParser._split_glued`` looks for.
 _PLAIN_MARKS = ("\x1b", " NCCL ", "]:[", ".cpp:")
+_PLAIN_MARK_PATTERNS = tuple(pl.escape_regex(mark) for mark in _PLAIN_MARKS)  # the same, as regexes
 
 
 def _plain_test(grammars: GrammarSet) -> tuple[pl.Expr, tuple[str, ...]] | None:
@@ -851,8 +852,8 @@ class LineParser:
         # again at every call): the plain test's, the marks and the texts a rule reads in one alternation,
         # one pass over the lines (three passes, one a contains_any that built its automaton at every
         # call, took 1.5 ms for a chunk's 1,200 lines to test, one 0.85 ms).
-        marks = tuple(pl.escape_regex(mark) for mark in _PLAIN_MARKS)
-        plain = ~rest.str.contains(_joined((*regexes, *marks, self.plain_filter.read_pattern())))
+        pattern = _joined((*regexes, *_PLAIN_MARK_PATTERNS, self.plain_filter.read_pattern()))
+        plain = ~rest.str.contains(pattern)
         blank = rest.str.strip_chars() == ""
         code = pl.when(plain).then(pl.when(blank).then(PLAIN_BLANK).otherwise(PLAIN_TEXT)).otherwise(0)
         return code.cast(pl.UInt8)
